@@ -1,0 +1,99 @@
+// FileSource: the one read-only file interface of the library.
+//
+// Nothing else in the library reads files. Three implementations:
+//   OpenMmapFile    maps the file; View() hands out zero-copy spans.
+//   OpenPreadFile   reads with pread(2) into the caller's buffer; no View().
+//   MemorySource    bytes in memory (tests, fuzzers); View() works.
+//
+// Thread-safety: every method is const and safe to call concurrently.
+#ifndef PTD_RUNTIME_IO_FILE_SOURCE_H_
+#define PTD_RUNTIME_IO_FILE_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ptd {
+
+class FileSource {
+ public:
+  virtual ~FileSource() = default;
+
+  // The name used in messages (the path for files).
+  virtual const std::string& name() const = 0;
+  virtual uint64_t size() const = 0;
+
+  // Reads exactly dst.size() bytes at `offset` into `dst`. OutOfRange when
+  // the range is not inside the file, DataLoss on a short read (the file
+  // shrank), Unavailable for an I/O error.
+  virtual absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> dst) const = 0;
+
+  // A zero-copy view of [offset, offset + len) valid while the source lives,
+  // or nullopt when this source cannot hand out views (pread) or the range
+  // is outside the file.
+  virtual std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
+                                                        uint64_t len) const {
+    (void)offset;
+    (void)len;
+    return std::nullopt;
+  }
+};
+
+// Bytes of a range of a FileSource: a view into a mapping, or an owned copy.
+// (ExecuTorch's FreeableBuffer.) Movable, not copyable.
+class Bytes {
+ public:
+  Bytes() = default;
+  static Bytes Borrowed(absl::Span<const uint8_t> view) {
+    Bytes b;
+    b.view_ = view;
+    return b;
+  }
+  static Bytes Owned(std::vector<uint8_t> data) {
+    Bytes b;
+    b.owned_ = std::move(data);
+    b.view_ = absl::MakeConstSpan(b.owned_);
+    return b;
+  }
+  Bytes(Bytes&& other) noexcept { *this = std::move(other); }
+  Bytes& operator=(Bytes&& other) noexcept {
+    const bool owned = other.view_.data() == other.owned_.data();
+    owned_ = std::move(other.owned_);
+    view_ = owned ? absl::MakeConstSpan(owned_) : other.view_;
+    other.view_ = {};
+    return *this;
+  }
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+
+  absl::Span<const uint8_t> span() const { return view_; }
+  const uint8_t* data() const { return view_.data(); }
+  size_t size() const { return view_.size(); }
+  bool borrowed() const { return !view_.empty() && view_.data() != owned_.data(); }
+
+ private:
+  std::vector<uint8_t> owned_;
+  absl::Span<const uint8_t> view_;
+};
+
+// Returns a view of the range when the source has one, else reads it into
+// an owned buffer. Fails as ReadAt does.
+absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset,
+                                uint64_t len);
+
+// NotFound when the file does not exist, PermissionDenied, or Unavailable
+// for other open/stat/mmap failures; InvalidArgument for a non-regular file.
+absl::StatusOr<std::unique_ptr<FileSource>> OpenMmapFile(const std::string& path);
+absl::StatusOr<std::unique_ptr<FileSource>> OpenPreadFile(const std::string& path);
+std::unique_ptr<FileSource> MemorySource(std::vector<uint8_t> bytes,
+                                         std::string name = "<memory>");
+
+}  // namespace ptd
+
+#endif  // PTD_RUNTIME_IO_FILE_SOURCE_H_

@@ -1,0 +1,89 @@
+// The CUDA weight manifest (ETCUDAFQN0): decoder, encoder, variant choice.
+//
+// The ExecuTorch CUDA (AOTInductor) backend describes each weight as a
+// strided view into a stored storage. The manifest is the CUDA delegate's
+// processed bytes in a .pte, or a standalone file. Layout and rules M1-M6:
+// docs/SPEC.md section 2.
+//
+// Compatibility: only version 0 (magic "ETCUDAFQN0") is decoded; the
+// transitional magics ETCUDAFQN1..5 are reported as Unimplemented.
+#ifndef PTD_RUNTIME_MANIFEST_MANIFEST_H_
+#define PTD_RUNTIME_MANIFEST_MANIFEST_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/core/report.h"
+
+namespace ptd {
+
+inline constexpr std::string_view kManifestMagic = "ETCUDAFQN0";
+inline constexpr std::string_view kManifestMagicPrefix = "ETCUDAFQN";
+inline constexpr uint32_t kMaxVariants = 256;
+inline constexpr uint32_t kMaxManifestEntries = 1u << 20;
+inline constexpr uint32_t kMaxDims = 64;
+inline constexpr uint32_t kVariantFallbackOnly = 1u;
+
+struct Variant {
+  uint32_t target_sm = 0;    // 0 = untargeted.
+  uint32_t ptx_compute = 0;  // 0 = no PTX.
+  uint32_t flags = 0;        // Bit 0: fallback_only.
+  std::string so_blob_key;
+  bool fallback_only() const { return (flags & kVariantFallbackOnly) != 0; }
+};
+
+enum class DeviceType : int32_t { kCpu = 0, kCuda = 1 };
+
+struct WeightEntry {
+  std::string fqn;
+  std::string storage_key;
+  uint64_t storage_nbytes = 0;
+  int32_t dtype = 0;        // ScalarType numbering.
+  int32_t device_type = 1;  // 0 = CPU, 1 = CUDA.
+  int64_t storage_offset = 0;  // Elements.
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;  // Elements.
+  // False when the decoder reported an M5/M6 error for this entry; geometry
+  // checks skip such entries (their numbers are meaningless).
+  bool well_formed = true;
+};
+
+struct Manifest {
+  std::vector<Variant> variants;
+  std::vector<WeightEntry> entries;
+};
+
+// Decodes `bytes`, appending every M1-M6 violation to `report` (tagged with
+// `where`). Returns the manifest when its structure could be read to the end
+// (M1 and M2 hold), even if field-level rules (M3-M6) failed; nullopt
+// otherwise. Never reads past the end; counts are bounded before allocation.
+std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
+                                       const Where& where, Report* report);
+
+// Strict form: the manifest, or the first violation as a Status (DataLoss,
+// or Unimplemented for an unsupported version).
+absl::StatusOr<Manifest> ParseManifest(absl::Span<const uint8_t> bytes,
+                                       std::string_view name = "manifest");
+
+// Encodes `manifest` byte-exactly. InvalidArgument when it breaks M4-M6 (an
+// encoder never writes what the decoder rejects).
+absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest);
+
+struct VariantChoice {
+  size_t index = 0;      // Into Manifest::variants.
+  bool via_ptx = false;  // True when the device JIT-compiles PTX.
+};
+
+// Picks the variant a device of compute capability `sm` (e.g. 90) runs, per
+// SPEC section 2; NotFound "no variant fits sm N" when none does.
+absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants,
+                                            uint32_t sm);
+
+}  // namespace ptd
+
+#endif  // PTD_RUNTIME_MANIFEST_MANIFEST_H_

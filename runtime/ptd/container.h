@@ -1,0 +1,127 @@
+// Container: a verified, read-only .ptd (ExecuTorch FlatTensor) file.
+//
+// Opening checks every structural rule (H1-H5, C1-C8; docs/SPEC.md section
+// 1) before any data access, decodes the FlatBuffer once into plain structs,
+// and builds a hash index of the keys so that a lookup is O(1). After that,
+// data access hands out spans into the mapping (or owned buffers from a
+// pread source), bounded by the segment.
+//
+// Two ways in:
+//   Container::Open()    for use: the first error as an absl::Status.
+//   Container::Verify()  for diagnosis: every error and warning in a Report,
+//                        and the container when its structure was readable.
+//
+// Lifetime: the FileSource is shared and kept alive by the Container; spans
+// returned by SegmentData() live as long as the Container.
+// Thread-safety: const methods are safe to call concurrently.
+#ifndef PTD_RUNTIME_PTD_CONTAINER_H_
+#define PTD_RUNTIME_PTD_CONTAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "runtime/core/report.h"
+#include "runtime/io/file_source.h"
+
+namespace ptd {
+
+inline constexpr uint32_t kPtdVersion = 0;
+inline constexpr uint64_t kMinPtdFileSize = 64;        // H1
+inline constexpr uint32_t kPtdHeaderLength = 40;       // Written; readers need >= 40.
+inline constexpr uint64_t kPtdHeaderBlockSize = 48;    // 40 padded to 16.
+inline constexpr uint64_t kMaxFlatBufferSize = (1ull << 31) - 1;  // H4
+inline constexpr uint32_t kVerifierMaxDepth = 64;      // C1
+inline constexpr uint32_t kVerifierMaxTables = 1000000;
+
+// The extended header at file offset 8 (SPEC section 1).
+struct PtdHeader {
+  uint32_t header_length = 0;
+  uint64_t flatbuffer_offset = 0;
+  uint64_t flatbuffer_size = 0;
+  uint64_t segment_base_offset = 0;
+  uint64_t segment_data_size = 0;
+};
+
+struct Segment {
+  uint64_t offset = 0;  // Relative to segment_base_offset.
+  uint64_t size = 0;
+  bool in_bounds = true;  // False when C4 failed: no data access.
+};
+
+struct TensorLayout {
+  int32_t scalar_type = 0;
+  std::vector<int32_t> sizes;
+  std::vector<uint8_t> dim_order;
+};
+
+struct NamedDataEntry {
+  std::string key;
+  uint32_t segment_index = 0;
+  std::optional<TensorLayout> layout;
+};
+
+class Container {
+ public:
+  // Opens for use: fails with the first violated rule (DataLoss; Unimplemented
+  // for a newer version), naming the file, the rule and both numbers.
+  static absl::StatusOr<std::unique_ptr<Container>> Open(
+      std::shared_ptr<const FileSource> source);
+
+  // Checks every rule, appending each error and warning to `report`. Returns
+  // the container whenever the header and the FlatBuffer were sound enough to
+  // decode (H1-H4 and C1 hold, C3 present), even with later errors, so that
+  // cross-checks can go on; nullptr otherwise.
+  static std::unique_ptr<Container> Verify(
+      std::shared_ptr<const FileSource> source, Report* report);
+
+  const FileSource& source() const { return *source_; }
+  const std::string& path() const { return source_->name(); }
+  const PtdHeader& header() const { return header_; }
+  uint32_t version() const { return version_; }
+  const std::vector<Segment>& segments() const { return segments_; }
+  const std::vector<NamedDataEntry>& named_data() const { return named_data_; }
+
+  // The named-data entry with `key`, or nullptr. O(1).
+  const NamedDataEntry* Find(std::string_view key) const;
+
+  // Size of the segment behind `entry`, or nullopt when its index is bad (C7).
+  std::optional<uint64_t> SegmentSize(const NamedDataEntry& entry) const;
+
+  // Bytes of segment `index`: a view into the mapping or an owned copy.
+  // OutOfRange for a bad index, DataLoss for a segment that broke C4.
+  absl::StatusOr<Bytes> SegmentData(uint32_t index) const;
+  // Bytes behind `key`; NotFound when no such key.
+  absl::StatusOr<Bytes> Get(std::string_view key) const;
+
+  // Absolute file offset of segment `index` (base + offset). REQUIRES: index
+  // is valid and the segment is in bounds.
+  uint64_t SegmentFileOffset(uint32_t index) const {
+    return header_.segment_base_offset + segments_[index].offset;
+  }
+
+  // The largest power of two (<= 4096) that divides every non-empty
+  // segment's offset: the alignment the writer evidently used. Reported,
+  // never enforced.
+  uint64_t ObservedSegmentAlignment() const;
+
+ private:
+  explicit Container(std::shared_ptr<const FileSource> source)
+      : source_(std::move(source)) {}
+
+  std::shared_ptr<const FileSource> source_;
+  PtdHeader header_;
+  uint32_t version_ = 0;
+  std::vector<Segment> segments_;
+  std::vector<NamedDataEntry> named_data_;
+  absl::flat_hash_map<std::string_view, uint32_t> index_;  // key -> named_data_ index.
+};
+
+}  // namespace ptd
+
+#endif  // PTD_RUNTIME_PTD_CONTAINER_H_
