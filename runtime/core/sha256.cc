@@ -30,7 +30,7 @@ std::string Sha256::HexDigest() {
   unsigned int len = 0;
   PTD_CHECK(EVP_DigestFinal_ex(ctx_->md, out, &len) == 1);
   return absl::BytesToHexString(
-      std::string_view(reinterpret_cast<const char*>(out), len));
+      absl::string_view(reinterpret_cast<const char*>(out), len));
 }
 
 std::string Sha256Hex(absl::Span<const uint8_t> bytes) {

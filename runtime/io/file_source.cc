@@ -10,12 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/checked_math.h"
+#include "runtime/core/strings.h"
 
 namespace ptd {
 namespace {
 
 absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path) {
-  std::string msg = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
+  std::string msg = absl::StrCat(path, ": ", Sv(what), ": ", std::strerror(err));
   switch (err) {
     case ENOENT:
     case ENOTDIR:

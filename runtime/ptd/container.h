@@ -66,6 +66,15 @@ struct NamedDataEntry {
   std::optional<TensorLayout> layout;
 };
 
+// Checks a tensor layout against C8 (known scalar type, sizes >= 0,
+// dim_order a permutation of the dims, byte size within `segment_size` when
+// known), appending each violation to `report`. Used by the reader and the
+// writer alike.
+void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
+                       uint32_t segment_index,
+                       std::optional<uint64_t> segment_size, const Where& where,
+                       Report* report);
+
 class Container {
  public:
   // Opens for use: fails with the first violated rule (DataLoss; Unimplemented

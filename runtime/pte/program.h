@@ -68,6 +68,10 @@ class Program {
   PteHeader header_;
   std::vector<CudaDelegate> delegates_;
   std::vector<std::string> named_data_keys_;
+  // For sources without views (pread): one copy of the file range that
+  // holds every CUDA payload, read once; payloads borrow from it, so copies
+  // never exceed the file size however many delegates share bytes.
+  Bytes payload_region_;
 };
 
 }  // namespace ptd

@@ -1,0 +1,26 @@
+// String helpers bridging std::string_view and abseil.
+//
+// Debian's abseil is built with ABSL_OPTION_USE_STD_STRING_VIEW=0, so
+// absl::string_view is its own type and absl::StrCat does not take a
+// std::string_view; Sv() converts at those call sites.
+#ifndef PTD_RUNTIME_CORE_STRINGS_H_
+#define PTD_RUNTIME_CORE_STRINGS_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/string_view.h"
+
+namespace ptd {
+
+inline absl::string_view Sv(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
+
+// `s` with non-printable bytes C-hex-escaped, for messages about bad bytes.
+inline std::string Escaped(std::string_view s) { return absl::CHexEscape(Sv(s)); }
+
+}  // namespace ptd
+
+#endif  // PTD_RUNTIME_CORE_STRINGS_H_

@@ -1,0 +1,14 @@
+// Strict UTF-8 validation (RFC 3629: no overlong forms, no surrogates,
+// nothing above U+10FFFF).
+#ifndef PTD_RUNTIME_CORE_UTF8_H_
+#define PTD_RUNTIME_CORE_UTF8_H_
+
+#include <string_view>
+
+namespace ptd {
+
+bool IsValidUtf8(std::string_view s);
+
+}  // namespace ptd
+
+#endif  // PTD_RUNTIME_CORE_UTF8_H_

@@ -1,0 +1,356 @@
+#include "runtime/manifest/manifest.h"
+
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/core/strings.h"
+#include "runtime/core/bytes_le.h"
+#include "runtime/core/scalar_type.h"
+#include "runtime/core/utf8.h"
+
+namespace ptd {
+namespace {
+
+constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
+
+// Bounds-checked reader. Every read that would pass the end records M2 once
+// and fails; callers stop at the first failure.
+class Cursor {
+ public:
+  Cursor(absl::Span<const uint8_t> bytes, const Where& where, Report* report)
+      : bytes_(bytes), where_(where), report_(report) {}
+
+  size_t pos() const { return pos_; }
+  size_t remaining() const { return bytes_.size() - pos_; }
+
+  template <typename T>
+  bool Read(T* out, std::string_view what) {
+    if (!Need(sizeof(T), what)) return false;
+    *out = LoadLE<T>(bytes_.data() + pos_);
+    pos_ += sizeof(T);
+    return true;
+  }
+
+  bool ReadString(std::string* out, std::string_view what) {
+    uint32_t len;
+    if (!Read(&len, what)) return false;
+    if (!Need(len, what)) return false;
+    out->assign(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
+    pos_ += len;
+    return true;
+  }
+
+ private:
+  bool Need(uint64_t n, std::string_view what) {
+    if (n <= remaining()) return true;
+    report_->Error("M2", kDataLoss,
+                   absl::StrCat("manifest ends while reading ", Sv(what), ": needs ",
+                                n, " bytes at offset ", pos_, ", ",
+                                remaining(), " left of ", bytes_.size()),
+                   where_);
+    return false;
+  }
+
+  absl::Span<const uint8_t> bytes_;
+  size_t pos_ = 0;
+  const Where& where_;
+  Report* report_;
+};
+
+void CheckVariants(const std::vector<Variant>& variants, const Where& where,
+                   Report* report) {
+  const auto err = [&](size_t i, std::string msg) {
+    report->Error("M4", kDataLoss, absl::StrCat("variant ", i, ": ", msg), where);
+  };
+  size_t fallbacks = 0;
+  absl::flat_hash_map<uint32_t, size_t> targets;  // Non-fallback target -> index.
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    if (v.ptx_compute > v.target_sm) {
+      err(i, absl::StrCat("ptx_compute ", v.ptx_compute, " exceeds target_sm ",
+                          v.target_sm));
+    }
+    if ((v.flags & ~kVariantFallbackOnly) != 0) {
+      err(i, absl::StrCat("flags 0x", absl::Hex(v.flags),
+                          " set bits other than bit 0 (fallback_only)"));
+    }
+    if (v.so_blob_key.empty()) {
+      err(i, "so_blob_key is empty");
+    } else if (!IsValidUtf8(v.so_blob_key)) {
+      err(i, "so_blob_key is not valid UTF-8");
+    }
+    if (v.target_sm == 0) {
+      if (variants.size() != 1) {
+        err(i, absl::StrCat("an untargeted variant (target_sm 0) must be the "
+                            "only one, but there are ", variants.size()));
+      }
+      if (v.ptx_compute != 0) {
+        err(i, absl::StrCat("an untargeted variant has ptx_compute ",
+                            v.ptx_compute, ", expected 0"));
+      }
+      if (v.fallback_only()) err(i, "an untargeted variant is marked fallback_only");
+    }
+    if (v.fallback_only()) {
+      ++fallbacks;
+      if (fallbacks == 2) err(i, "more than one fallback_only variant");
+      if (v.ptx_compute == 0) err(i, "a fallback_only variant has ptx_compute 0");
+    } else {
+      if (auto [it, inserted] = targets.emplace(v.target_sm, i); !inserted) {
+        err(i, absl::StrCat("target_sm ", v.target_sm,
+                            " is already the target of variant ", it->second));
+      }
+      if (variants.size() > 1 && v.ptx_compute != 0) {
+        err(i, absl::StrCat("ptx_compute ", v.ptx_compute,
+                            " on a non-fallback variant of a ", variants.size(),
+                            "-variant manifest (expected 0)"));
+      }
+    }
+  }
+}
+
+// M5 field checks of one entry; returns false if any failed.
+bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
+                Report* report) {
+  Where where = base;
+  if (!e.fqn.empty()) where.fqn = e.fqn;
+  if (!e.storage_key.empty()) where.key = e.storage_key;
+  const std::string name =
+      e.fqn.empty() ? absl::StrCat("entry ", index)
+                    : absl::StrCat("weight '", Escaped(e.fqn), "'");
+  bool ok = true;
+  const auto err = [&](std::string msg) {
+    report->Error("M5", kDataLoss, absl::StrCat(name, ": ", msg), where);
+    ok = false;
+  };
+  if (e.fqn.empty()) err("fqn is empty");
+  else if (!IsValidUtf8(e.fqn)) err("fqn is not valid UTF-8");
+  if (e.storage_key.empty()) err("storage_key is empty");
+  else if (!IsValidUtf8(e.storage_key)) err("storage_key is not valid UTF-8");
+  if (!ElementSize(e.dtype)) err(absl::StrCat("dtype ", e.dtype, " is not a known ScalarType"));
+  if (e.device_type != 0 && e.device_type != 1) {
+    err(absl::StrCat("device_type ", e.device_type, " is not 0 (CPU) or 1 (CUDA)"));
+  }
+  if (e.storage_offset < 0) {
+    err(absl::StrCat("storage_offset ", e.storage_offset, " is negative"));
+  }
+  for (size_t d = 0; d < e.sizes.size(); ++d) {
+    if (e.sizes[d] < 0) err(absl::StrCat("sizes[", d, "] is ", e.sizes[d], ", negative"));
+    if (e.strides[d] < 0) {
+      err(absl::StrCat("strides[", d, "] is ", e.strides[d], ", negative"));
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
+                                       const Where& where, Report* report) {
+  if (bytes.size() < kManifestMagic.size()) {
+    report->Error("M2", kDataLoss,
+                  absl::StrCat("manifest is ", bytes.size(),
+                               " bytes, shorter than its ",
+                               kManifestMagic.size(), "-byte magic"),
+                  where);
+    return std::nullopt;
+  }
+  const std::string_view magic(reinterpret_cast<const char*>(bytes.data()),
+                               kManifestMagic.size());
+  if (magic != kManifestMagic) {
+    const bool transitional = magic.substr(0, 9) == kManifestMagicPrefix &&
+                              magic[9] >= '1' && magic[9] <= '9';
+    if (transitional) {
+      report->Error("M1", absl::StatusCode::kUnimplemented,
+                    absl::StrCat("manifest version '", Sv(magic),
+                                 "' is not supported by this reader "
+                                 "(transitional or newer) (expected '", Sv(kManifestMagic), "')"),
+                    where);
+    } else {
+      report->Error("M1", kDataLoss,
+                    absl::StrCat("bad manifest magic '", Escaped(magic),
+                                 "', expected '", Sv(kManifestMagic), "'"),
+                    where);
+    }
+    return std::nullopt;
+  }
+
+  Cursor in(bytes.subspan(kManifestMagic.size()), where, report);
+  Manifest m;
+  uint32_t num_variants;
+  if (!in.Read(&num_variants, "num_variants")) return std::nullopt;
+  if (num_variants < 1 || num_variants > kMaxVariants) {
+    report->Error("M4", kDataLoss,
+                  absl::StrCat("num_variants is ", num_variants,
+                               ", outside 1..", kMaxVariants),
+                  where);
+    if (num_variants > kMaxVariants) return std::nullopt;  // Untrustworthy.
+  }
+  m.variants.reserve(num_variants);
+  for (uint32_t i = 0; i < num_variants; ++i) {
+    Variant v;
+    const std::string what = absl::StrCat("variant ", i);
+    if (!in.Read(&v.target_sm, what) || !in.Read(&v.ptx_compute, what) ||
+        !in.Read(&v.flags, what) || !in.ReadString(&v.so_blob_key, what)) {
+      return std::nullopt;
+    }
+    m.variants.push_back(std::move(v));
+  }
+  CheckVariants(m.variants, where, report);
+
+  uint32_t num_entries;
+  if (!in.Read(&num_entries, "num_entries")) return std::nullopt;
+  if (num_entries > kMaxManifestEntries) {
+    report->Error("M5", kDataLoss,
+                  absl::StrCat("num_entries is ", num_entries, ", over the limit ",
+                               kMaxManifestEntries),
+                  where);
+    return std::nullopt;
+  }
+  // Each entry takes at least 40 bytes; do not reserve more than could fit.
+  constexpr size_t kMinEntryBytes = 4 + 4 + 8 + 4 + 4 + 8 + 4;
+  m.entries.reserve(std::min<size_t>(num_entries, in.remaining() / kMinEntryBytes));
+  absl::flat_hash_map<std::string_view, size_t> seen_fqns;
+  for (uint32_t i = 0; i < num_entries; ++i) {
+    WeightEntry e;
+    const std::string what = absl::StrCat("entry ", i);
+    uint32_t ndim;
+    if (!in.ReadString(&e.fqn, what) || !in.ReadString(&e.storage_key, what) ||
+        !in.Read(&e.storage_nbytes, what) || !in.Read(&e.dtype, what) ||
+        !in.Read(&e.device_type, what) || !in.Read(&e.storage_offset, what) ||
+        !in.Read(&ndim, what)) {
+      return std::nullopt;
+    }
+    if (ndim > kMaxDims) {
+      report->Error("M5", kDataLoss,
+                    absl::StrCat("entry ", i, " ('", Escaped(e.fqn),
+                                 "'): ndim is ", ndim, ", over the limit ",
+                                 kMaxDims),
+                    Where{.file = where.file, .fqn = e.fqn, .source = where.source});
+      return std::nullopt;  // The rest of the bytes cannot be framed.
+    }
+    e.sizes.resize(ndim);
+    e.strides.resize(ndim);
+    for (uint32_t d = 0; d < ndim; ++d) {
+      if (!in.Read(&e.sizes[d], what)) return std::nullopt;
+    }
+    for (uint32_t d = 0; d < ndim; ++d) {
+      if (!in.Read(&e.strides[d], what)) return std::nullopt;
+    }
+    e.well_formed = CheckEntry(e, i, where, report);
+    m.entries.push_back(std::move(e));
+  }
+  if (in.remaining() != 0) {
+    report->Error("M3", kDataLoss,
+                  absl::StrCat(in.remaining(), " trailing bytes after the last "
+                               "entry, at offset ",
+                               kManifestMagic.size() + in.pos(), " of ",
+                               bytes.size()),
+                  where);
+  }
+  // M6, after decoding (the entries' strings no longer move).
+  for (size_t i = 0; i < m.entries.size(); ++i) {
+    WeightEntry& e = m.entries[i];
+    if (e.fqn.empty()) continue;
+    auto [it, inserted] = seen_fqns.emplace(e.fqn, i);
+    if (!inserted) {
+      report->Error("M6", kDataLoss,
+                    absl::StrCat("weight '", e.fqn, "' appears twice (entries ",
+                                 it->second, " and ", i, ")"),
+                    Where{.file = where.file, .key = e.storage_key,
+                          .fqn = e.fqn, .source = where.source});
+      e.well_formed = false;
+    }
+  }
+  return m;
+}
+
+absl::StatusOr<Manifest> ParseManifest(absl::Span<const uint8_t> bytes,
+                                       std::string_view name) {
+  Report report;
+  auto m = DecodeManifest(bytes, Where{.file = std::string(name)}, &report);
+  if (!report.ok()) return report.FirstError();
+  return std::move(*m);
+}
+
+absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
+  std::vector<uint8_t> out(kManifestMagic.begin(), kManifestMagic.end());
+  const auto u32 = [&](uint32_t v) {
+    uint8_t b[4];
+    StoreLE(b, v);
+    out.insert(out.end(), b, b + 4);
+  };
+  const auto u64 = [&](uint64_t v) {
+    uint8_t b[8];
+    StoreLE(b, v);
+    out.insert(out.end(), b, b + 8);
+  };
+  const auto str = [&](const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    out.insert(out.end(), s.begin(), s.end());
+  };
+  if (manifest.variants.size() > kMaxVariants ||
+      manifest.entries.size() > kMaxManifestEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "manifest has ", manifest.variants.size(), " variants and ",
+        manifest.entries.size(), " entries; limits are ", kMaxVariants, " and ",
+        kMaxManifestEntries));
+  }
+  for (const WeightEntry& e : manifest.entries) {
+    if (e.sizes.size() != e.strides.size() || e.sizes.size() > kMaxDims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight '", e.fqn, "': ", e.sizes.size(), " sizes and ",
+          e.strides.size(), " strides (need equal counts, at most ", kMaxDims, ")"));
+    }
+  }
+  u32(static_cast<uint32_t>(manifest.variants.size()));
+  for (const Variant& v : manifest.variants) {
+    u32(v.target_sm);
+    u32(v.ptx_compute);
+    u32(v.flags);
+    str(v.so_blob_key);
+  }
+  u32(static_cast<uint32_t>(manifest.entries.size()));
+  for (const WeightEntry& e : manifest.entries) {
+    str(e.fqn);
+    str(e.storage_key);
+    u64(e.storage_nbytes);
+    u32(static_cast<uint32_t>(e.dtype));
+    u32(static_cast<uint32_t>(e.device_type));
+    u64(static_cast<uint64_t>(e.storage_offset));
+    u32(static_cast<uint32_t>(e.sizes.size()));
+    for (int64_t s : e.sizes) u64(static_cast<uint64_t>(s));
+    for (int64_t s : e.strides) u64(static_cast<uint64_t>(s));
+  }
+  // Never write what the decoder rejects.
+  Report report;
+  DecodeManifest(out, Where{.file = "manifest being encoded"}, &report);
+  if (!report.ok()) {
+    return absl::InvalidArgumentError(report.errors().front().message);
+  }
+  return out;
+}
+
+absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants,
+                                            uint32_t sm) {
+  if (variants.size() == 1 && variants[0].target_sm == 0) {
+    return VariantChoice{.index = 0, .via_ptx = false};
+  }
+  for (size_t i = 0; i < variants.size(); ++i) {
+    if (!variants[i].fallback_only() && variants[i].target_sm == sm) {
+      return VariantChoice{.index = i, .via_ptx = false};
+    }
+  }
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    if (v.ptx_compute != 0 && v.ptx_compute <= sm &&
+        (v.fallback_only() || variants.size() == 1)) {
+      return VariantChoice{.index = i, .via_ptx = true};
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no variant fits sm ", sm, " (",
+                                          variants.size(), " variants)"));
+}
+
+}  // namespace ptd

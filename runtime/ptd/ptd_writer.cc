@@ -1,0 +1,202 @@
+#include "runtime/ptd/ptd_writer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "flatbuffers/flatbuffers.h"
+#include "runtime/core/strings.h"
+#include "runtime/core/bytes_le.h"
+#include "runtime/core/checked_math.h"
+#include "runtime/core/status_macros.h"
+#include "runtime/core/utf8.h"
+#include "schema/flat_tensor_generated.h"
+
+namespace ptd {
+namespace {
+
+bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+bool SameLayout(const std::optional<TensorLayout>& a,
+                const std::optional<TensorLayout>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a) return true;
+  return a->scalar_type == b->scalar_type && a->sizes == b->sizes &&
+         a->dim_order == b->dim_order;
+}
+
+// Zero bytes for padding, written in bounded chunks.
+absl::Status WriteZeros(const WriteFn& write, uint64_t n) {
+  static constexpr uint8_t kZeros[4096] = {};
+  while (n > 0) {
+    const uint64_t chunk = std::min<uint64_t>(n, sizeof(kZeros));
+    RETURN_IF_ERROR(write(absl::MakeConstSpan(kZeros, chunk)));
+    n -= chunk;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+PtdWriter::PtdWriter(PtdWriterOptions options) : options_(options) {}
+
+absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data,
+                            uint64_t alignment,
+                            std::optional<TensorLayout> layout) {
+  if (key.empty()) return absl::InvalidArgumentError("empty named-data key");
+  if (!IsValidUtf8(key)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key '", Escaped(key), "' is not valid UTF-8"));
+  }
+  if (!IsPowerOfTwo(alignment)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key '", key, "': alignment ", alignment, " is not a power of two"));
+  }
+  if (layout) {
+    Report report;
+    CheckTensorLayout(*layout, key, 0, data.size(), Where{}, &report);
+    if (!report.ok()) {
+      return absl::InvalidArgumentError(report.errors().front().message);
+    }
+  }
+  const std::string_view content(reinterpret_cast<const char*>(data.data()),
+                                 data.size());
+  if (auto it = key_index_.find(key); it != key_index_.end()) {
+    const Entry& prev = entries_[it->second];
+    const auto& bytes = buffers_[prev.buffer].bytes;
+    const bool same_bytes =
+        bytes.size() == data.size() &&
+        std::equal(bytes.begin(), bytes.end(), data.begin());
+    if (same_bytes && SameLayout(prev.layout, layout)) {
+      buffers_[prev.buffer].alignment =
+          std::lcm(buffers_[prev.buffer].alignment, alignment);
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key '", key, "' was already added with other bytes or layout"));
+  }
+
+  // Identical bytes are stored once.
+  const size_t hash = absl::HashOf(content);
+  std::vector<uint32_t>& candidates = content_index_[hash];
+  std::optional<uint32_t> buffer;
+  for (uint32_t b : candidates) {
+    const auto& bytes = buffers_[b].bytes;
+    if (bytes.size() == data.size() &&
+        std::equal(bytes.begin(), bytes.end(), data.begin())) {
+      buffer = b;
+      break;
+    }
+  }
+  if (buffer) {
+    buffers_[*buffer].alignment = std::lcm(buffers_[*buffer].alignment, alignment);
+  } else {
+    buffer = static_cast<uint32_t>(buffers_.size());
+    buffers_.push_back(Buffer{.bytes = {data.begin(), data.end()},
+                              .alignment = alignment});
+    candidates.push_back(*buffer);
+  }
+  key_index_.emplace(key, static_cast<uint32_t>(entries_.size()));
+  entries_.push_back(
+      Entry{.key = std::move(key), .buffer = *buffer, .layout = std::move(layout)});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
+  if (!IsPowerOfTwo(options_.segment_alignment)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment alignment ", options_.segment_alignment,
+                     " is not a power of two"));
+  }
+  Plan plan;
+  // Segment placement, relative to the base.
+  uint64_t end = 0;
+  plan.offsets.reserve(buffers_.size());
+  for (const Buffer& b : buffers_) {
+    const uint64_t align = std::lcm(options_.segment_alignment, b.alignment);
+    const auto offset = AlignUp(end, align);
+    const auto next = offset ? CheckedAdd(*offset, b.bytes.size()) : std::nullopt;
+    if (!next) return absl::InvalidArgumentError("segment data exceeds 2^64 bytes");
+    plan.offsets.push_back(*offset);
+    end = *next;
+  }
+  plan.segment_data_size = end;
+
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  std::vector<flatbuffers::Offset<fb::DataSegment>> segments;
+  segments.reserve(buffers_.size());
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    segments.push_back(
+        fb::CreateDataSegment(fbb, plan.offsets[i], buffers_[i].bytes.size()));
+  }
+  std::vector<flatbuffers::Offset<fb::NamedData>> named;
+  named.reserve(entries_.size());
+  for (const Entry& e : entries_) {
+    flatbuffers::Offset<fb::TensorLayout> layout = 0;
+    if (e.layout) {
+      layout = fb::CreateTensorLayout(
+          fbb, static_cast<fb::ScalarType>(e.layout->scalar_type),
+          fbb.CreateVector(e.layout->sizes), fbb.CreateVector(e.layout->dim_order));
+    }
+    named.push_back(
+        fb::CreateNamedData(fbb, fbb.CreateString(e.key), e.buffer, layout));
+  }
+  auto root = fb::CreateFlatTensor(fbb, kPtdVersion, fbb.CreateVector(segments),
+                                   fbb.CreateVector(named));
+  fb::FinishFlatTensorBuffer(fbb, root);
+  const uint8_t* buf = fbb.GetBufferPointer();
+  const uint64_t fb_size = fbb.GetSize();
+  if (kPtdHeaderBlockSize + fb_size > kMaxFlatBufferSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the FlatBuffer would be ", fb_size, " bytes, over 2^31"));
+  }
+
+  // Splice the header block in after the first 8 bytes.
+  const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
+  plan.segment_base_offset = *AlignUp(fb_end, options_.segment_alignment);
+  plan.head.assign(fb_end, 0);
+  uint8_t* out = plan.head.data();
+  StoreLE<uint32_t>(out, LoadLE<uint32_t>(buf) + kPtdHeaderBlockSize);
+  std::memcpy(out + 4, buf + 4, 4);  // "FT01"
+  std::memcpy(out + 8, "FH01", 4);
+  StoreLE<uint32_t>(out + 12, kPtdHeaderLength);
+  StoreLE<uint64_t>(out + 16, kPtdHeaderBlockSize);
+  StoreLE<uint64_t>(out + 24, fb_size);
+  StoreLE<uint64_t>(out + 32, plan.segment_base_offset);
+  StoreLE<uint64_t>(out + 40, plan.segment_data_size);
+  std::memcpy(out + 8 + kPtdHeaderBlockSize, buf + 8, fb_size - 8);
+  return plan;
+}
+
+absl::Status PtdWriter::Emit(const Plan& plan, const WriteFn& write) const {
+  RETURN_IF_ERROR(write(plan.head));
+  RETURN_IF_ERROR(WriteZeros(write, plan.segment_base_offset - plan.head.size()));
+  uint64_t pos = 0;
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    RETURN_IF_ERROR(WriteZeros(write, plan.offsets[i] - pos));
+    RETURN_IF_ERROR(write(buffers_[i].bytes));
+    pos = plan.offsets[i] + buffers_[i].bytes.size();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint8_t>> PtdWriter::Serialize() const {
+  ASSIGN_OR_RETURN(Plan plan, MakePlan());
+  std::vector<uint8_t> out;
+  out.reserve(plan.segment_base_offset + plan.segment_data_size);
+  RETURN_IF_ERROR(Emit(plan, [&](absl::Span<const uint8_t> bytes) {
+    out.insert(out.end(), bytes.begin(), bytes.end());
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::Status PtdWriter::Write(const std::string& path) const {
+  ASSIGN_OR_RETURN(Plan plan, MakePlan());
+  return WriteFileAtomically(
+      path, [&](const WriteFn& write) { return Emit(plan, write); });
+}
+
+}  // namespace ptd

@@ -1,0 +1,372 @@
+#include "runtime/pte/program.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "flatbuffers/flatbuffers.h"
+#include "runtime/core/bytes_le.h"
+#include "runtime/core/check.h"
+#include "runtime/core/checked_math.h"
+#include "runtime/core/strings.h"
+#include "runtime/manifest/manifest.h"
+#include "schema/program_generated.h"
+
+namespace ptd {
+namespace {
+
+namespace fb = ::ptd::pte_fb;
+
+constexpr uint64_t kHeaderOffset = 8;  // The extended header follows 8 bytes.
+constexpr absl::string_view kHeaderMagic = "eh00";
+constexpr absl::string_view kProgramIdentifier = "ET12";
+// Header length from which segment_data_size is present.
+constexpr uint32_t kHeaderLengthWithDataSize = 32;
+// FlatBuffers offsets are 32-bit and its verifier requires a buffer smaller
+// than this (it asserts otherwise): check before handing the bytes over.
+constexpr uint64_t kMaxFlatBufferSize = FLATBUFFERS_MAX_BUFFER_SIZE;
+constexpr flatbuffers::uoffset_t kMaxDepth = 64;
+constexpr flatbuffers::uoffset_t kMaxTables = 1000000;
+
+constexpr int kLocationInline = static_cast<int>(fb::DataLocation::INLINE);
+constexpr int kLocationSegment = static_cast<int>(fb::DataLocation::SEGMENT);
+
+// Where a diagnostic applies: the file, and the delegate or segment.
+// (Built field by field: designated initializers that leave fields out trip
+// -Wmissing-field-initializers on GCC 12.)
+Where At(const std::string& file,
+         std::optional<std::string> source = std::nullopt,
+         std::optional<uint64_t> segment = std::nullopt) {
+  Where w;
+  w.file = file;
+  w.segment = segment;
+  w.source = std::move(source);
+  return w;
+}
+
+std::string_view AsStringView(const flatbuffers::String* s) {
+  return s == nullptr ? std::string_view() : s->string_view();
+}
+
+bool StartsWith(absl::Span<const uint8_t> bytes, std::string_view prefix) {
+  return bytes.size() >= prefix.size() &&
+         std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
+}
+
+// Reads and checks the extended header (P1). nullopt after reporting when
+// the header is unusable.
+std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
+  const std::string& path = source.name();
+  const uint64_t file_size = source.size();
+  const uint64_t min_size = kHeaderOffset + kMinPteHeaderLength;
+  if (file_size < min_size) {
+    report->Error("P1", absl::StatusCode::kDataLoss,
+                  absl::StrCat("file is ", file_size,
+                               " bytes, too small for a program with an "
+                               "extended header (at least ",
+                               min_size, " bytes)"),
+                  At(path));
+    return std::nullopt;
+  }
+  std::array<uint8_t, kHeaderOffset + kHeaderLengthWithDataSize> raw{};
+  const uint64_t to_read = std::min<uint64_t>(raw.size(), file_size);
+  if (absl::Status s = source.ReadAt(0, absl::MakeSpan(raw.data(), to_read));
+      !s.ok()) {
+    report->Error(
+        "P1", s.code(),
+        absl::StrCat("cannot read the extended header: ", s.message()),
+        At(path));
+    return std::nullopt;
+  }
+
+  bool ok = true;
+  if (std::memcmp(raw.data() + 4, kProgramIdentifier.data(), 4) != 0) {
+    report->Error(
+        "P1", absl::StatusCode::kDataLoss,
+        absl::StrCat("FlatBuffer identifier at bytes 4..8 is '",
+                     Escaped(std::string_view(
+                         reinterpret_cast<const char*>(raw.data() + 4), 4)),
+                     "', expected '", kProgramIdentifier, "'"),
+        At(path));
+    ok = false;
+  }
+  if (std::memcmp(raw.data() + kHeaderOffset, kHeaderMagic.data(), 4) != 0) {
+    report->Error(
+        "P1", absl::StatusCode::kDataLoss,
+        absl::StrCat("extended header magic at bytes 8..12 is '",
+                     Escaped(std::string_view(
+                         reinterpret_cast<const char*>(raw.data() + 8), 4)),
+                     "', expected '", kHeaderMagic, "'"),
+        At(path));
+    return std::nullopt;  // Nothing else of the header can be trusted.
+  }
+
+  PteHeader h;
+  h.header_length = LoadLE<uint32_t>(raw.data() + 12);
+  if (h.header_length < kMinPteHeaderLength) {
+    report->Error("P1", absl::StatusCode::kDataLoss,
+                  absl::StrCat("extended header length is ", h.header_length,
+                               ", less than the minimum ", kMinPteHeaderLength),
+                  At(path));
+    return std::nullopt;
+  }
+  if (!RangeInside(kHeaderOffset, h.header_length, file_size)) {
+    report->Error(
+        "P1", absl::StatusCode::kDataLoss,
+        absl::StrCat("extended header length ", h.header_length, " at offset ",
+                     kHeaderOffset, " runs past the end of the ", file_size,
+                     "-byte file"),
+        At(path));
+    return std::nullopt;
+  }
+  h.program_size = LoadLE<uint64_t>(raw.data() + 16);
+  h.segment_base_offset = LoadLE<uint64_t>(raw.data() + 24);
+  if (h.header_length >= kHeaderLengthWithDataSize) {
+    h.segment_data_size = LoadLE<uint64_t>(raw.data() + 32);
+  }
+  if (h.program_size > file_size) {
+    report->Error(
+        "P1", absl::StatusCode::kDataLoss,
+        absl::StrCat("program_size ", h.program_size,
+                     " is past the end of the ", file_size, "-byte file"),
+        At(path));
+    ok = false;
+  } else if (h.program_size >= kMaxFlatBufferSize) {
+    report->Error("P1", absl::StatusCode::kDataLoss,
+                  absl::StrCat("program_size ", h.program_size,
+                               " is not under the FlatBuffer limit of ",
+                               kMaxFlatBufferSize, " bytes"),
+                  At(path));
+    ok = false;
+  }
+  if (!ok) return std::nullopt;
+  return h;
+}
+
+// A CUDA payload found in the FlatBuffer: an absolute byte range of the file
+// (inline data lies inside [0, program_size), segments after it).
+struct PendingPayload {
+  CudaDelegate delegate;  // Everything but the payload.
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Program> Program::Verify(
+    std::shared_ptr<const FileSource> source, Report* report) {
+  PTD_CHECK(source != nullptr);
+  PTD_CHECK(report != nullptr);
+  const std::string& path = source->name();
+  const uint64_t file_size = source->size();
+
+  std::optional<PteHeader> header = ReadHeader(*source, report);
+  if (!header.has_value()) return nullptr;
+
+  // The FlatBuffer: a view of a mapping, or a copy for pread.
+  absl::StatusOr<Bytes> fb_bytes = ReadBytes(*source, 0, header->program_size);
+  if (!fb_bytes.ok()) {
+    report->Error(
+        "P1", fb_bytes.status().code(),
+        absl::StrCat("cannot read the ", header->program_size,
+                     "-byte FlatBuffer: ", fb_bytes.status().message()),
+        At(path));
+    return nullptr;
+  }
+  const absl::Span<const uint8_t> fb_span = fb_bytes->span();
+  flatbuffers::Verifier verifier(fb_span.data(), fb_span.size(), kMaxDepth,
+                                 kMaxTables, /*check_alignment=*/true);
+  if (!fb::VerifyProgramBuffer(verifier)) {
+    report->Error("P1", absl::StatusCode::kDataLoss,
+                  absl::StrCat("the ", header->program_size,
+                               "-byte program FlatBuffer fails the FlatBuffers "
+                               "verifier (depth <= ",
+                               kMaxDepth, ", tables <= ", kMaxTables,
+                               ", alignment checked)"),
+                  At(path));
+    return nullptr;
+  }
+  const fb::Program* fb_program = fb::GetProgram(fb_span.data());
+
+  std::unique_ptr<Program> program(new Program(source));
+  program->header_ = *header;
+
+  // P1: every segment lies inside the file.
+  const auto* segments = fb_program->segments();
+  const uint32_t num_segments = segments == nullptr ? 0 : segments->size();
+  std::vector<bool> segment_ok(num_segments, false);
+  for (uint32_t i = 0; i < num_segments; ++i) {
+    const fb::DataSegment* seg = segments->Get(i);
+    const std::optional<uint64_t> start =
+        CheckedAdd(header->segment_base_offset, seg->offset());
+    if (!start.has_value() || !CheckedAdd(*start, seg->size()).has_value()) {
+      report->Error(
+          "P1", absl::StatusCode::kDataLoss,
+          absl::StrCat("segment ", i, ": segment_base_offset ",
+                       header->segment_base_offset, " + offset ", seg->offset(),
+                       " + size ", seg->size(), " overflows 64 bits"),
+          At(path, std::nullopt, i));
+    } else if (!RangeInside(*start, seg->size(), file_size)) {
+      report->Error(
+          "P1", absl::StatusCode::kDataLoss,
+          absl::StrCat("segment ", i, ": bytes [", *start, ", ",
+                       *start + seg->size(), ") (segment_base_offset ",
+                       header->segment_base_offset, " + offset ", seg->offset(),
+                       ", size ", seg->size(), ") are past the end of the ",
+                       file_size, "-byte file"),
+          At(path, std::nullopt, i));
+    } else {
+      segment_ok[i] = true;
+    }
+  }
+
+  if (const auto* named = fb_program->named_data(); named != nullptr) {
+    program->named_data_keys_.reserve(named->size());
+    for (const fb::NamedData* nd : *named) {
+      if (nd->key() != nullptr)
+        program->named_data_keys_.emplace_back(nd->key()->str());
+    }
+  }
+
+  // P2: find every CUDA delegate's payload.
+  const auto* inline_data = fb_program->backend_delegate_data();
+  const uint32_t num_inline = inline_data == nullptr ? 0 : inline_data->size();
+  std::vector<PendingPayload> pending;
+  uint64_t num_cuda = 0;
+  if (const auto* plans = fb_program->execution_plan(); plans != nullptr) {
+    for (const fb::ExecutionPlan* plan : *plans) {
+      const auto* delegates = plan->delegates();
+      if (delegates == nullptr) continue;
+      const std::string method(AsStringView(plan->name()));
+      for (uint32_t d = 0; d < delegates->size(); ++d) {
+        const fb::BackendDelegate* delegate = delegates->Get(d);
+        if (AsStringView(delegate->id()) != kCudaBackendId) continue;
+        ++num_cuda;
+        PendingPayload p;
+        p.delegate.method = method;
+        p.delegate.delegate_index = d;
+        p.delegate.source = absl::StrCat("pte:", method, ":", d);
+        const std::string place =
+            absl::StrCat("method '", method, "' delegate ", d, ": ");
+        const Where where = At(path, p.delegate.source);
+        auto missing = [&](std::string what) {
+          report->Error("P2", absl::StatusCode::kDataLoss,
+                        absl::StrCat(place, what), where);
+        };
+        const fb::BackendDelegateDataReference* ref = delegate->processed();
+        if (ref == nullptr) {
+          missing("has no processed data reference");
+          continue;
+        }
+        const int location = static_cast<int>(ref->location());
+        const uint32_t index = ref->index();
+        if (location == kLocationInline) {
+          if (index >= num_inline) {
+            missing(absl::StrCat("inline data ", index, " is out of range (",
+                                 num_inline, " entries)"));
+            continue;
+          }
+          const auto* data = inline_data->Get(index)->data();
+          if (data == nullptr) {
+            missing(absl::StrCat("inline data ", index, " has no data"));
+            continue;
+          }
+          // Verified to lie inside the FlatBuffer, hence inside the file.
+          p.offset = static_cast<uint64_t>(data->data() - fb_span.data());
+          p.size = data->size();
+        } else if (location == kLocationSegment) {
+          if (index >= num_segments) {
+            missing(absl::StrCat("segment ", index, " is out of range (",
+                                 num_segments, " segments)"));
+            continue;
+          }
+          const fb::DataSegment* seg = segments->Get(index);
+          if (!segment_ok[index]) {
+            report->Error(
+                "P2", absl::StatusCode::kDataLoss,
+                absl::StrCat(place, "segment ", index, " (offset ",
+                             seg->offset(), ", size ", seg->size(),
+                             ") is not inside the ", file_size, "-byte file"),
+                At(path, p.delegate.source, index));
+            continue;
+          }
+          p.offset = header->segment_base_offset + seg->offset();
+          p.size = seg->size();
+        } else {
+          missing(absl::StrCat("unknown processed data location ", location,
+                               " (expected ", kLocationInline, " INLINE or ",
+                               kLocationSegment, " SEGMENT)"));
+          continue;
+        }
+        pending.push_back(std::move(p));
+      }
+    }
+  }
+  if (num_cuda == 0) {
+    report->Warning("P4",
+                    absl::StrCat("program has no CUDA delegate ('",
+                                 Sv(kCudaBackendId), "')"),
+                    At(path));
+  }
+
+  // The payload bytes: views where the source has them; otherwise one copy
+  // of the range covering every payload, read once.
+  bool all_views = true;
+  uint64_t lo = file_size;
+  uint64_t hi = 0;
+  for (const PendingPayload& p : pending) {
+    lo = std::min(lo, p.offset);
+    hi = std::max(hi, p.offset + p.size);
+    if (all_views && !source->View(p.offset, p.size).has_value())
+      all_views = false;
+  }
+  if (!all_views) {
+    absl::StatusOr<Bytes> region = ReadBytes(*source, lo, hi - lo);
+    if (!region.ok()) {
+      report->Error("P2", region.status().code(),
+                    absl::StrCat("cannot read the CUDA payloads in bytes [", lo,
+                                 ", ", hi, "): ", region.status().message()),
+                    At(path));
+      return program;
+    }
+    program->payload_region_ = *std::move(region);
+  }
+  program->delegates_.reserve(pending.size());
+  for (PendingPayload& p : pending) {
+    CudaDelegate& delegate =
+        program->delegates_.emplace_back(std::move(p.delegate));
+    if (all_views) {
+      delegate.payload = Bytes::Borrowed(*source->View(p.offset, p.size));
+    } else {
+      delegate.payload = Bytes::Borrowed(
+          program->payload_region_.span().subspan(p.offset - lo, p.size));
+    }
+    delegate.is_manifest =
+        StartsWith(delegate.payload.span(), kManifestMagicPrefix);
+    if (!delegate.is_manifest) {
+      report->Warning("P4",
+                      absl::StrCat("method '", delegate.method, "' delegate ",
+                                   delegate.delegate_index, ": the ",
+                                   delegate.payload.size(),
+                                   "-byte CUDA payload does not start with '",
+                                   Sv(kManifestMagicPrefix),
+                                   "' (legacy payload), not verified"),
+                      At(path, delegate.source));
+    }
+  }
+  return program;
+}
+
+absl::StatusOr<std::unique_ptr<Program>> Program::Open(
+    std::shared_ptr<const FileSource> source) {
+  Report report;
+  std::unique_ptr<Program> program = Verify(std::move(source), &report);
+  if (!report.ok()) return report.FirstError();
+  PTD_CHECK(program != nullptr);  // Verify returns nullptr only with errors.
+  return program;
+}
+
+}  // namespace ptd

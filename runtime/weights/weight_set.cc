@@ -1,0 +1,203 @@
+#include "runtime/weights/weight_set.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/core/scalar_type.h"
+#include "runtime/core/strings.h"
+
+namespace ptd {
+namespace {
+
+constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
+
+// First entry seen for a storage key (G4).
+struct KeyOwner {
+  uint64_t storage_nbytes;
+  int32_t device_type;
+  std::string fqn;
+  std::string source;
+};
+
+// Bytes of a segment reached by some view (G5).
+struct Reach {
+  uint64_t first = std::numeric_limits<uint64_t>::max();
+  uint64_t end = 0;
+  bool any_view = false;  // Some view (maybe empty) names the segment.
+};
+
+}  // namespace
+
+ViewSpec ResolvedWeight::view() const {
+  return ViewSpec{.element_size = *ElementSize(entry->dtype),
+                  .storage_offset = entry->storage_offset,
+                  .sizes = entry->sizes,
+                  .strides = entry->strides};
+}
+
+WeightSet WeightSet::Resolve(const Container& container,
+                             absl::Span<const ManifestInput> manifests,
+                             Report* report) {
+  WeightSet set;
+  const std::string& file = container.path();
+  absl::flat_hash_map<std::string_view, KeyOwner> owners;
+  absl::flat_hash_set<std::string_view> referenced;
+  std::vector<Reach> reach(container.segments().size());
+
+  for (const ManifestInput& in : manifests) {
+    ResolvedManifest rm{.source = in.source, .manifest = in.manifest};
+    rm.weights.reserve(in.manifest->entries.size());
+    for (const WeightEntry& e : in.manifest->entries) {
+      ResolvedWeight w{.entry = &e};
+      const Where where{.file = file, .key = e.storage_key, .fqn = e.fqn,
+                        .source = in.source};
+      const std::string name = absl::StrCat("weight '", e.fqn, "'");
+      if (!e.well_formed) {  // The decoder reported it (M5/M6).
+        rm.weights.push_back(w);
+        continue;
+      }
+      referenced.insert(e.storage_key);
+      bool ok = true;
+
+      // G1, G2.
+      const GeometryResult g = ComputeExtent(w.view());
+      if (!g.ok()) {
+        report->Error("G1", kDataLoss,
+                      absl::StrCat(name, ": view span arithmetic fails: ", g.detail),
+                      where);
+        ok = false;
+      } else {
+        w.extent = g.extent;
+        if (g.extent.required_nbytes > e.storage_nbytes) {
+          report->Error("G2", kDataLoss,
+                        absl::StrCat(name, ": view requires ",
+                                     g.extent.required_nbytes, " bytes from a ",
+                                     e.storage_nbytes, "-byte storage"),
+                        where);
+          ok = false;
+        }
+      }
+
+      // G4, across every manifest of the run.
+      auto [it, inserted] = owners.try_emplace(
+          e.storage_key, KeyOwner{e.storage_nbytes, e.device_type, e.fqn, in.source});
+      if (!inserted) {
+        const KeyOwner& o = it->second;
+        if (o.storage_nbytes != e.storage_nbytes) {
+          report->Error("G4", kDataLoss,
+                        absl::StrCat(name, ": storage '", e.storage_key,
+                                     "' has storage_nbytes ", e.storage_nbytes,
+                                     ", but weight '", o.fqn, "' (", o.source,
+                                     ") says ", o.storage_nbytes),
+                        where);
+          ok = false;
+        }
+        if (o.device_type != e.device_type) {
+          report->Error("G4", kDataLoss,
+                        absl::StrCat(name, ": storage '", e.storage_key,
+                                     "' has device_type ", e.device_type,
+                                     ", but weight '", o.fqn, "' (", o.source,
+                                     ") says ", o.device_type),
+                        where);
+          ok = false;
+        }
+      }
+
+      // X1, G3.
+      w.named = container.Find(e.storage_key);
+      if (w.named == nullptr) {
+        report->Error("X1", absl::StatusCode::kNotFound,
+                      absl::StrCat(name, ": storage key '", e.storage_key,
+                                   "' is not in the .ptd"),
+                      where);
+        ok = false;
+      } else if (const auto seg_size = container.SegmentSize(*w.named)) {
+        Where sw = where;
+        sw.segment = w.named->segment_index;
+        if (*seg_size != e.storage_nbytes) {
+          report->Error("G3", kDataLoss,
+                        absl::StrCat(name, ": segment ", w.named->segment_index,
+                                     " behind '", e.storage_key, "' holds ",
+                                     *seg_size, " bytes, manifest says ",
+                                     e.storage_nbytes),
+                        sw);
+          ok = false;
+        }
+        if (!container.segments()[w.named->segment_index].in_bounds) ok = false;
+        Reach& r = reach[w.named->segment_index];
+        r.any_view = true;
+        if (w.extent && !w.extent->empty() &&
+            w.extent->required_nbytes <= *seg_size) {
+          r.first = std::min(r.first, w.extent->first_byte);
+          r.end = std::max(r.end, w.extent->required_nbytes);
+        }
+      } else {
+        ok = false;  // C7 was reported by the container.
+      }
+      w.ok = ok;
+      rm.weights.push_back(w);
+    }
+    set.manifests_.push_back(std::move(rm));
+  }
+
+  // G5: per segment, the bytes before the first and after the last byte any
+  // view reaches. One warning per segment, naming one key behind it.
+  std::vector<const NamedDataEntry*> seg_key(container.segments().size(), nullptr);
+  for (const NamedDataEntry& nd : container.named_data()) {
+    if (nd.segment_index < seg_key.size() && seg_key[nd.segment_index] == nullptr &&
+        referenced.contains(nd.key)) {
+      seg_key[nd.segment_index] = &nd;
+    }
+  }
+  for (size_t i = 0; i < reach.size(); ++i) {
+    const Reach& r = reach[i];
+    const uint64_t size = container.segments()[i].size;
+    if (!r.any_view || size == 0) continue;
+    const Where where{.file = file,
+                      .key = seg_key[i] ? std::optional(seg_key[i]->key) : std::nullopt,
+                      .segment = i};
+    const std::string key = seg_key[i] ? absl::StrCat(" ('", seg_key[i]->key, "')") : "";
+    if (r.end == 0) {
+      report->Warning("G5",
+                      absl::StrCat("segment ", i, key, ": none of its ", size,
+                                   " bytes is reached by any view"),
+                      where);
+    } else if (r.first > 0 || r.end < size) {
+      report->Warning("G5",
+                      absl::StrCat("segment ", i, key, ": views reach bytes [",
+                                   r.first, ", ", r.end, ") of ", size, "; ",
+                                   r.first, " bytes before and ", size - r.end,
+                                   " bytes after are unused"),
+                      where);
+    }
+  }
+
+  // X3: weight storages that no manifest references.
+  if (!manifests.empty()) {
+    for (const NamedDataEntry& nd : container.named_data()) {
+      if (absl::StartsWith(nd.key, Sv(kCudaWeightKeyPrefix)) &&
+          !referenced.contains(nd.key)) {
+        report->Warning("X3",
+                        absl::StrCat("storage key '", nd.key,
+                                     "' is referenced by no manifest"),
+                        Where{.file = file, .key = nd.key,
+                              .segment = nd.segment_index});
+      }
+    }
+  }
+  return set;
+}
+
+absl::StatusOr<WeightSet> WeightSet::Open(const Container& container,
+                                          absl::Span<const ManifestInput> manifests) {
+  Report report;
+  WeightSet set = Resolve(container, manifests, &report);
+  if (!report.ok()) return report.FirstError();
+  return set;
+}
+
+}  // namespace ptd

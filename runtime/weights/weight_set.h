@@ -1,0 +1,72 @@
+// WeightSet: CUDA weight manifests resolved against a .ptd container.
+//
+// Resolution checks, for every weight of every manifest given (SPEC sections
+// 3 and 5): the storage key exists (X1), the span arithmetic does not
+// overflow (G1), the view fits the stored bytes (G2), the segment holds
+// exactly storage_nbytes (G3), and entries sharing a storage key agree on
+// storage_nbytes and device_type across all manifests (G4). Bytes of a
+// segment that no view reaches (G5) and cuda_fqn_weight keys that no
+// manifest references (X3) are warnings. Work is O(entries + keys).
+//
+// Lifetime: the WeightSet points into the container and the manifests,
+// which must outlive it.
+#ifndef PTD_RUNTIME_WEIGHTS_WEIGHT_SET_H_
+#define PTD_RUNTIME_WEIGHTS_WEIGHT_SET_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/core/report.h"
+#include "runtime/geometry/view_geometry.h"
+#include "runtime/manifest/manifest.h"
+#include "runtime/ptd/container.h"
+
+namespace ptd {
+
+inline constexpr std::string_view kCudaWeightKeyPrefix = "cuda_fqn_weight:";
+
+struct ManifestInput {
+  std::string source;        // "manifest" or "pte:<method>:<index>".
+  const Manifest* manifest;  // Not owned.
+};
+
+struct ResolvedWeight {
+  const WeightEntry* entry = nullptr;
+  const NamedDataEntry* named = nullptr;     // Null when X1 failed.
+  std::optional<ViewExtent> extent;          // Null when not computable.
+  bool ok = false;  // Every check passed: the view can be loaded.
+
+  ViewSpec view() const;  // REQUIRES: the entry's dtype is known.
+};
+
+struct ResolvedManifest {
+  std::string source;
+  const Manifest* manifest = nullptr;
+  std::vector<ResolvedWeight> weights;  // Same order as manifest->entries.
+};
+
+class WeightSet {
+ public:
+  // Resolves every manifest against `container`, appending each error and
+  // warning to `report`.
+  static WeightSet Resolve(const Container& container,
+                           absl::Span<const ManifestInput> manifests,
+                           Report* report);
+
+  // For use: the first error as a Status.
+  static absl::StatusOr<WeightSet> Open(const Container& container,
+                                        absl::Span<const ManifestInput> manifests);
+
+  const std::vector<ResolvedManifest>& manifests() const { return manifests_; }
+
+ private:
+  std::vector<ResolvedManifest> manifests_;
+};
+
+}  // namespace ptd
+
+#endif  // PTD_RUNTIME_WEIGHTS_WEIGHT_SET_H_

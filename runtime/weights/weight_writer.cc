@@ -1,0 +1,127 @@
+#include "runtime/weights/weight_writer.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/core/scalar_type.h"
+#include "runtime/core/strings.h"
+#include "runtime/core/status_macros.h"
+#include "runtime/geometry/view_geometry.h"
+#include "runtime/io/atomic_file.h"
+
+namespace ptd {
+namespace {
+
+constexpr std::string_view kLibraryConstantPrefix = "_tensor_constant";
+
+absl::Status Reject(std::string message, std::string_view rule) {
+  return absl::InvalidArgumentError(absl::StrCat(message, " (", Sv(rule), ")"));
+}
+
+}  // namespace
+
+std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
+                          std::string_view so_blob_key) {
+  const std::string_view device = device_type == 0 ? "cpu" : "cuda";
+  if (absl::StartsWith(Sv(fqn), Sv(kLibraryConstantPrefix))) {
+    return absl::StrCat("cuda_fqn_weight:", Sv(device), ":", Sv(so_blob_key), ":",
+                        Sv(fqn));
+  }
+  return absl::StrCat("cuda_fqn_weight:", Sv(device), ":", Sv(fqn));
+}
+
+CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
+                                   std::vector<Variant> variants,
+                                   PtdWriterOptions options)
+    : so_blob_key_(std::move(so_blob_key)), ptd_(options) {
+  if (variants.empty()) {
+    variants.push_back(Variant{.so_blob_key = so_blob_key_});
+  }
+  manifest_.variants = std::move(variants);
+}
+
+absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
+  const auto elem = ElementSize(w.dtype);
+  if (!elem) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", w.fqn, "': dtype ", w.dtype,
+                     " is not a known ScalarType (M5)"));
+  }
+  if (w.device_type != 0 && w.device_type != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", w.fqn, "': device_type ", w.device_type,
+                     " is not 0 (CPU) or 1 (CUDA) (M5)"));
+  }
+  if (fqns_.contains(w.fqn)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
+  }
+  const TensorProperties& props = w.properties;
+  const uint64_t n = w.value.storage.size();
+
+  // W1: a compact clone has its own storage and the original's shape and
+  // strides; it is written at offset 0 and must span its storage exactly.
+  const bool clone = !w.value.is_original_storage &&
+                     w.value.sizes == props.shape && w.value.strides == props.stride;
+  const int64_t offset = clone ? 0 : props.offset;
+
+  // W2: any other value keeps the original's offset and storage size.
+  if (!clone && props.storage_size && n < *props.storage_size) {
+    return Reject(absl::StrCat("AOTI cloned storage is smaller than its "
+                               "TensorProperties (", n, " < ",
+                               *props.storage_size, " bytes)"),
+                  "W2");
+  }
+
+  // W3 (G1, G2) against the bytes written; for a clone, W1's exact span.
+  const GeometryResult g = ComputeExtent(ViewSpec{.element_size = *elem,
+                                                  .storage_offset = offset,
+                                                  .sizes = props.shape,
+                                                  .strides = props.stride});
+  if (!g.ok()) {
+    return Reject(absl::StrCat("AOTI view '", w.fqn, "' has invalid geometry: ",
+                               g.detail),
+                  "W3");
+  }
+  const uint64_t required = g.extent.required_nbytes;
+  if (required > n) {
+    return Reject(absl::StrCat("AOTI view '", w.fqn, "' requires ", required,
+                               " bytes from a ", n, "-byte cloned storage"),
+                  clone ? "W1" : "W3");
+  }
+  if (clone && required != n) {
+    return Reject(absl::StrCat("AOTI compact clone '", w.fqn, "' requires ",
+                               required, " bytes but its storage holds ", n,
+                               " (bytes past the view)"),
+                  "W1");
+  }
+
+  WeightEntry entry{.fqn = w.fqn,
+                    .storage_key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_),
+                    .storage_nbytes = n,
+                    .dtype = w.dtype,
+                    .device_type = w.device_type,
+                    .storage_offset = offset,
+                    .sizes = props.shape,
+                    .strides = props.stride};
+  RETURN_IF_ERROR(ptd_.Add(entry.storage_key, w.value.storage, /*alignment=*/1));
+  fqns_.insert(w.fqn);
+  manifest_.entries.push_back(std::move(entry));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint8_t>> CudaWeightWriter::EncodedManifest() const {
+  return EncodeManifest(manifest_);
+}
+
+absl::Status CudaWeightWriter::Write(const std::string& ptd_path,
+                                     const std::string& manifest_path) const {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> manifest, EncodedManifest());
+  RETURN_IF_ERROR(ptd_.Write(ptd_path));
+  if (!manifest_path.empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(manifest_path, manifest));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ptd

@@ -1,0 +1,91 @@
+// CudaWeightWriter: the writer half of the CUDA weight format.
+//
+// Mirrors the exporter's collector: for each weight it takes the value being
+// written (its storage bytes, its own offset, sizes and strides, and whether
+// that storage is the original buffer's) and the TensorProperties of the
+// original buffer; decides compact clone or not (W1, W2); checks the result
+// against the bytes written (W3 = G1 + G2); and collects a .ptd (storage keys
+// as the exporter names them, alignment 1, no layout, identical storages
+// stored once) plus the ETCUDAFQN0 manifest. Rejections keep the exporter's
+// wording and add the rule ID (docs/SPEC.md section 3).
+//
+// Thread-safety: not thread-safe.
+#ifndef PTD_RUNTIME_WEIGHTS_WEIGHT_WRITER_H_
+#define PTD_RUNTIME_WEIGHTS_WEIGHT_WRITER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/manifest/manifest.h"
+#include "runtime/ptd/ptd_writer.h"
+
+namespace ptd {
+
+// The original buffer, as torch's TensorProperties describe it.
+struct TensorProperties {
+  std::optional<uint64_t> storage_size;  // Bytes, when known.
+  int64_t offset = 0;                    // Elements.
+  std::vector<int64_t> shape;
+  std::vector<int64_t> stride;
+};
+
+// The value the exporter writes for a weight.
+struct WeightValue {
+  absl::Span<const uint8_t> storage;  // All n bytes of the value's storage.
+  int64_t storage_offset = 0;         // The value's own offset (elements).
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  bool is_original_storage = false;   // Storage is the original buffer's.
+};
+
+struct WeightSpec {
+  std::string fqn;
+  int32_t dtype = 6;        // ScalarType numbering.
+  int32_t device_type = 1;  // 0 = CPU, 1 = CUDA.
+  WeightValue value;
+  TensorProperties properties;
+};
+
+// The storage key the exporter writes for `fqn`.
+std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
+                          std::string_view so_blob_key);
+
+class CudaWeightWriter {
+ public:
+  // `variants` describe the AOTI libraries; library-local constants
+  // (`_tensor_constant*`) are keyed by `so_blob_key` of the library being
+  // written. With no variants, one untargeted variant of `so_blob_key` is
+  // recorded.
+  explicit CudaWeightWriter(std::string so_blob_key,
+                            std::vector<Variant> variants = {},
+                            PtdWriterOptions options = {});
+
+  // Applies W1-W3 and records the weight. InvalidArgument with the
+  // exporter's message and the rule when the weight is rejected; nothing is
+  // recorded then.
+  absl::Status Add(const WeightSpec& weight);
+
+  const Manifest& manifest() const { return manifest_; }
+  const PtdWriter& ptd() const { return ptd_; }
+
+  absl::StatusOr<std::vector<uint8_t>> EncodedManifest() const;
+  // Writes the .ptd and, when `manifest_path` is not empty, the standalone
+  // manifest; each atomically.
+  absl::Status Write(const std::string& ptd_path,
+                     const std::string& manifest_path = "") const;
+
+ private:
+  std::string so_blob_key_;
+  Manifest manifest_;
+  absl::flat_hash_set<std::string> fqns_;
+  PtdWriter ptd_;
+};
+
+}  // namespace ptd
+
+#endif  // PTD_RUNTIME_WEIGHTS_WEIGHT_WRITER_H_

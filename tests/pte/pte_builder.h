@@ -1,0 +1,69 @@
+// PteBuilder: writes small .pte files for tests, laid out as the upstream
+// ExecuTorch program serializer lays them out: a FlatBuffer (identifier ET12)
+// with the extended header ("eh00") spliced in after its first 8 bytes and
+// the root offset adjusted, then the segments, each aligned, from
+// segment_base_offset on. Corruption tests patch the result with the
+// offsets below.
+#ifndef PTD_TESTS_PTE_PTE_BUILDER_H_
+#define PTD_TESTS_PTE_PTE_BUILDER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ptd::testing {
+
+// Offsets of the extended header's fields in a built file.
+inline constexpr size_t kPteMagicOffset = 8;
+inline constexpr size_t kPteHeaderLengthOffset = 12;
+inline constexpr size_t kPteProgramSizeOffset = 16;
+inline constexpr size_t kPteSegmentBaseOffset = 24;
+inline constexpr size_t kPteSegmentDataSizeOffset = 32;
+
+struct PteDelegateSpec {
+  std::string id = "CudaBackend";
+  int8_t location = 1;  // 0 INLINE, 1 SEGMENT; other values for corruption.
+  uint32_t index = 0;
+  bool has_processed = true;  // False: no processed reference at all.
+};
+
+struct PtePlanSpec {
+  std::string name;
+  std::vector<PteDelegateSpec> delegates;
+};
+
+struct PteSegmentEntry {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+struct PteSpec {
+  std::vector<PtePlanSpec> plans;
+  // Program.backend_delegate_data; nullopt writes an entry without `data`.
+  std::vector<std::optional<std::vector<uint8_t>>> inline_data;
+  // Segment bytes, written after the FlatBuffer.
+  std::vector<std::vector<uint8_t>> segments;
+  // When set, the segment table written instead of the real offsets/sizes
+  // (the bytes of `segments` are still written).
+  std::optional<std::vector<PteSegmentEntry>> segment_table;
+  std::vector<std::pair<std::string, uint32_t>> named_data;
+  uint32_t header_length = 32;  // 24 omits segment_data_size.
+  uint64_t segment_alignment = 128;
+};
+
+// Builds the .pte bytes.
+std::vector<uint8_t> BuildPte(const PteSpec& spec);
+
+// Little-endian patches for corruption tests.
+void PatchU32(std::vector<uint8_t>& bytes, size_t offset, uint32_t value);
+void PatchU64(std::vector<uint8_t>& bytes, size_t offset, uint64_t value);
+uint64_t ReadU64(const std::vector<uint8_t>& bytes, size_t offset);
+
+std::vector<uint8_t> ToBytes(std::string_view s);
+
+}  // namespace ptd::testing
+
+#endif  // PTD_TESTS_PTE_PTE_BUILDER_H_

@@ -1,0 +1,278 @@
+#include "verifier/verify.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/core/checked_math.h"
+#include "runtime/core/scalar_type.h"
+#include "runtime/io/file_source.h"
+#include "runtime/manifest/manifest.h"
+#include "runtime/pte/program.h"
+#include "runtime/ptd/container.h"
+#include "runtime/weights/view_digest.h"
+#include "runtime/weights/weight_set.h"
+
+namespace ptd {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+absl::StatusOr<std::shared_ptr<const FileSource>> OpenSource(
+    const std::string& path, bool use_mmap) {
+  auto s = use_mmap ? OpenMmapFile(path) : OpenPreadFile(path);
+  if (!s.ok()) return s.status();
+  return std::shared_ptr<const FileSource>(std::move(*s));
+}
+
+json LayoutJson(const std::optional<TensorLayout>& l) {
+  if (!l) return nullptr;
+  return json{{"scalar_type", l->scalar_type},
+              {"sizes", l->sizes},
+              {"dim_order", l->dim_order}};
+}
+
+json ContainerJson(const std::string& path, const FileSource* source,
+                   const Container* c, const VerifyOptions& options) {
+  json j;
+  j["path"] = path;
+  j["size"] = source ? json(source->size()) : json(nullptr);
+  if (c == nullptr) {
+    for (const char* k : {"version", "segment_base_offset", "segment_data_size"}) {
+      j[k] = nullptr;
+    }
+    j["segments"] = json::array();
+    j["named_data"] = json::array();
+    return j;
+  }
+  j["version"] = c->version();
+  j["segment_base_offset"] = c->header().segment_base_offset;
+  j["segment_data_size"] = c->header().segment_data_size;
+  j["segment_alignment_observed"] = c->ObservedSegmentAlignment();
+  json segs = json::array();
+  for (const Segment& s : c->segments()) {
+    segs.push_back(json{{"offset", s.offset}, {"size", s.size}});
+  }
+  j["segments"] = std::move(segs);
+  json named = json::array();
+  for (const NamedDataEntry& e : c->named_data()) {
+    json n;
+    n["key"] = e.key;
+    n["segment_index"] = e.segment_index;
+    const auto size = c->SegmentSize(e);
+    n["size"] = size ? json(*size) : json(nullptr);
+    n["layout"] = LayoutJson(e.layout);
+    if (options.digest) {
+      json sha = nullptr;
+      if (size && c->segments()[e.segment_index].in_bounds) {
+        auto d = DigestRange(c->source(), c->SegmentFileOffset(e.segment_index),
+                             *size);
+        if (d.ok()) sha = *d;
+      }
+      n["sha256"] = sha;
+    }
+    named.push_back(std::move(n));
+  }
+  j["named_data"] = std::move(named);
+  return j;
+}
+
+json VariantJson(const Variant& v) {
+  return json{{"target_sm", v.target_sm},
+              {"ptx_compute", v.ptx_compute},
+              {"fallback_only", v.fallback_only()},
+              {"so_blob_key", v.so_blob_key}};
+}
+
+json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
+                const Container* c, const std::string& source,
+                const VerifyOptions& options, Report* report) {
+  json j{{"fqn", e.fqn},
+         {"storage_key", e.storage_key},
+         {"dtype", e.dtype},
+         {"device_type", e.device_type},
+         {"storage_offset", e.storage_offset},
+         {"sizes", e.sizes},
+         {"strides", e.strides},
+         {"storage_nbytes", e.storage_nbytes}};
+  if (w != nullptr && w->extent) {
+    j["required_nbytes"] = w->extent->required_nbytes;
+  } else {
+    j["required_nbytes"] = nullptr;
+  }
+  if (!options.digest) return j;
+  json sha = nullptr;
+  if (w != nullptr && w->ok && c != nullptr) {
+    const ViewSpec view = w->view();
+    const auto gathered = CheckedMul(w->extent->numel, view.element_size);
+    if (!gathered || *gathered > options.digest_limit) {
+      report->Warning(
+          "D1",
+          absl::StrCat("weight '", e.fqn, "': the view gathers ",
+                       gathered ? absl::StrCat(*gathered) : "over 2^64",
+                       " bytes, over the digest limit of ", options.digest_limit,
+                       "; no sha256"),
+          Where{.file = c->path(), .key = e.storage_key, .fqn = e.fqn,
+                .source = source});
+    } else {
+      const uint32_t seg = w->named->segment_index;
+      auto d = DigestView(c->source(), c->SegmentFileOffset(seg),
+                          c->segments()[seg].size, view);
+      if (d.ok()) sha = *d;
+    }
+  }
+  j["sha256"] = sha;
+  return j;
+}
+
+}  // namespace
+
+json DiagnosticJson(const Diagnostic& d) {
+  json j{{"rule", d.rule},
+         {"message", d.message},
+         {"code", absl::StatusCodeToString(d.code)}};
+  if (!d.file.empty()) j["file"] = d.file;
+  if (d.key) j["key"] = *d.key;
+  if (d.fqn) j["fqn"] = *d.fqn;
+  if (d.segment) j["segment"] = *d.segment;
+  if (d.source) j["source"] = *d.source;
+  return j;
+}
+
+VerifyOutcome RunVerify(const VerifyOptions& options) {
+  VerifyOutcome out;
+  Report& report = out.report;
+
+  // Open every input first: a file that cannot be read is exit code 2.
+  std::shared_ptr<const FileSource> ptd_src, manifest_src, pte_src;
+  const auto open = [&](const std::string& path,
+                        std::shared_ptr<const FileSource>* dst) {
+    auto s = OpenSource(path, options.use_mmap);
+    if (!s.ok()) {
+      if (!out.io_error) out.io_error = std::string(s.status().message());
+      return;
+    }
+    *dst = std::move(*s);
+  };
+  open(options.ptd_path, &ptd_src);
+  if (options.manifest_path) open(*options.manifest_path, &manifest_src);
+  if (options.pte_path) open(*options.pte_path, &pte_src);
+  if (out.io_error) {
+    out.json = json{{"ok", false},
+                    {"error", *out.io_error},
+                    {"errors", json::array({json{{"rule", "IO"},
+                                                 {"message", *out.io_error}}})},
+                    {"warnings", json::array()}};
+    return out;
+  }
+
+  // The container.
+  std::unique_ptr<Container> container = Container::Verify(ptd_src, &report);
+
+  // The manifests: standalone, then every CUDA delegate of the .pte.
+  struct Source {
+    std::string name;
+    Manifest manifest;
+  };
+  std::vector<Source> manifests;
+  if (manifest_src) {
+    auto bytes = ReadBytes(*manifest_src, 0, manifest_src->size());
+    if (!bytes.ok()) {
+      out.io_error = std::string(bytes.status().message());
+    } else if (auto m = DecodeManifest(
+                   bytes->span(),
+                   Where{.file = manifest_src->name(), .source = "manifest"},
+                   &report)) {
+      manifests.push_back({"manifest", std::move(*m)});
+    }
+  }
+  std::unique_ptr<Program> program;
+  if (pte_src) {
+    program = Program::Verify(pte_src, &report);
+    if (program) {
+      for (const CudaDelegate& d : program->cuda_delegates()) {
+        if (!d.is_manifest) continue;  // Legacy payload: P4, reported.
+        if (auto m = DecodeManifest(
+                d.payload.span(),
+                Where{.file = program->path(), .source = d.source}, &report)) {
+          manifests.push_back({d.source, std::move(*m)});
+        }
+      }
+      // P3: every variant's library is named data in the .pte or the .ptd.
+      const absl::flat_hash_set<std::string_view> pte_keys(
+          program->named_data_keys().begin(), program->named_data_keys().end());
+      for (const Source& s : manifests) {
+        if (s.name == "manifest") continue;
+        for (size_t i = 0; i < s.manifest.variants.size(); ++i) {
+          const std::string& key = s.manifest.variants[i].so_blob_key;
+          if (key.empty() || pte_keys.contains(key) ||
+              (container && container->Find(key) != nullptr)) {
+            continue;
+          }
+          report.Error("P3", absl::StatusCode::kNotFound,
+                       absl::StrCat(s.name, " variant ", i, ": so_blob_key '",
+                                    key, "' is named data in neither the .pte "
+                                    "nor the .ptd"),
+                       Where{.file = program->path(), .key = key,
+                             .source = s.name});
+        }
+      }
+    }
+  }
+
+  std::optional<WeightSet> weights;
+  if (container && !manifests.empty()) {
+    std::vector<ManifestInput> inputs;
+    for (const Source& s : manifests) inputs.push_back({s.name, &s.manifest});
+    weights = WeightSet::Resolve(*container, inputs, &report);
+  }
+
+  // The JSON object.
+  json j;
+  j["ok"] = false;  // Set below, after digests may add warnings.
+  j["ptd"] = ContainerJson(options.ptd_path, ptd_src.get(), container.get(), options);
+  json mj = json::array();
+  for (size_t m = 0; m < manifests.size(); ++m) {
+    const Source& s = manifests[m];
+    json one;
+    one["source"] = s.name;
+    json variants = json::array();
+    for (const Variant& v : s.manifest.variants) variants.push_back(VariantJson(v));
+    one["variants"] = std::move(variants);
+    if (options.sm) {
+      json sel{{"sm", *options.sm}};
+      auto choice = SelectVariant(s.manifest.variants, *options.sm);
+      if (choice.ok()) {
+        sel["variant"] = choice->index;
+        sel["via_ptx"] = choice->via_ptx;
+        sel["so_blob_key"] = s.manifest.variants[choice->index].so_blob_key;
+      } else {
+        sel["variant"] = nullptr;
+        sel["message"] = std::string(choice.status().message());
+      }
+      one["selection"] = std::move(sel);
+    }
+    json wj = json::array();
+    for (size_t i = 0; i < s.manifest.entries.size(); ++i) {
+      const ResolvedWeight* w =
+          weights ? &weights->manifests()[m].weights[i] : nullptr;
+      wj.push_back(WeightJson(s.manifest.entries[i], w, container.get(), s.name,
+                              options, &report));
+    }
+    one["weights"] = std::move(wj);
+    mj.push_back(std::move(one));
+  }
+  j["manifests"] = std::move(mj);
+  j["ok"] = report.ok() && !out.io_error;
+  json errors = json::array(), warnings = json::array();
+  for (const Diagnostic& d : report.errors()) errors.push_back(DiagnosticJson(d));
+  for (const Diagnostic& d : report.warnings()) warnings.push_back(DiagnosticJson(d));
+  j["errors"] = std::move(errors);
+  j["warnings"] = std::move(warnings);
+  out.json = std::move(j);
+  return out;
+}
+
+}  // namespace ptd
