@@ -91,21 +91,6 @@ std::vector<uint8_t> BuildPte(const PteSpec& spec) {
   return out;
 }
 
-void PatchU32(std::vector<uint8_t>& bytes, size_t offset, uint32_t value) {
-  PTD_CHECK(offset + 4 <= bytes.size());
-  StoreLE(bytes.data() + offset, value);
-}
-
-void PatchU64(std::vector<uint8_t>& bytes, size_t offset, uint64_t value) {
-  PTD_CHECK(offset + 8 <= bytes.size());
-  StoreLE(bytes.data() + offset, value);
-}
-
-uint64_t ReadU64(const std::vector<uint8_t>& bytes, size_t offset) {
-  PTD_CHECK(offset + 8 <= bytes.size());
-  return LoadLE<uint64_t>(bytes.data() + offset);
-}
-
 std::vector<uint8_t> ToBytes(std::string_view s) {
   return std::vector<uint8_t>(s.begin(), s.end());
 }

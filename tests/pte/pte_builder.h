@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/testing/patch.h"
+
 namespace ptd::testing {
 
 // Offsets of the extended header's fields in a built file.
@@ -58,9 +60,6 @@ struct PteSpec {
 std::vector<uint8_t> BuildPte(const PteSpec& spec);
 
 // Little-endian patches for corruption tests.
-void PatchU32(std::vector<uint8_t>& bytes, size_t offset, uint32_t value);
-void PatchU64(std::vector<uint8_t>& bytes, size_t offset, uint64_t value);
-uint64_t ReadU64(const std::vector<uint8_t>& bytes, size_t offset);
 
 std::vector<uint8_t> ToBytes(std::string_view s);
 

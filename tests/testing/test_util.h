@@ -1,0 +1,47 @@
+// Helpers shared by the tests: test data paths, files, temporary folders.
+#ifndef PTD_TESTS_TESTING_TEST_UTIL_H_
+#define PTD_TESTS_TESTING_TEST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace ptd::testing {
+
+// Absolute path of `rel` under tests/data.
+std::string DataPath(const std::string& rel);
+
+// The conformance cases (tests/data/conformance/cases.json).
+const nlohmann::json& ConformanceCases();
+// Absolute path of a path that cases.json gives (relative to conformance/).
+std::string ConformancePath(const std::string& rel);
+
+std::vector<uint8_t> ReadFileBytes(const std::string& path);
+void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// A fresh directory, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Runs a command line through the shell; returns its exit status and stdout.
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+};
+CommandResult RunCommand(const std::string& command);
+
+}  // namespace ptd::testing
+
+#endif  // PTD_TESTS_TESTING_TEST_UTIL_H_
