@@ -137,6 +137,7 @@ void BM_Load_Mmap(benchmark::State& state) {
     for (size_t k = 0; k < m.keys.size(); ++k) {
       auto bytes = c->Get(m.keys[k]);
       CheckOk(bytes.status(), m.keys[k]);
+      if (bytes->size() != m.sizes[k]) CheckOk(absl::DataLossError("size"), m.keys[k]);
       std::memcpy(arena + m.dest_offsets[k], bytes->data(), bytes->size());
     }
     benchmark::ClobberMemory();

@@ -1,0 +1,145 @@
+// Every case of the upstream-written conformance set (tests/data/conformance)
+// gives its expected verdict, rule and digests: through the library, and
+// through the ptd-verify binary's exit code and JSON.
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/test_util.h"
+#include "verifier/verify.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::ConformanceCases;
+using ::ptd::testing::ConformancePath;
+using json = nlohmann::json;
+
+// The ways a case's manifest can be read: "manifest" and/or "pte".
+std::vector<std::string> Routes(const json& tc) {
+  if (tc["kind"] != "cuda") return {"none"};
+  if (tc.contains("via") && tc["via"] == "pte") return {"pte"};
+  std::vector<std::string> r = {"manifest"};
+  if (tc.contains("pte")) r.push_back("pte");
+  return r;
+}
+
+VerifyOptions OptionsFor(const json& tc, const std::string& route) {
+  VerifyOptions o;
+  o.ptd_path = ConformancePath(tc["ptd"]);
+  o.digest = true;
+  if (route == "manifest") o.manifest_path = ConformancePath(tc["manifest"]);
+  if (route == "pte") o.pte_path = ConformancePath(tc["pte"]);
+  return o;
+}
+
+std::set<std::string> ErrorRules(const nlohmann::ordered_json& j) {
+  std::set<std::string> rules;
+  for (const auto& e : j["errors"]) rules.insert(e["rule"].get<std::string>());
+  return rules;
+}
+
+class ConformanceTest : public ::testing::TestWithParam<json> {};
+
+TEST_P(ConformanceTest, GivesExpectedVerdictRulesAndDigests) {
+  const json& tc = GetParam();
+  for (const std::string& route : Routes(tc)) {
+    SCOPED_TRACE("route " + route);
+    const VerifyOutcome out = RunVerify(OptionsFor(tc, route));
+    ASSERT_FALSE(out.io_error) << *out.io_error;
+    const auto& j = out.json;
+    if (tc["expect"] == "reject") {
+      EXPECT_EQ(out.exit_code(), 1);
+      EXPECT_FALSE(j["ok"].get<bool>());
+      const std::set<std::string> got = ErrorRules(j);
+      bool any = false;
+      for (const auto& rule : tc["rule_ids"]) any |= got.count(rule.get<std::string>()) > 0;
+      EXPECT_TRUE(any) << "expected one of " << tc["rule_ids"].dump() << ", got "
+                       << j["errors"].dump(1);
+      continue;
+    }
+    EXPECT_EQ(out.exit_code(), 0) << j["errors"].dump(1);
+    EXPECT_TRUE(j["ok"].get<bool>());
+    if (tc.contains("named_data")) {
+      ASSERT_EQ(j["ptd"]["named_data"].size(), tc["named_data"].size());
+      for (const auto& want : tc["named_data"]) {
+        bool found = false;
+        for (const auto& got : j["ptd"]["named_data"]) {
+          if (got["key"] != want["key"]) continue;
+          found = true;
+          EXPECT_EQ(got["segment_index"], want["segment_index"]) << want["key"];
+          EXPECT_EQ(got["size"], want["size"]) << want["key"];
+          EXPECT_EQ(json(got["layout"]), want["layout"]) << want["key"];
+          EXPECT_EQ(got["sha256"], want["sha256"]) << want["key"];
+        }
+        EXPECT_TRUE(found) << want["key"];
+      }
+    }
+    if (tc.contains("weights")) {
+      ASSERT_EQ(j["manifests"].size(), 1u);
+      const auto& m = j["manifests"][0];
+      EXPECT_EQ(m["source"].get<std::string>().rfind(route == "pte" ? "pte:" : "manifest", 0),
+                0u);
+      ASSERT_EQ(m["weights"].size(), tc["weights"].size());
+      for (size_t i = 0; i < tc["weights"].size(); ++i) {
+        const auto& want = tc["weights"][i];
+        const auto& got = m["weights"][i];
+        for (auto it = want.begin(); it != want.end(); ++it) {
+          EXPECT_EQ(json(got[it.key()]), it.value())
+              << want["fqn"] << " field " << it.key();
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ConformanceTest, BinaryExitCodeAndJsonAgree) {
+  const json& tc = GetParam();
+  const int want = tc["expect"] == "ok" ? 0 : 1;
+  for (const std::string& route : Routes(tc)) {
+    std::string cmd = std::string(PTD_VERIFY_BINARY) + " --json --digest";
+    if (route == "manifest") cmd += " --manifest " + ConformancePath(tc["manifest"]);
+    if (route == "pte") cmd += " --pte " + ConformancePath(tc["pte"]);
+    cmd += " " + ConformancePath(tc["ptd"]);
+    const auto r = ::ptd::testing::RunCommand(cmd);
+    EXPECT_EQ(r.exit_code, want) << cmd;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["ok"].get<bool>(), want == 0);
+    EXPECT_EQ(j["errors"].empty(), want == 0);
+    for (const auto& e : j["errors"]) {
+      EXPECT_TRUE(e.contains("rule") && e.contains("message") && e.contains("file"));
+    }
+  }
+}
+
+std::vector<json> AllCases() {
+  const json& cases = ConformanceCases();
+  return std::vector<json>(cases.begin(), cases.end());
+}
+
+INSTANTIATE_TEST_SUITE_P(Upstream, ConformanceTest, ::testing::ValuesIn(AllCases()),
+                         [](const ::testing::TestParamInfo<json>& p) {
+                           return p.param["name"].get<std::string>();
+                         });
+
+// The same weights and verdicts through --pte as through --manifest.
+TEST(ConformanceCrossTest, PteAndManifestAgree) {
+  int compared = 0;
+  for (const auto& tc : ConformanceCases()) {
+    if (!tc.contains("pte") || tc.contains("via")) continue;
+    const VerifyOutcome a = RunVerify(OptionsFor(tc, "manifest"));
+    const VerifyOutcome b = RunVerify(OptionsFor(tc, "pte"));
+    EXPECT_EQ(a.exit_code(), b.exit_code());
+    ASSERT_EQ(a.json["manifests"].size(), 1u);
+    ASSERT_EQ(b.json["manifests"].size(), 1u);
+    EXPECT_EQ(a.json["manifests"][0]["weights"], b.json["manifests"][0]["weights"]);
+    EXPECT_EQ(a.json["manifests"][0]["variants"], b.json["manifests"][0]["variants"]);
+    ++compared;
+  }
+  EXPECT_GE(compared, 1);
+}
+
+}  // namespace
+}  // namespace ptd
