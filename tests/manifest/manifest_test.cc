@@ -1,0 +1,762 @@
+// Tests of the ETCUDAFQN0 manifest decoder, encoder and variant choice
+// (docs/SPEC.md section 2, rules M1-M6). Corrupt manifests are built byte by
+// byte with ManifestBytes; each test asserts the specific rule it breaks.
+#include "runtime/manifest/manifest.h"
+
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/core/bytes_le.h"
+
+namespace ptd {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// One manifest entry's fields, as they go on the wire. `ndim` defaults to
+// sizes.size(); set it to write a count that disagrees with the vectors.
+struct EntryFields {
+  std::string fqn = "layers.0.w";
+  std::string key = "cuda_fqn_weight:cuda:layers.0.w";
+  uint64_t nbytes = 48;
+  int32_t dtype = 6;
+  int32_t device_type = 1;
+  int64_t offset = 0;
+  std::vector<int64_t> sizes = {3, 4};
+  std::vector<int64_t> strides = {4, 1};
+  std::optional<uint32_t> ndim;
+};
+
+// Builds manifest bytes field by field (little-endian).
+class ManifestBytes {
+ public:
+  ManifestBytes& Raw(std::string_view s) {
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
+    return *this;
+  }
+  ManifestBytes& Magic() { return Raw(kManifestMagic); }
+  template <typename T>
+  ManifestBytes& Int(T v) {
+    uint8_t b[sizeof(T)];
+    StoreLE(b, v);
+    bytes_.insert(bytes_.end(), b, b + sizeof(T));
+    return *this;
+  }
+  ManifestBytes& U32(uint32_t v) { return Int(v); }
+  ManifestBytes& Str(std::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    return Raw(s);
+  }
+  ManifestBytes& Variant(uint32_t target_sm, uint32_t ptx, uint32_t flags,
+                         std::string_view key) {
+    return U32(target_sm).U32(ptx).U32(flags).Str(key);
+  }
+  ManifestBytes& Entry(const EntryFields& e) {
+    Str(e.fqn).Str(e.key).Int<uint64_t>(e.nbytes).Int<int32_t>(e.dtype);
+    Int<int32_t>(e.device_type).Int<int64_t>(e.offset);
+    U32(e.ndim.value_or(static_cast<uint32_t>(e.sizes.size())));
+    for (int64_t s : e.sizes) Int<int64_t>(s);
+    for (int64_t s : e.strides) Int<int64_t>(s);
+    return *this;
+  }
+  // Magic and one untargeted variant: the usual head of a manifest.
+  static ManifestBytes Untargeted() {
+    ManifestBytes b;
+    b.Magic().U32(1).Variant(0, 0, 0, "so_blob");
+    return b;
+  }
+  // A complete manifest with the given entries after Untargeted().
+  static std::vector<uint8_t> WithEntries(const std::vector<EntryFields>& es) {
+    ManifestBytes b = Untargeted();
+    b.U32(static_cast<uint32_t>(es.size()));
+    for (const EntryFields& e : es) b.Entry(e);
+    return b.bytes();
+  }
+  // Magic, the given variants and no entries.
+  static std::vector<uint8_t> WithVariants(
+      const std::vector<::ptd::Variant>& vs) {
+    ManifestBytes b;
+    b.Magic().U32(static_cast<uint32_t>(vs.size()));
+    for (const auto& v : vs) b.Variant(v.target_sm, v.ptx_compute, v.flags, v.so_blob_key);
+    b.U32(0);
+    return b.bytes();
+  }
+
+  size_t size() const { return bytes_.size(); }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+struct Decoded {
+  Report report;
+  std::optional<Manifest> manifest;
+};
+
+Decoded Decode(const std::vector<uint8_t>& bytes) {
+  Decoded d;
+  d.manifest = DecodeManifest(bytes, Where{.file = "test.manifest"}, &d.report);
+  return d;
+}
+
+// The distinct rules of the report's errors, sorted.
+std::vector<std::string> Rules(const Report& r) {
+  std::set<std::string> rules;
+  for (const Diagnostic& d : r.errors()) rules.insert(d.rule);
+  return {rules.begin(), rules.end()};
+}
+
+// Every error message, one per line (for failure output and substring checks).
+std::string Messages(const Report& r) {
+  std::string out;
+  for (const Diagnostic& d : r.errors()) out += d.message + "\n";
+  return out;
+}
+
+std::vector<uint8_t> ReadConformance(const std::string& name) {
+  std::ifstream in(std::string(PTD_TEST_DATA_DIR) + "/conformance/files/" + name,
+                   std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+Variant V(uint32_t target, uint32_t ptx, uint32_t flags, std::string key) {
+  return Variant{.target_sm = target, .ptx_compute = ptx, .flags = flags,
+                 .so_blob_key = std::move(key)};
+}
+
+// --- A well-formed manifest ---------------------------------------------------
+
+TEST(ManifestTest, DecodesWellFormedManifest) {
+  EntryFields e;
+  e.offset = 2;
+  const Decoded d = Decode(ManifestBytes::WithEntries({e}));
+  ASSERT_TRUE(d.report.ok()) << Messages(d.report);
+  ASSERT_TRUE(d.manifest.has_value());
+  ASSERT_EQ(d.manifest->variants.size(), 1u);
+  EXPECT_EQ(d.manifest->variants[0].so_blob_key, "so_blob");
+  ASSERT_EQ(d.manifest->entries.size(), 1u);
+  const WeightEntry& w = d.manifest->entries[0];
+  EXPECT_EQ(w.fqn, "layers.0.w");
+  EXPECT_EQ(w.storage_key, "cuda_fqn_weight:cuda:layers.0.w");
+  EXPECT_EQ(w.storage_nbytes, 48u);
+  EXPECT_EQ(w.dtype, 6);
+  EXPECT_EQ(w.device_type, 1);
+  EXPECT_EQ(w.storage_offset, 2);
+  EXPECT_THAT(w.sizes, ElementsAre(3, 4));
+  EXPECT_THAT(w.strides, ElementsAre(4, 1));
+  EXPECT_TRUE(w.well_formed);
+}
+
+TEST(ManifestTest, DecodesZeroDimEntryAndNoEntries) {
+  EntryFields e;
+  e.sizes = {};
+  e.strides = {};
+  const Decoded d = Decode(ManifestBytes::WithEntries({e}));
+  ASSERT_TRUE(d.report.ok()) << Messages(d.report);
+  EXPECT_THAT(d.manifest->entries[0].sizes, IsEmpty());
+
+  const Decoded none = Decode(ManifestBytes::WithEntries({}));
+  ASSERT_TRUE(none.report.ok()) << Messages(none.report);
+  EXPECT_THAT(none.manifest->entries, IsEmpty());
+}
+
+// --- M1 -------------------------------------------------------------------
+
+TEST(ManifestTest, M1BadMagicIsDataLoss) {
+  ManifestBytes b;
+  b.Raw("XTCUDAFQN0").U32(1).Variant(0, 0, 0, "so").U32(0);
+  const Decoded d = Decode(b.bytes());
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M1"));
+  EXPECT_EQ(d.report.errors()[0].code, absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseManifest(b.bytes()).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(ManifestTest, M1TransitionalMagicIsUnimplemented) {
+  ManifestBytes b;
+  b.Raw("ETCUDAFQN3").U32(1).Variant(0, 0, 0, "so").U32(0);
+  const Decoded d = Decode(b.bytes());
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M1"));
+  EXPECT_EQ(d.report.errors()[0].code, absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(d.report.errors()[0].message, HasSubstr("ETCUDAFQN3"));
+  EXPECT_EQ(ParseManifest(b.bytes()).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST(ManifestTest, M1EveryTransitionalVersionIsUnimplemented) {
+  for (char v = '1'; v <= '5'; ++v) {
+    std::string magic = "ETCUDAFQN";
+    magic += v;
+    ManifestBytes b;
+    b.Raw(magic).U32(1).Variant(0, 0, 0, "so").U32(0);
+    EXPECT_EQ(ParseManifest(b.bytes()).status().code(),
+              absl::StatusCode::kUnimplemented)
+        << magic;
+  }
+}
+
+// --- M2 -------------------------------------------------------------------
+
+TEST(ManifestTest, M2FewerThanTenBytes) {
+  for (const std::string s : {"", "E", "ETCUDAFQN"}) {
+    const Decoded d = Decode(std::vector<uint8_t>(s.begin(), s.end()));
+    EXPECT_FALSE(d.manifest.has_value()) << s.size();
+    EXPECT_THAT(Rules(d.report), ElementsAre("M2")) << s.size();
+  }
+  const Decoded d = Decode(std::vector<uint8_t>{'E', 'T', 'C'});
+  EXPECT_THAT(d.report.errors()[0].message, AllOf(HasSubstr("3"), HasSubstr("10")));
+}
+
+// Offsets of the fields of a one-variant, one-entry manifest.
+struct Layout {
+  std::vector<uint8_t> bytes;
+  size_t variant = 0;      // target_sm of variant 0.
+  size_t key_len = 0;      // Length of so_blob_key.
+  size_t key_body = 0;     // Bytes of so_blob_key.
+  size_t num_entries = 0;
+  size_t fqn_body = 0;
+  size_t nbytes = 0;       // storage_nbytes of entry 0.
+  size_t sizes = 0;
+  size_t strides = 0;
+};
+
+Layout OneEntryLayout() {
+  Layout l;
+  ManifestBytes b;
+  b.Magic().U32(1);
+  l.variant = b.size();
+  b.U32(80).U32(0).U32(0);
+  l.key_len = b.size();
+  b.U32(7);
+  l.key_body = b.size();
+  b.Raw("so_blob");
+  l.num_entries = b.size();
+  b.U32(1);
+  b.Str("w");
+  l.fqn_body = b.size() - 1;
+  b.Str("cuda_fqn_weight:cuda:w");
+  l.nbytes = b.size();
+  b.Int<uint64_t>(48).Int<int32_t>(6).Int<int32_t>(1).Int<int64_t>(0).U32(2);
+  l.sizes = b.size();
+  b.Int<int64_t>(3).Int<int64_t>(4);
+  l.strides = b.size();
+  b.Int<int64_t>(4).Int<int64_t>(1);
+  l.bytes = b.bytes();
+  return l;
+}
+
+void ExpectTruncated(const Layout& l, size_t keep, std::string_view what) {
+  SCOPED_TRACE(::testing::Message() << "cut at " << keep << " (" << what << ")");
+  const std::vector<uint8_t> cut(l.bytes.begin(), l.bytes.begin() + keep);
+  const Decoded d = Decode(cut);
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M2"));
+  ASSERT_FALSE(d.report.errors().empty());
+  EXPECT_THAT(d.report.errors()[0].message, HasSubstr(std::string(what)));
+  EXPECT_EQ(d.report.errors()[0].code, absl::StatusCode::kDataLoss);
+}
+
+TEST(ManifestTest, M2TruncatedInVariant) {
+  const Layout l = OneEntryLayout();
+  ExpectTruncated(l, l.variant + 2, "variant 0");
+  ExpectTruncated(l, l.variant + 6, "variant 0");
+}
+
+TEST(ManifestTest, M2TruncatedInStringLength) {
+  const Layout l = OneEntryLayout();
+  ExpectTruncated(l, l.key_len + 3, "variant 0");
+}
+
+TEST(ManifestTest, M2TruncatedInStringBody) {
+  const Layout l = OneEntryLayout();
+  ExpectTruncated(l, l.key_body + 3, "variant 0");
+  ExpectTruncated(l, l.fqn_body, "entry 0");
+}
+
+TEST(ManifestTest, M2TruncatedBeforeEntryCount) {
+  const Layout l = OneEntryLayout();
+  ExpectTruncated(l, l.num_entries + 1, "num_entries");
+}
+
+TEST(ManifestTest, M2TruncatedInEntry) {
+  const Layout l = OneEntryLayout();
+  ExpectTruncated(l, l.nbytes + 5, "entry 0");
+  ExpectTruncated(l, l.sizes - 2, "entry 0");  // In ndim.
+}
+
+TEST(ManifestTest, M2TruncatedInDims) {
+  const Layout l = OneEntryLayout();
+  ExpectTruncated(l, l.sizes + 12, "entry 0");
+  ExpectTruncated(l, l.strides + 15, "entry 0");
+}
+
+TEST(ManifestTest, M2EveryProperPrefixIsTruncated) {
+  const Layout l = OneEntryLayout();
+  ASSERT_TRUE(Decode(l.bytes).report.ok());
+  for (size_t keep = 0; keep < l.bytes.size(); ++keep) {
+    const Decoded d = Decode({l.bytes.begin(), l.bytes.begin() + keep});
+    EXPECT_FALSE(d.manifest.has_value()) << keep;
+    EXPECT_THAT(Rules(d.report), ElementsAre("M2")) << keep;
+  }
+}
+
+// The M2 message gives the place in the manifest as a file offset and the
+// manifest's size, like M3 does.
+TEST(ManifestTest, M2MessageGivesFileOffsetAndSize) {
+  const Layout l = OneEntryLayout();
+  // 16 bytes: magic, num_variants, 2 of target_sm's 4 bytes.
+  const Decoded d = Decode({l.bytes.begin(), l.bytes.begin() + 16});
+  ASSERT_THAT(Rules(d.report), ElementsAre("M2"));
+  EXPECT_THAT(d.report.errors()[0].message,
+              AllOf(HasSubstr("offset 14"), HasSubstr("of 16")));
+}
+
+// --- M3 -------------------------------------------------------------------
+
+TEST(ManifestTest, M3TrailingBytes) {
+  std::vector<uint8_t> b = ManifestBytes::WithEntries({EntryFields{}});
+  const size_t size = b.size();
+  b.insert(b.end(), {0, 0, 0});
+  const Decoded d = Decode(b);
+  ASSERT_TRUE(d.manifest.has_value());  // The structure was readable.
+  EXPECT_EQ(d.manifest->entries.size(), 1u);
+  EXPECT_THAT(Rules(d.report), ElementsAre("M3"));
+  EXPECT_THAT(d.report.errors()[0].message,
+              AllOf(HasSubstr("3 trailing bytes"), HasSubstr(std::to_string(size)),
+                    HasSubstr(std::to_string(size + 3))));
+  EXPECT_EQ(ParseManifest(b).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(ManifestTest, M3ConformanceTrailingBytesFile) {
+  const std::vector<uint8_t> b = ReadConformance("k15_manifest_trailing_bytes.manifest");
+  ASSERT_FALSE(b.empty());
+  const Decoded d = Decode(b);
+  EXPECT_TRUE(d.report.HasError("M3")) << Messages(d.report);
+}
+
+// --- M4 -------------------------------------------------------------------
+
+void ExpectM4(const std::vector<Variant>& vs, const std::vector<std::string>& parts) {
+  const Decoded d = Decode(ManifestBytes::WithVariants(vs));
+  EXPECT_THAT(Rules(d.report), ElementsAre("M4"));
+  const std::string messages = Messages(d.report);
+  for (const std::string& p : parts) EXPECT_THAT(messages, HasSubstr(p));
+  EXPECT_FALSE(EncodeManifest(Manifest{.variants = vs}).ok());
+}
+
+TEST(ManifestTest, M4ZeroVariants) {
+  ManifestBytes b;
+  b.Magic().U32(0).U32(0);
+  const Decoded d = Decode(b.bytes());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M4"));
+  EXPECT_THAT(d.report.errors()[0].message, AllOf(HasSubstr("0"), HasSubstr("256")));
+}
+
+TEST(ManifestTest, M4TooManyVariants) {
+  ManifestBytes b;
+  b.Magic().U32(257);  // No variants follow: the count alone is rejected.
+  const Decoded d = Decode(b.bytes());
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M4"));
+  EXPECT_THAT(d.report.errors()[0].message,
+              AllOf(HasSubstr("257"), HasSubstr("256")));
+}
+
+TEST(ManifestTest, M4PtxAboveTarget) {
+  ExpectM4({V(80, 90, 0, "so")}, {"90", "80"});
+}
+
+TEST(ManifestTest, M4FlagBitsOtherThanFallback) {
+  ExpectM4({V(80, 0, 2, "so")}, {"flags"});
+  ExpectM4({V(90, 0, 0, "a"), V(80, 75, 0x80000001u, "b")}, {"flags"});
+}
+
+TEST(ManifestTest, M4EmptySoBlobKey) { ExpectM4({V(80, 0, 0, "")}, {"so_blob_key"}); }
+
+TEST(ManifestTest, M4InvalidUtf8SoBlobKey) {
+  ExpectM4({V(80, 0, 0, "so\xff")}, {"UTF-8"});
+}
+
+TEST(ManifestTest, M4UntargetedNotAlone) {
+  ExpectM4({V(0, 0, 0, "a"), V(80, 0, 0, "b")}, {"untargeted"});
+}
+
+TEST(ManifestTest, M4UntargetedWithPtx) {
+  ExpectM4({V(0, 70, 0, "a")}, {"untargeted", "70"});
+}
+
+TEST(ManifestTest, M4UntargetedFallback) {
+  ExpectM4({V(0, 0, 1, "a")}, {"untargeted"});
+}
+
+TEST(ManifestTest, M4TwoFallbacks) {
+  ExpectM4({V(90, 0, 0, "a"), V(80, 75, 1, "b"), V(86, 80, 1, "c")}, {"fallback"});
+}
+
+TEST(ManifestTest, M4FallbackWithoutPtx) {
+  ExpectM4({V(90, 0, 0, "a"), V(80, 0, 1, "b")}, {"ptx_compute 0"});
+}
+
+TEST(ManifestTest, M4DuplicateTargets) {
+  ExpectM4({V(80, 0, 0, "a"), V(80, 0, 0, "b")}, {"80"});
+}
+
+TEST(ManifestTest, M4NonFallbackWithPtxInMultiVariantManifest) {
+  ExpectM4({V(90, 0, 0, "a"), V(80, 80, 0, "b")}, {"ptx_compute 80"});
+}
+
+TEST(ManifestTest, M4ValidVariantSets) {
+  for (const std::vector<Variant>& vs : std::vector<std::vector<Variant>>{
+           {V(0, 0, 0, "a")},
+           {V(80, 0, 0, "a")},
+           {V(80, 75, 0, "a")},  // A single variant may carry PTX.
+           {V(90, 0, 0, "a"), V(80, 0, 0, "b")},
+           // A fallback may share a target with a non-fallback variant.
+           {V(90, 0, 0, "a"), V(80, 0, 0, "b"), V(80, 75, 1, "c")},
+       }) {
+    const Decoded d = Decode(ManifestBytes::WithVariants(vs));
+    EXPECT_TRUE(d.report.ok()) << Messages(d.report);
+  }
+}
+
+// --- M5 -------------------------------------------------------------------
+
+TEST(ManifestTest, M5TooManyEntriesRejectedBeforeAllocation) {
+  ManifestBytes b = ManifestBytes::Untargeted();
+  b.U32(kMaxManifestEntries + 1);  // And no entries.
+  const Decoded d = Decode(b.bytes());
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M5"));
+  EXPECT_THAT(d.report.errors()[0].message,
+              AllOf(HasSubstr("1048577"), HasSubstr("1048576")));
+}
+
+TEST(ManifestTest, M2EntryCountAtLimitWithoutEntries) {
+  // 2^20 is allowed, but the bytes end: M2, without reserving 2^20 entries.
+  ManifestBytes b = ManifestBytes::Untargeted();
+  b.U32(kMaxManifestEntries);
+  const Decoded d = Decode(b.bytes());
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M2"));
+}
+
+TEST(ManifestTest, M5TooManyDims) {
+  EntryFields e;
+  e.ndim = 65;
+  e.sizes.assign(65, 1);
+  e.strides.assign(65, 1);
+  const Decoded d = Decode(ManifestBytes::WithEntries({e}));
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M5"));
+  EXPECT_THAT(d.report.errors()[0].message, AllOf(HasSubstr("65"), HasSubstr("64")));
+
+  EntryFields ok;
+  ok.sizes.assign(64, 1);
+  ok.strides.assign(64, 0);
+  EXPECT_TRUE(Decode(ManifestBytes::WithEntries({ok})).report.ok());
+}
+
+// Decodes one entry that breaks M5: the manifest is still returned (the
+// structure was readable) with the entry marked not well-formed.
+void ExpectM5Entry(const EntryFields& e, const std::vector<std::string>& parts) {
+  const Decoded d = Decode(ManifestBytes::WithEntries({e}));
+  ASSERT_TRUE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M5"));
+  ASSERT_EQ(d.manifest->entries.size(), 1u);
+  EXPECT_FALSE(d.manifest->entries[0].well_formed);
+  const std::string messages = Messages(d.report);
+  for (const std::string& p : parts) EXPECT_THAT(messages, HasSubstr(p));
+  EXPECT_EQ(ParseManifest(ManifestBytes::WithEntries({e})).status().code(),
+            absl::StatusCode::kDataLoss);
+  // The encoder refuses what the decoder rejects.
+  if (d.manifest) {
+    EXPECT_EQ(EncodeManifest(*d.manifest).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(ManifestTest, M5NegativeSize) {
+  EntryFields e;
+  e.sizes = {3, -4};
+  ExpectM5Entry(e, {"sizes[1]", "-4"});
+}
+
+TEST(ManifestTest, M5NegativeStride) {
+  EntryFields e;
+  e.strides = {-4, 1};
+  ExpectM5Entry(e, {"strides[0]", "-4"});
+}
+
+TEST(ManifestTest, M5NegativeOffset) {
+  EntryFields e;
+  e.offset = -1;
+  ExpectM5Entry(e, {"storage_offset", "-1"});
+}
+
+TEST(ManifestTest, M5UnknownDtype) {
+  EntryFields e;
+  e.dtype = 30;
+  ExpectM5Entry(e, {"dtype 30"});
+  e.dtype = -1;
+  ExpectM5Entry(e, {"dtype -1"});
+}
+
+TEST(ManifestTest, M5KnownDtypesAccepted) {
+  for (int32_t t = 0; t <= 29; ++t) {
+    EntryFields e;
+    e.dtype = t;
+    EXPECT_TRUE(Decode(ManifestBytes::WithEntries({e})).report.ok()) << t;
+  }
+}
+
+TEST(ManifestTest, M5BadDeviceType) {
+  EntryFields e;
+  e.device_type = 2;
+  ExpectM5Entry(e, {"device_type 2"});
+  e.device_type = 0;  // CPU is fine.
+  EXPECT_TRUE(Decode(ManifestBytes::WithEntries({e})).report.ok());
+}
+
+TEST(ManifestTest, M5EmptyFqn) {
+  EntryFields e;
+  e.fqn = "";
+  ExpectM5Entry(e, {"fqn is empty"});
+}
+
+TEST(ManifestTest, M5EmptyStorageKey) {
+  EntryFields e;
+  e.key = "";
+  ExpectM5Entry(e, {"storage_key is empty"});
+}
+
+TEST(ManifestTest, M5InvalidUtf8) {
+  EntryFields e;
+  e.fqn = "layers.\xc3(";
+  ExpectM5Entry(e, {"fqn", "UTF-8"});
+  EntryFields k;
+  k.key = "cuda_fqn_weight:cuda:\xed\xa0\x80";  // A UTF-16 surrogate.
+  ExpectM5Entry(k, {"storage_key", "UTF-8"});
+}
+
+TEST(ManifestTest, M5OnlyTheBadEntryIsMarked) {
+  EntryFields good;
+  EntryFields bad;
+  bad.fqn = "bad";
+  bad.strides = {4, -1};
+  const Decoded d = Decode(ManifestBytes::WithEntries({good, bad}));
+  ASSERT_TRUE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M5"));
+  EXPECT_TRUE(d.manifest->entries[0].well_formed);
+  EXPECT_FALSE(d.manifest->entries[1].well_formed);
+  EXPECT_EQ(d.report.errors()[0].fqn, "bad");
+}
+
+// --- M6 -------------------------------------------------------------------
+
+TEST(ManifestTest, M6DuplicateFqn) {
+  EntryFields a;
+  EntryFields b;
+  b.key = "cuda_fqn_weight:cuda:other";
+  const Decoded d = Decode(ManifestBytes::WithEntries({a, EntryFields{.fqn = "x", .key = "k"}, b}));
+  ASSERT_TRUE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M6"));
+  EXPECT_THAT(d.report.errors()[0].message,
+              AllOf(HasSubstr("layers.0.w"), HasSubstr("0"), HasSubstr("2")));
+  EXPECT_TRUE(d.manifest->entries[0].well_formed);
+  EXPECT_FALSE(d.manifest->entries[2].well_formed);
+  EXPECT_FALSE(EncodeManifest(*d.manifest).ok());
+}
+
+TEST(ManifestTest, M6SameStorageKeyIsFine) {
+  EntryFields a;
+  EntryFields b;
+  b.fqn = "layers.0.w2";  // Another view of the same storage key.
+  EXPECT_TRUE(Decode(ManifestBytes::WithEntries({a, b})).report.ok());
+}
+
+// --- Encoder -----------------------------------------------------------------
+
+void ExpectByteExactRoundTrip(const std::string& name) {
+  SCOPED_TRACE(name);
+  const std::vector<uint8_t> original = ReadConformance(name);
+  ASSERT_FALSE(original.empty());
+  absl::StatusOr<Manifest> m = ParseManifest(original, name);
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<std::vector<uint8_t>> encoded = EncodeManifest(*m);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  EXPECT_EQ(*encoded, original);
+}
+
+TEST(ManifestTest, EncoderRoundTripsK01ByteExactly) {
+  ExpectByteExactRoundTrip("k01_view_geometry.manifest");
+}
+
+TEST(ManifestTest, EncoderRoundTripsK02ByteExactly) {
+  ExpectByteExactRoundTrip("k02_one_storage_key_many_views.manifest");
+}
+
+TEST(ManifestTest, EncoderWritesTheWireLayout) {
+  const std::vector<uint8_t> expected = ManifestBytes::WithEntries({EntryFields{}});
+  Manifest m;
+  m.variants = {V(0, 0, 0, "so_blob")};
+  m.entries.push_back(WeightEntry{.fqn = "layers.0.w",
+                                  .storage_key = "cuda_fqn_weight:cuda:layers.0.w",
+                                  .storage_nbytes = 48,
+                                  .dtype = 6,
+                                  .device_type = 1,
+                                  .storage_offset = 0,
+                                  .sizes = {3, 4},
+                                  .strides = {4, 1}});
+  absl::StatusOr<std::vector<uint8_t>> encoded = EncodeManifest(m);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  EXPECT_EQ(*encoded, expected);
+}
+
+TEST(ManifestTest, EncoderRejectsWhatTheDecoderRejects) {
+  const auto entry = [] {
+    return WeightEntry{.fqn = "w", .storage_key = "k", .storage_nbytes = 48,
+                       .dtype = 6, .device_type = 1, .storage_offset = 0,
+                       .sizes = {3, 4}, .strides = {4, 1}};
+  };
+  std::vector<std::pair<std::string, Manifest>> cases;
+  cases.push_back({"no variants", Manifest{.entries = {entry()}}});
+  {
+    Manifest m{.variants = {V(80, 90, 0, "so")}};
+    cases.push_back({"ptx above target", m});
+  }
+  {
+    Manifest m{.variants = {V(0, 0, 0, "so")}, .entries = {entry(), entry()}};
+    cases.push_back({"duplicate fqn", m});
+  }
+  {
+    Manifest m{.variants = {V(0, 0, 0, "so")}, .entries = {entry()}};
+    m.entries[0].dtype = 30;
+    cases.push_back({"unknown dtype", m});
+  }
+  {
+    Manifest m{.variants = {V(0, 0, 0, "so")}, .entries = {entry()}};
+    m.entries[0].strides = {4};
+    cases.push_back({"rank mismatch", m});
+  }
+  {
+    Manifest m{.variants = {V(0, 0, 0, "so")}, .entries = {entry()}};
+    m.entries[0].sizes.assign(65, 1);
+    m.entries[0].strides.assign(65, 1);
+    cases.push_back({"ndim 65", m});
+  }
+  {
+    Manifest m{.variants = {V(0, 0, 0, "so")}, .entries = {entry()}};
+    m.entries[0].storage_offset = -8;
+    cases.push_back({"negative offset", m});
+  }
+  {
+    Manifest m{.variants = {V(0, 0, 0, "so")}, .entries = {entry()}};
+    m.entries[0].storage_key = "";
+    cases.push_back({"empty storage key", m});
+  }
+  {
+    Manifest m{.variants = {V(0, 0, 0, "so")}, .entries = {entry()}};
+    m.entries[0].device_type = 7;
+    cases.push_back({"device type 7", m});
+  }
+  {
+    Manifest m;
+    m.variants.assign(257, V(0, 0, 0, "so"));
+    cases.push_back({"257 variants", m});
+  }
+  for (const auto& [name, m] : cases) {
+    EXPECT_EQ(EncodeManifest(m).status().code(), absl::StatusCode::kInvalidArgument)
+        << name;
+  }
+}
+
+// --- SelectVariant -----------------------------------------------------------
+
+TEST(ManifestTest, SelectSingleUntargetedWinsForAnySm) {
+  const std::vector<Variant> vs = {V(0, 0, 0, "so")};
+  for (uint32_t sm : {0u, 50u, 75u, 80u, 90u, 120u}) {
+    absl::StatusOr<VariantChoice> c = SelectVariant(vs, sm);
+    ASSERT_TRUE(c.ok()) << sm;
+    EXPECT_EQ(c->index, 0u);
+    EXPECT_FALSE(c->via_ptx);
+  }
+}
+
+TEST(ManifestTest, SelectExactTarget) {
+  const std::vector<Variant> vs = {V(80, 0, 0, "a"), V(90, 0, 0, "b"),
+                                   V(120, 0, 0, "c")};
+  absl::StatusOr<VariantChoice> c = SelectVariant(vs, 90);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_FALSE(c->via_ptx);
+}
+
+TEST(ManifestTest, SelectFallbackViaPtx) {
+  const std::vector<Variant> vs = {V(90, 0, 0, "a"), V(80, 80, 1, "fb")};
+  absl::StatusOr<VariantChoice> c = SelectVariant(vs, 86);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_TRUE(c->via_ptx);
+  // ptx_compute == sm is enough.
+  c = SelectVariant(vs, 80);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_TRUE(c->via_ptx);
+}
+
+TEST(ManifestTest, SelectSingleVariantWithPtx) {
+  const std::vector<Variant> vs = {V(80, 75, 0, "a")};
+  absl::StatusOr<VariantChoice> exact = SelectVariant(vs, 80);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_EQ(exact->index, 0u);
+  EXPECT_FALSE(exact->via_ptx);
+  absl::StatusOr<VariantChoice> jit = SelectVariant(vs, 86);
+  ASSERT_TRUE(jit.ok()) << jit.status();
+  EXPECT_EQ(jit->index, 0u);
+  EXPECT_TRUE(jit->via_ptx);
+  EXPECT_EQ(SelectVariant(vs, 70).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ManifestTest, SelectNoneFits) {
+  const std::vector<Variant> vs = {V(90, 0, 0, "a"), V(86, 80, 1, "fb")};
+  absl::StatusOr<VariantChoice> c = SelectVariant(vs, 75);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("no variant fits sm 75"));
+  // A targeted variant without PTX never serves another sm.
+  EXPECT_EQ(SelectVariant({V(80, 0, 0, "a")}, 90).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ManifestTest, SelectPrefersExactMatchOverFallback) {
+  // The fallback comes first and would fit through PTX; the exact match wins.
+  const std::vector<Variant> vs = {V(80, 75, 1, "fb"), V(90, 0, 0, "a")};
+  absl::StatusOr<VariantChoice> c = SelectVariant(vs, 90);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_FALSE(c->via_ptx);
+  // A fallback is never chosen as an exact match.
+  c = SelectVariant(vs, 80);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index, 0u);
+  EXPECT_TRUE(c->via_ptx);
+}
+
+TEST(ManifestTest, SelectNonFallbackMultiVariantNeverViaPtx) {
+  // With several variants, only a fallback is a PTX candidate.
+  const std::vector<Variant> vs = {V(90, 0, 0, "a"), V(80, 0, 0, "b")};
+  EXPECT_EQ(SelectVariant(vs, 86).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ptd

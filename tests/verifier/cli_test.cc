@@ -1,0 +1,152 @@
+// The ptd-verify command line: exit codes, flags, the JSON object and the
+// readable report (SPEC section 6).
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/weights/weight_writer.h"
+#include "tests/testing/test_util.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::ConformancePath;
+using ::ptd::testing::RunCommand;
+using ::ptd::testing::TempDir;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+std::string Verify(const std::string& args) {
+  return std::string(PTD_VERIFY_BINARY) + " " + args + " 2>&1";
+}
+
+const std::string kK01 = ConformancePath("files/k01_view_geometry.ptd");
+const std::string kK01Manifest = ConformancePath("files/k01_view_geometry.manifest");
+const std::string kK01Pte = ConformancePath("files/k01_view_geometry.pte");
+
+TEST(CliTest, HelpAndVersionExitZero) {
+  auto help = RunCommand(Verify("--help"));
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.out, HasSubstr("--manifest"));
+  EXPECT_THAT(help.out, HasSubstr("--digest-limit"));
+  auto version = RunCommand(Verify("--version"));
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_THAT(version.out, HasSubstr("ptd-verify"));
+}
+
+TEST(CliTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(RunCommand(Verify("--bogus " + kK01)).exit_code, 2);
+  EXPECT_EQ(RunCommand(Verify("")).exit_code, 2);                  // No file.
+  EXPECT_EQ(RunCommand(Verify(kK01 + " --manifest")).exit_code, 2);  // No value.
+  EXPECT_EQ(RunCommand(Verify("--sm ninety " + kK01)).exit_code, 2);
+}
+
+TEST(CliTest, UnreadableFilesExitTwo) {
+  auto r = RunCommand(Verify("/nonexistent/model.ptd"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("/nonexistent/model.ptd"));
+  EXPECT_EQ(RunCommand(Verify("--manifest /nonexistent/m " + kK01)).exit_code, 2);
+  TempDir dir;
+  EXPECT_EQ(RunCommand(Verify(dir.path())).exit_code, 2);  // A directory.
+  auto j = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json /nonexistent/x.ptd");
+  EXPECT_EQ(j.exit_code, 2);
+  EXPECT_FALSE(json::parse(j.out)["ok"].get<bool>());
+}
+
+TEST(CliTest, JsonHasEveryPart) {
+  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " +
+                      kK01Manifest + " " + kK01);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = json::parse(r.out);
+  for (const char* k : {"ok", "ptd", "manifests", "errors", "warnings"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  for (const char* k : {"path", "size", "version", "segment_base_offset",
+                        "segment_data_size", "segments", "named_data"}) {
+    EXPECT_TRUE(j["ptd"].contains(k)) << k;
+  }
+  const auto& w = j["manifests"][0]["weights"][0];
+  for (const char* k : {"fqn", "storage_key", "dtype", "device_type", "storage_offset",
+                        "sizes", "strides", "storage_nbytes", "required_nbytes"}) {
+    EXPECT_TRUE(w.contains(k)) << k;
+  }
+  EXPECT_FALSE(w.contains("sha256"));  // Only with --digest.
+  EXPECT_EQ(j["manifests"][0]["source"], "manifest");
+  EXPECT_FALSE(j["manifests"][0].contains("selection"));  // Only with --sm.
+  // k01 has a scalar view at offset 3 of a 4-float storage: warning G5.
+  ASSERT_EQ(j["warnings"].size(), 1u);
+  EXPECT_EQ(j["warnings"][0]["rule"], "G5");
+  EXPECT_EQ(j["warnings"][0]["key"], "cuda_fqn_weight:cuda:layers.0.norm.scale");
+}
+
+TEST(CliTest, SmSelectsAVariantOrSaysNoneFits) {
+  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --sm 90 --pte " +
+                      kK01Pte + " " + kK01);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = json::parse(r.out);
+  const auto& m = j["manifests"][0];
+  EXPECT_EQ(m["source"], "pte:forward:0");
+  ASSERT_TRUE(m.contains("selection"));
+  EXPECT_EQ(m["selection"]["sm"], 90);
+  EXPECT_FALSE(m["selection"]["variant"].is_null());
+  auto text = RunCommand(Verify("--sm 90 --pte " + kK01Pte + " " + kK01));
+  EXPECT_THAT(text.out, HasSubstr("on sm 90: runs variant 0"));
+}
+
+TEST(CliTest, ReadableReportListsErrorsFirstThenWeights) {
+  auto r = RunCommand(Verify("--manifest " +
+                             ConformancePath("files/k10_clone_with_original_offset.manifest") +
+                             " " + ConformancePath("files/k10_clone_with_original_offset.ptd")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("FAILED"));
+  EXPECT_THAT(r.out, HasSubstr("weight 'x.rows': view requires 80 bytes from a 48-byte storage (G2)"));
+  const size_t errors_at = r.out.find("errors (");
+  const size_t table_at = r.out.find("required/stored");
+  ASSERT_NE(errors_at, std::string::npos);
+  ASSERT_NE(table_at, std::string::npos);
+  EXPECT_LT(errors_at, table_at);
+  EXPECT_THAT(r.out, HasSubstr("80/48"));
+}
+
+TEST(CliTest, DigestLimitGivesWarningD1AndNullSha) {
+  // A broadcast view gathers far more bytes than its storage holds.
+  TempDir dir;
+  const std::vector<uint8_t> storage(16, 1);
+  CudaWeightWriter w("lib_so");
+  ASSERT_TRUE(w.Add(WeightSpec{.fqn = "rope",
+                               .dtype = 6,
+                               .device_type = 1,
+                               .value = {.storage = storage,
+                                         .sizes = {4096, 4},
+                                         .strides = {0, 1},
+                                         .is_original_storage = true},
+                               .properties = {.shape = {4096, 4}, .stride = {0, 1}}})
+                  .ok());
+  ASSERT_TRUE(w.Write(dir.File("m.ptd"), dir.File("m.manifest")).ok());
+  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) +
+                      " --json --digest --digest-limit 1000 --manifest " +
+                      dir.File("m.manifest") + " " + dir.File("m.ptd"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_TRUE(j["manifests"][0]["weights"][0]["sha256"].is_null());
+  ASSERT_FALSE(j["warnings"].empty());
+  EXPECT_EQ(j["warnings"][0]["rule"], "D1");
+  EXPECT_THAT(j["warnings"][0]["message"].get<std::string>(),
+              HasSubstr("65536 bytes, over the digest limit of 1000"));
+  // Without the limit, the digest is there.
+  auto full = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --digest --manifest " +
+                         dir.File("m.manifest") + " " + dir.File("m.ptd"));
+  EXPECT_TRUE(json::parse(full.out)["manifests"][0]["weights"][0]["sha256"].is_string());
+}
+
+TEST(CliTest, PreadAndMmapGiveTheSameReport) {
+  const std::string args = " --json --digest --manifest " + kK01Manifest + " " + kK01;
+  auto a = RunCommand(std::string(PTD_VERIFY_BINARY) + args);
+  auto b = RunCommand(std::string(PTD_VERIFY_BINARY) + " --pread" + args);
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_EQ(json::parse(a.out), json::parse(b.out));
+}
+
+}  // namespace
+}  // namespace ptd
