@@ -568,11 +568,12 @@ TEST(ManifestTest, M6DuplicateFqn) {
   EntryFields a;
   EntryFields b;
   b.key = "cuda_fqn_weight:cuda:other";
-  const Decoded d = Decode(ManifestBytes::WithEntries({a, EntryFields{.fqn = "x", .key = "k"}, b}));
+  const Decoded d =
+      Decode(ManifestBytes::WithEntries({a, EntryFields{.fqn = "x", .key = "k"}, b}));
   ASSERT_TRUE(d.manifest.has_value());
   EXPECT_THAT(Rules(d.report), ElementsAre("M6"));
   EXPECT_THAT(d.report.errors()[0].message,
-              AllOf(HasSubstr("layers.0.w"), HasSubstr("0"), HasSubstr("2")));
+              AllOf(HasSubstr("layers.0.w"), HasSubstr("entries 0 and 2")));
   EXPECT_TRUE(d.manifest->entries[0].well_formed);
   EXPECT_FALSE(d.manifest->entries[2].well_formed);
   EXPECT_FALSE(EncodeManifest(*d.manifest).ok());

@@ -75,6 +75,8 @@ struct Corruption {
   std::string message_part;  // Both numbers, or the place.
 };
 
+void PrintTo(const Corruption& c, std::ostream* os) { *os << c.name; }
+
 std::vector<uint8_t> Valid() { return BuildRawPtd(ValidRawPtd()); }
 
 std::vector<uint8_t> WithSpec(const std::function<void(RawPtd&)>& edit) {

@@ -2,6 +2,7 @@
 // gives its expected verdict, rule and digests: through the library, and
 // through the ptd-verify binary's exit code and JSON.
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,19 @@ std::set<std::string> ErrorRules(const nlohmann::ordered_json& j) {
   return rules;
 }
 
-class ConformanceTest : public ::testing::TestWithParam<json> {};
+// Parameterized by case name (readable test names); the case is looked up.
+class ConformanceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static const json& Case(const std::string& name) {
+    for (const auto& tc : ConformanceCases()) {
+      if (tc["name"] == name) return tc;
+    }
+    throw std::runtime_error("no case " + name);
+  }
+};
 
 TEST_P(ConformanceTest, GivesExpectedVerdictRulesAndDigests) {
-  const json& tc = GetParam();
+  const json& tc = Case(GetParam());
   for (const std::string& route : Routes(tc)) {
     SCOPED_TRACE("route " + route);
     const VerifyOutcome out = RunVerify(OptionsFor(tc, route));
@@ -96,7 +106,7 @@ TEST_P(ConformanceTest, GivesExpectedVerdictRulesAndDigests) {
 }
 
 TEST_P(ConformanceTest, BinaryExitCodeAndJsonAgree) {
-  const json& tc = GetParam();
+  const json& tc = Case(GetParam());
   const int want = tc["expect"] == "ok" ? 0 : 1;
   for (const std::string& route : Routes(tc)) {
     std::string cmd = std::string(PTD_VERIFY_BINARY) + " --json --digest";
@@ -114,14 +124,15 @@ TEST_P(ConformanceTest, BinaryExitCodeAndJsonAgree) {
   }
 }
 
-std::vector<json> AllCases() {
-  const json& cases = ConformanceCases();
-  return std::vector<json>(cases.begin(), cases.end());
+std::vector<std::string> AllCases() {
+  std::vector<std::string> names;
+  for (const auto& tc : ConformanceCases()) names.push_back(tc["name"]);
+  return names;
 }
 
 INSTANTIATE_TEST_SUITE_P(Upstream, ConformanceTest, ::testing::ValuesIn(AllCases()),
-                         [](const ::testing::TestParamInfo<json>& p) {
-                           return p.param["name"].get<std::string>();
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.param;
                          });
 
 // The same weights and verdicts through --pte as through --manifest.

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job on a built-in demo: sets up and builds, writes a demo weight
+# file pair with the writer half (out/demo/demo.ptd + demo.manifest), then
+# verifies it with ptd-verify and prints the report.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+"$root/scripts/setup.sh"
+
+out=$root/out/demo
+mkdir -p "$out"
+"$build/examples/ptd-write-demo" "$out"
+echo
+"$build/verifier/ptd-verify" --digest --sm 90 \
+  --manifest "$out/demo.manifest" "$out/demo.ptd"

@@ -1,0 +1,435 @@
+// Tests of WeightSet::Resolve: manifests against a .ptd (docs/SPEC.md
+// sections 3 and 5: X1, G1-G5, X3). Containers are built in memory with
+// PtdWriter; manifests as structs, or decoded from bytes where the decoder's
+// verdict matters.
+#include "runtime/weights/weight_set.h"
+
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/io/file_source.h"
+#include "runtime/manifest/manifest.h"
+#include "runtime/ptd/container.h"
+#include "runtime/ptd/ptd_writer.h"
+
+namespace ptd {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed = 1) {
+  std::vector<uint8_t> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(seed + i * 7);
+  return b;
+}
+
+// A container from key -> bytes, written by PtdWriter and opened from memory.
+std::unique_ptr<Container> MakeContainer(
+    const std::vector<std::pair<std::string, std::vector<uint8_t>>>& entries) {
+  PtdWriter writer;
+  for (const auto& [key, bytes] : entries) {
+    absl::Status s = writer.Add(key, bytes);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  absl::StatusOr<std::vector<uint8_t>> file = writer.Serialize();
+  EXPECT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<std::unique_ptr<Container>> c =
+      Container::Open(MemorySource(*std::move(file), "test.ptd"));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+WeightEntry Entry(std::string fqn, std::string key, uint64_t nbytes, int64_t offset,
+                  std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                  int32_t device_type = 1) {
+  return WeightEntry{.fqn = std::move(fqn),
+                     .storage_key = std::move(key),
+                     .storage_nbytes = nbytes,
+                     .dtype = 6,
+                     .device_type = device_type,
+                     .storage_offset = offset,
+                     .sizes = std::move(sizes),
+                     .strides = std::move(strides)};
+}
+
+Manifest OneVariant(std::vector<WeightEntry> entries) {
+  Manifest m;
+  m.variants.push_back(Variant{.so_blob_key = "so"});
+  m.entries = std::move(entries);
+  return m;
+}
+
+struct Resolved {
+  Report report;
+  WeightSet set;
+};
+
+Resolved Resolve(const Container& c, const std::vector<const Manifest*>& ms) {
+  std::vector<ManifestInput> inputs;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    inputs.push_back({.source = i == 0 ? "manifest" : "pte:forward:" + std::to_string(i),
+                      .manifest = ms[i]});
+  }
+  Resolved r;
+  r.set = WeightSet::Resolve(c, inputs, &r.report);
+  return r;
+}
+
+std::vector<std::string> ErrorRules(const Report& r) {
+  std::vector<std::string> rules;
+  for (const Diagnostic& d : r.errors()) rules.push_back(d.rule);
+  return rules;
+}
+
+std::vector<std::string> WarningRules(const Report& r) {
+  std::vector<std::string> rules;
+  for (const Diagnostic& d : r.warnings()) rules.push_back(d.rule);
+  return rules;
+}
+
+std::string All(const Report& r) {
+  std::string out;
+  for (const Diagnostic& d : r.errors()) out += "error " + d.message + "\n";
+  for (const Diagnostic& d : r.warnings()) out += "warning " + d.message + "\n";
+  return out;
+}
+
+constexpr char kRows[] = "cuda_fqn_weight:cuda:layers.0.attn.rows";
+constexpr char kQkv[] = "cuda_fqn_weight:cuda:layers.0.attn.qkv";
+
+// --- A clean resolution ----------------------------------------------------
+
+TEST(WeightSetTest, ResolvesSharedStorageWithoutDiagnostics) {
+  // k02's shape: q, k, a transposed v and the whole matrix on one 192-byte key.
+  auto c = MakeContainer({{kQkv, Pattern(192)}});
+  const Manifest m = OneVariant({
+      Entry("q", kQkv, 192, 0, {4, 4}, {4, 1}),
+      Entry("k", kQkv, 192, 16, {4, 4}, {4, 1}),
+      Entry("v", kQkv, 192, 32, {4, 4}, {1, 4}),
+      Entry("qkv", kQkv, 192, 0, {12, 4}, {4, 1}),
+  });
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(r.report.warnings(), IsEmpty()) << All(r.report);
+  ASSERT_EQ(r.set.manifests().size(), 1u);
+  const auto& ws = r.set.manifests()[0].weights;
+  ASSERT_EQ(ws.size(), 4u);
+  for (const ResolvedWeight& w : ws) {
+    EXPECT_TRUE(w.ok) << w.entry->fqn;
+    ASSERT_NE(w.named, nullptr);
+    EXPECT_EQ(w.named->key, kQkv);
+    ASSERT_TRUE(w.extent.has_value());
+  }
+  EXPECT_EQ(ws[0].extent->required_nbytes, 64u);
+  EXPECT_EQ(ws[1].extent->required_nbytes, 128u);
+  EXPECT_EQ(ws[2].extent->required_nbytes, 192u);
+  EXPECT_EQ(ws[1].extent->first_byte, 64u);
+  EXPECT_TRUE(WeightSet::Open(*c, {{.source = "manifest", .manifest = &m}}).ok());
+}
+
+// --- X1 -----------------------------------------------------------------------
+
+TEST(WeightSetTest, X1MissingStorageKey) {
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1}),
+                                 Entry("gone", "cuda_fqn_weight:cuda:gone", 48, 0,
+                                       {3, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("X1"));
+  const Diagnostic& d = r.report.errors()[0];
+  EXPECT_EQ(d.code, absl::StatusCode::kNotFound);
+  EXPECT_THAT(d.message, HasSubstr("cuda_fqn_weight:cuda:gone"));
+  EXPECT_EQ(d.fqn, "gone");
+  EXPECT_EQ(d.key, "cuda_fqn_weight:cuda:gone");
+  const auto& ws = r.set.manifests()[0].weights;
+  EXPECT_TRUE(ws[0].ok);
+  EXPECT_FALSE(ws[1].ok);
+  EXPECT_EQ(ws[1].named, nullptr);
+  absl::StatusOr<WeightSet> open =
+      WeightSet::Open(*c, {{.source = "manifest", .manifest = &m}});
+  EXPECT_EQ(open.status().code(), absl::StatusCode::kNotFound);
+}
+
+// --- G1, G2 ------------------------------------------------------------------
+
+TEST(WeightSetTest, G2ViewPastStorage) {
+  // A compact clone of big[2:5] recorded with the original offset 8.
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant({Entry("x.rows", kRows, 48, 8, {3, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G2"));
+  EXPECT_EQ(r.report.errors()[0].message,
+            "weight 'x.rows': view requires 80 bytes from a 48-byte storage (G2)");
+  EXPECT_EQ(r.report.errors()[0].code, absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(r.set.manifests()[0].weights[0].ok);
+  EXPECT_EQ(WeightSet::Open(*c, {{.source = "manifest", .manifest = &m}}).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(WeightSetTest, G1OverflowingStrides) {
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant(
+      {Entry("x.rows", kRows, 48, 0, {3, 4}, {int64_t{1} << 62, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G1"));
+  EXPECT_FALSE(r.set.manifests()[0].weights[0].extent.has_value());
+  EXPECT_FALSE(r.set.manifests()[0].weights[0].ok);
+}
+
+// --- G3 -----------------------------------------------------------------------
+
+TEST(WeightSetTest, G3SegmentSizeMismatch) {
+  auto c = MakeContainer({{kRows, Pattern(40)}});
+  // The manifest claims 48 bytes; the view fits 48 but not the 40 stored.
+  const Manifest m = OneVariant({Entry("x.rows", kRows, 48, 0, {3, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G3"));
+  const Diagnostic& d = r.report.errors()[0];
+  EXPECT_THAT(d.message, AllOf(HasSubstr("40"), HasSubstr("48"), HasSubstr(kRows)));
+  EXPECT_EQ(d.segment, 0u);
+  EXPECT_FALSE(r.set.manifests()[0].weights[0].ok);
+}
+
+TEST(WeightSetTest, G3LargerSegmentThanManifestSays) {
+  auto c = MakeContainer({{kRows, Pattern(64)}});
+  const Manifest m = OneVariant({Entry("x.rows", kRows, 48, 0, {3, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G3"));
+}
+
+// --- G4, across two manifests of one run -----------------------------------------
+
+TEST(WeightSetTest, G4StorageNbytesDisagreeAcrossManifests) {
+  auto c = MakeContainer({{kQkv, Pattern(192)}});
+  const Manifest a = OneVariant({Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
+  const Manifest b = OneVariant({Entry("q", kQkv, 128, 0, {4, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&a, &b});
+  // b's entry also disagrees with the segment (G3); G4 names both numbers.
+  EXPECT_TRUE(r.report.HasError("G4")) << All(r.report);
+  for (const Diagnostic& d : r.report.errors()) {
+    if (d.rule != "G4") continue;
+    EXPECT_THAT(d.message, AllOf(HasSubstr("128"), HasSubstr("192"), HasSubstr(kQkv)));
+    EXPECT_EQ(d.source, "pte:forward:1");
+  }
+  EXPECT_TRUE(r.set.manifests()[0].weights[0].ok);
+  EXPECT_FALSE(r.set.manifests()[1].weights[0].ok);
+}
+
+TEST(WeightSetTest, G4DeviceTypeDisagreeAcrossManifests) {
+  auto c = MakeContainer({{kQkv, Pattern(192)}});
+  const Manifest a = OneVariant({Entry("q", kQkv, 192, 0, {4, 4}, {4, 1}, 1)});
+  const Manifest b = OneVariant({Entry("k", kQkv, 192, 16, {4, 4}, {4, 1}, 0)});
+  const Resolved r = Resolve(*c, {&a, &b});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G4"));
+  EXPECT_THAT(r.report.errors()[0].message,
+              AllOf(HasSubstr("device_type 0"), HasSubstr("1"), HasSubstr("'q'")));
+  EXPECT_FALSE(r.set.manifests()[1].weights[0].ok);
+}
+
+TEST(WeightSetTest, G4SameFqnInTwoManifestsAgreeing) {
+  // Two manifests of one .pte may share fqns and storages.
+  auto c = MakeContainer({{kQkv, Pattern(192)}});
+  const Manifest a = OneVariant({Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
+  const Manifest b = OneVariant({Entry("q", kQkv, 192, 0, {4, 4}, {4, 1}),
+                                 Entry("rest", kQkv, 192, 16, {8, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&a, &b});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+}
+
+// --- G5 -------------------------------------------------------------------------------
+
+TEST(WeightSetTest, G5UnusedLeadingAndTrailingBytes) {
+  auto c = MakeContainer({{kQkv, Pattern(192)}});
+  // Only k: bytes [64, 128) of 192.
+  const Manifest m = OneVariant({Entry("k", kQkv, 192, 16, {4, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(WarningRules(r.report), ElementsAre("G5"));
+  const Diagnostic& d = r.report.warnings()[0];
+  EXPECT_THAT(d.message, AllOf(HasSubstr("64"), HasSubstr("128"), HasSubstr("192")));
+  EXPECT_EQ(d.segment, 0u);
+  EXPECT_EQ(d.key, kQkv);
+}
+
+TEST(WeightSetTest, G5OnlyTrailingBytes) {
+  auto c = MakeContainer({{kQkv, Pattern(192)}});
+  const Manifest m = OneVariant({Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(WarningRules(r.report), ElementsAre("G5"));
+}
+
+TEST(WeightSetTest, G5NotReportedForStridedViewGaps) {
+  // The compact clone of big[:, 1:3] (8x8 float): 232 bytes with row gaps.
+  auto c = MakeContainer({{"cuda_fqn_weight:cuda:cols", Pattern(232)}});
+  const Manifest m = OneVariant(
+      {Entry("cols", "cuda_fqn_weight:cuda:cols", 232, 0, {8, 2}, {8, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(r.report.warnings(), IsEmpty()) << All(r.report);
+}
+
+TEST(WeightSetTest, G5CountsViewsThroughEveryKeyOfASegment) {
+  // Two keys with identical bytes share one segment; each key's view covers
+  // one half, so together they reach every byte.
+  const std::vector<uint8_t> bytes = Pattern(64);
+  auto c = MakeContainer({{"cuda_fqn_weight:cuda:a", bytes},
+                          {"cuda_fqn_weight:cuda:b", bytes}});
+  ASSERT_EQ(c->segments().size(), 1u);
+  const Manifest m = OneVariant(
+      {Entry("a", "cuda_fqn_weight:cuda:a", 64, 0, {8}, {1}),
+       Entry("b", "cuda_fqn_weight:cuda:b", 64, 8, {8}, {1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(r.report.warnings(), IsEmpty()) << All(r.report);
+}
+
+TEST(WeightSetTest, G5SegmentReachedOnlyByEmptyViews) {
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant({Entry("e", kRows, 48, 0, {0, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(WarningRules(r.report), ElementsAre("G5"));
+}
+
+// --- X3 --------------------------------------------------------------------------------
+
+TEST(WeightSetTest, X3OrphanWeightKey) {
+  auto c = MakeContainer({{kRows, Pattern(48)},
+                          {"cuda_fqn_weight:cuda:orphan", Pattern(16, 9)},
+                          {"so_blob", Pattern(32, 3)}});  // Not a weight key.
+  const Manifest m = OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(WarningRules(r.report), ElementsAre("X3"));
+  EXPECT_EQ(r.report.warnings()[0].key, "cuda_fqn_weight:cuda:orphan");
+  EXPECT_THAT(r.report.warnings()[0].message, HasSubstr("cuda_fqn_weight:cuda:orphan"));
+}
+
+TEST(WeightSetTest, X3NotReportedWithoutManifests) {
+  auto c = MakeContainer({{"cuda_fqn_weight:cuda:orphan", Pattern(16)}});
+  const Resolved r = Resolve(*c, {});
+  EXPECT_TRUE(r.report.ok());
+  EXPECT_THAT(r.report.warnings(), IsEmpty());
+}
+
+// --- Entries the decoder rejected ---------------------------------------------------
+
+TEST(WeightSetTest, EntryWithM5ProblemsIsSkipped) {
+  // Encode a valid manifest, then patch the last stride to -1 (M5). Its
+  // segment is also too small and not referenced by size, so any G check
+  // that ran would fire.
+  Manifest valid = OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1}),
+                               Entry("bad", "cuda_fqn_weight:cuda:bad", 48, 0,
+                                     {3, 4}, {4, 1})});
+  absl::StatusOr<std::vector<uint8_t>> bytes = EncodeManifest(valid);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  for (size_t i = bytes->size() - 8; i < bytes->size(); ++i) (*bytes)[i] = 0xff;
+
+  Report report;
+  const std::optional<Manifest> m =
+      DecodeManifest(*bytes, Where{.file = "m", .source = "manifest"}, &report);
+  ASSERT_TRUE(m.has_value());
+  ASSERT_THAT(ErrorRules(report), ElementsAre("M5"));
+  ASSERT_FALSE(m->entries[1].well_formed);
+
+  auto c = MakeContainer({{kRows, Pattern(48)}, {"cuda_fqn_weight:cuda:bad", Pattern(8)}});
+  const ManifestInput input{.source = "manifest", .manifest = &*m};
+  const WeightSet set = WeightSet::Resolve(*c, {&input, 1}, &report);
+  EXPECT_THAT(ErrorRules(report), ElementsAre("M5")) << All(report);
+  const auto& ws = set.manifests()[0].weights;
+  ASSERT_EQ(ws.size(), 2u);
+  EXPECT_TRUE(ws[0].ok);
+  EXPECT_FALSE(ws[1].ok);
+  EXPECT_FALSE(ws[1].extent.has_value());
+}
+
+TEST(WeightSetTest, EntryWithDuplicateFqnIsSkipped) {
+  Manifest m = OneVariant({Entry("w", kRows, 48, 0, {3, 4}, {4, 1}),
+                           Entry("w", kRows, 40, 0, {3, 4}, {4, 1})});
+  m.entries[1].well_formed = false;  // As the decoder marks an M6 duplicate.
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);  // No G3 or G4 for the skipped one.
+}
+
+// --- Conformance files -------------------------------------------------------------------
+
+std::vector<uint8_t> ReadConformance(const std::string& name) {
+  std::ifstream in(std::string(PTD_TEST_DATA_DIR) + "/conformance/files/" + name,
+                   std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(WeightSetTest, ConformanceRejectsNameTheirRule) {
+  const std::map<std::string, std::string> cases = {
+      {"k10_clone_with_original_offset", "G2"},
+      {"k11_truncated_clone", "G2"},
+      {"k12_storage_size_mismatch", "G3"},
+      {"k13_storage_key_missing", "X1"},
+      {"k14_overflowing_strides", "G1"},
+  };
+  for (const auto& [name, rule] : cases) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<std::unique_ptr<Container>> c =
+        Container::Open(MemorySource(ReadConformance(name + ".ptd"), name + ".ptd"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<Manifest> m = ParseManifest(ReadConformance(name + ".manifest"));
+    ASSERT_TRUE(m.ok()) << m.status();
+    const Resolved r = Resolve(**c, {&*m});
+    EXPECT_TRUE(r.report.HasError(rule)) << All(r.report);
+  }
+}
+
+TEST(WeightSetTest, ConformanceOkCasesResolve) {
+  for (const std::string name : {"k01_view_geometry", "k02_one_storage_key_many_views"}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<std::unique_ptr<Container>> c =
+        Container::Open(MemorySource(ReadConformance(name + ".ptd"), name + ".ptd"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<Manifest> m = ParseManifest(ReadConformance(name + ".manifest"));
+    ASSERT_TRUE(m.ok()) << m.status();
+    const Resolved r = Resolve(**c, {&*m});
+    EXPECT_TRUE(r.report.ok()) << All(r.report);
+    for (const ResolvedWeight& w : r.set.manifests()[0].weights) {
+      EXPECT_TRUE(w.ok) << w.entry->fqn;
+    }
+  }
+}
+
+// --- Scale ---------------------------------------------------------------------------------
+
+TEST(WeightSetTest, ResolvesHundredThousandEntries) {
+  constexpr int kKeys = 100000;
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> storages;
+  Manifest m = OneVariant({});
+  storages.reserve(kKeys);
+  m.entries.reserve(kKeys);
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string fqn = "layers." + std::to_string(i) + ".w";
+    const std::string key = "cuda_fqn_weight:cuda:" + fqn;
+    std::vector<uint8_t> bytes(8);
+    for (int b = 0; b < 4; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
+    storages.push_back({key, std::move(bytes)});
+    m.entries.push_back(Entry(fqn, key, 8, 0, {2}, {1}));
+  }
+  auto c = MakeContainer(storages);
+  ASSERT_NE(c, nullptr);
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << r.report.errors().front().message;
+  EXPECT_THAT(r.report.warnings(), IsEmpty());
+  ASSERT_EQ(r.set.manifests()[0].weights.size(), static_cast<size_t>(kKeys));
+  EXPECT_TRUE(r.set.manifests()[0].weights.back().ok);
+}
+
+}  // namespace
+}  // namespace ptd
