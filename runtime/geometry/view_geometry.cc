@@ -34,18 +34,19 @@ GeometryResult ComputeExtent(const ViewSpec& view) {
     r.detail = std::move(what);
     return r;
   };
-  // numel, unsigned (may exceed int64 for broadcast views).
-  std::optional<uint64_t> numel = 1;
+  // numel is not part of the span arithmetic: a broadcast view may have more
+  // than 2^64 elements and still need few bytes. It saturates.
+  uint64_t numel = 1;
   bool any_zero = false;
   for (int64_t s : view.sizes) {
     if (s == 0) any_zero = true;
-    if (numel) numel = CheckedMul(*numel, static_cast<uint64_t>(s));
+    const auto next = CheckedMul(numel, static_cast<uint64_t>(s));
+    numel = next ? *next : kSaturatedNumel;
   }
   if (any_zero) {
     r.extent = ViewExtent{};
     return r;
   }
-  if (!numel) return overflow("the element count overflows 64 bits");
 
   const auto e = static_cast<int64_t>(view.element_size);
   std::optional<int64_t> last = view.storage_offset;
@@ -72,7 +73,7 @@ GeometryResult ComputeExtent(const ViewSpec& view) {
   if (!first) return overflow("storage_offset * element size overflows int64");
   r.extent.required_nbytes = static_cast<uint64_t>(*bytes);
   r.extent.first_byte = static_cast<uint64_t>(*first);
-  r.extent.numel = *numel;
+  r.extent.numel = numel;
   return r;
 }
 

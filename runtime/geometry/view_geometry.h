@@ -19,6 +19,8 @@
 
 namespace ptd {
 
+inline constexpr uint64_t kSaturatedNumel = ~uint64_t{0};
+
 struct ViewSpec {
   uint32_t element_size = 1;
   int64_t storage_offset = 0;  // Elements.
@@ -30,7 +32,7 @@ struct ViewSpec {
 struct ViewExtent {
   uint64_t required_nbytes = 0;  // One past the last byte reached; 0 if empty.
   uint64_t first_byte = 0;       // storage_offset * e; meaningful if not empty.
-  uint64_t numel = 0;            // Product of sizes.
+  uint64_t numel = 0;  // Product of sizes; kSaturatedNumel if over 2^64 - 1.
   bool empty() const { return numel == 0; }
 };
 

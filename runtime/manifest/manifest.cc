@@ -19,8 +19,10 @@ constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
 // and fails; callers stop at the first failure.
 class Cursor {
  public:
-  Cursor(absl::Span<const uint8_t> bytes, const Where& where, Report* report)
-      : bytes_(bytes), where_(where), report_(report) {}
+  // Starts reading at `pos`; offsets in messages count from the start.
+  Cursor(absl::Span<const uint8_t> bytes, size_t pos, const Where& where,
+         Report* report)
+      : bytes_(bytes), pos_(pos), where_(where), report_(report) {}
 
   size_t pos() const { return pos_; }
   size_t remaining() const { return bytes_.size() - pos_; }
@@ -54,7 +56,7 @@ class Cursor {
   }
 
   absl::Span<const uint8_t> bytes_;
-  size_t pos_ = 0;
+  size_t pos_;
   const Where& where_;
   Report* report_;
 };
@@ -176,7 +178,7 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
     return std::nullopt;
   }
 
-  Cursor in(bytes.subspan(kManifestMagic.size()), where, report);
+  Cursor in(bytes, kManifestMagic.size(), where, report);
   Manifest m;
   uint32_t num_variants;
   if (!in.Read(&num_variants, "num_variants")) return std::nullopt;
@@ -245,7 +247,7 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
     report->Error("M3", kDataLoss,
                   absl::StrCat(in.remaining(), " trailing bytes after the last "
                                "entry, at offset ",
-                               kManifestMagic.size() + in.pos(), " of ",
+                               in.pos(), " of ",
                                bytes.size()),
                   where);
   }

@@ -98,59 +98,79 @@ absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
 
   const uint64_t e = view.element_size;
   std::vector<Dim> dims = Coalesce(view);
-  // The innermost run of contiguous bytes.
-  uint64_t run_elems = 1;
-  if (!dims.empty() && dims.back().stride == 1) {
-    run_elems = static_cast<uint64_t>(dims.back().size);
-    dims.pop_back();
-  }
-  // Split runs longer than the window.
-  const uint64_t max_run_elems = std::max<uint64_t>(1, kGatherWindowBytes / e);
+  // The innermost dim is walked in a tight loop; the outer ones by odometer.
+  const Dim inner = dims.empty() ? Dim{1, 1} : dims.back();
+  if (!dims.empty()) dims.pop_back();
+  const auto inner_size = static_cast<uint64_t>(inner.size);
+  const auto inner_stride = static_cast<uint64_t>(inner.stride);
+  // Bytes one row of the inner dim spans in the storage.
+  const uint64_t row_span = ((inner_size - 1) * inner_stride + 1) * e;
 
   StorageReader reader(source, storage_offset, storage_nbytes);
-  std::vector<uint8_t> out;
-  out.reserve(kGatherWindowBytes);
+  std::vector<uint8_t> out(kGatherWindowBytes);
+  size_t used = 0;
+  const auto flush = [&] {
+    if (used > 0) sink(absl::MakeConstSpan(out.data(), used));
+    used = 0;
+  };
   const auto emit = [&](const uint8_t* p, uint64_t n) {
     while (n > 0) {
-      const uint64_t take = std::min<uint64_t>(n, kGatherWindowBytes - out.size());
-      out.insert(out.end(), p, p + take);
+      const uint64_t take = std::min<uint64_t>(n, out.size() - used);
+      std::memcpy(out.data() + used, p, take);
+      used += take;
       p += take;
       n -= take;
-      if (out.size() == kGatherWindowBytes) {
-        sink(out);
-        out.clear();
-      }
+      if (used == out.size()) flush();
     }
+  };
+  // Emits the inner row that starts at element `elem`.
+  const auto emit_row = [&](uint64_t elem) -> absl::Status {
+    const uint64_t first = elem * e;
+    if (inner_stride == 1) {  // One contiguous run, read in window-sized pieces.
+      for (uint64_t done = 0; done < row_span;) {
+        const uint64_t n = std::min(kGatherWindowBytes, row_span - done);
+        ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first + done, n));
+        emit(p, n);
+        done += n;
+      }
+      return absl::OkStatus();
+    }
+    if (row_span <= kGatherWindowBytes) {  // The whole row in one read.
+      ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first, row_span));
+      for (uint64_t j = 0; j < inner_size; ++j) {
+        if (used + e > out.size()) flush();
+        std::memcpy(out.data() + used, p + j * inner_stride * e, e);
+        used += e;
+      }
+      return absl::OkStatus();
+    }
+    for (uint64_t j = 0; j < inner_size; ++j) {
+      ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first + j * inner_stride * e, e));
+      emit(p, e);
+    }
+    return absl::OkStatus();
   };
 
   // Odometer over the outer dims; offsets fit in int64 (checked by G1).
   std::vector<int64_t> idx(dims.size(), 0);
   int64_t elem = view.storage_offset;
   while (true) {
-    for (uint64_t done = 0; done < run_elems;) {
-      const uint64_t n = std::min(max_run_elems, run_elems - done);
-      const uint64_t byte = (static_cast<uint64_t>(elem) + done) * e;
-      ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(byte, n * e));
-      emit(p, n * e);
-      done += n;
-    }
+    RETURN_IF_ERROR(emit_row(static_cast<uint64_t>(elem)));
     size_t d = dims.size();
+    bool carried_out = true;
     while (d > 0) {
       --d;
       if (++idx[d] < dims[d].size) {
         elem += dims[d].stride;
+        carried_out = false;
         break;
       }
       elem -= dims[d].stride * (dims[d].size - 1);
       idx[d] = 0;
-      if (d == 0) {
-        d = SIZE_MAX;
-        break;
-      }
     }
-    if (dims.empty() || d == SIZE_MAX) break;
+    if (carried_out) break;
   }
-  if (!out.empty()) sink(out);
+  flush();
   return absl::OkStatus();
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/core/sha256.h"
@@ -366,7 +368,8 @@ TEST(WeightWriterTest, WrittenFilesPassTheVerifier) {
   CudaWeightWriter w("so_blob");
   model.AddTo(w);
   const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / "weight_writer_test_files";
+      std::filesystem::path(::testing::TempDir()) /
+      ("weight_writer_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string ptd_path = (dir / "model.ptd").string();
   const std::string manifest_path = (dir / "model.manifest").string();
