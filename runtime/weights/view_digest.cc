@@ -35,34 +35,57 @@ std::vector<Dim> Coalesce(const ViewSpec& view) {
   return out;
 }
 
-// Reads byte ranges of a storage, from a zero-copy view when the source has
-// one, else through a window of at most kGatherWindowBytes.
+// Reads byte ranges of a storage: from a zero-copy view when the source has
+// one; otherwise through a direct-mapped cache of 4 KiB blocks (1 MiB in
+// all), so that strided access re-reads little, and a scratch buffer for
+// ranges that do not fit one block. Memory stays bounded whatever the view.
 class StorageReader {
  public:
+  static constexpr uint64_t kBlock = 4096;
+  static constexpr uint64_t kSlots = kGatherWindowBytes / kBlock;
+
   StorageReader(const FileSource& source, uint64_t base, uint64_t nbytes)
       : source_(source), base_(base), nbytes_(nbytes) {
     if (auto v = source.View(base, nbytes)) view_ = *v;
   }
 
+  bool has_view() const { return view_.data() != nullptr || nbytes_ == 0; }
+
   // Bytes [offset, offset + len) of the storage; len <= kGatherWindowBytes.
+  // The pointer is valid until the next call.
   absl::StatusOr<const uint8_t*> Get(uint64_t offset, uint64_t len) {
-    if (view_.data() != nullptr || nbytes_ == 0) return view_.data() + offset;
-    if (offset < win_begin_ || offset + len > win_begin_ + window_.size()) {
-      const uint64_t n = std::min<uint64_t>(kGatherWindowBytes, nbytes_ - offset);
-      window_.resize(n);
-      RETURN_IF_ERROR(source_.ReadAt(base_ + offset, absl::MakeSpan(window_)));
-      win_begin_ = offset;
+    if (has_view()) return view_.data() + offset;
+    const uint64_t block = offset / kBlock;
+    if (len <= kBlock && (offset + len - 1) / kBlock == block) {
+      if (cache_.empty()) {
+        cache_.resize(kSlots * kBlock);
+        tags_.assign(kSlots, kNoBlock);
+      }
+      const uint64_t slot = block % kSlots;
+      uint8_t* data = cache_.data() + slot * kBlock;
+      if (tags_[slot] != block) {
+        const uint64_t start = block * kBlock;
+        const uint64_t n = std::min(kBlock, nbytes_ - start);
+        tags_[slot] = kNoBlock;
+        RETURN_IF_ERROR(source_.ReadAt(base_ + start, absl::MakeSpan(data, n)));
+        tags_[slot] = block;
+      }
+      return data + (offset - block * kBlock);
     }
-    return window_.data() + (offset - win_begin_);
+    scratch_.resize(len);
+    RETURN_IF_ERROR(source_.ReadAt(base_ + offset, absl::MakeSpan(scratch_)));
+    return scratch_.data();
   }
 
  private:
+  static constexpr uint64_t kNoBlock = ~uint64_t{0};
   const FileSource& source_;
   uint64_t base_;
   uint64_t nbytes_;
   absl::Span<const uint8_t> view_;
-  std::vector<uint8_t> window_;
-  uint64_t win_begin_ = 0;
+  std::vector<uint8_t> cache_;
+  std::vector<uint64_t> tags_;
+  std::vector<uint8_t> scratch_;
 };
 
 }  // namespace
@@ -135,7 +158,7 @@ absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
       }
       return absl::OkStatus();
     }
-    if (row_span <= kGatherWindowBytes) {  // The whole row in one read.
+    if (reader.has_view()) {  // The row straight from the mapping.
       ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first, row_span));
       for (uint64_t j = 0; j < inner_size; ++j) {
         if (used + e > out.size()) flush();

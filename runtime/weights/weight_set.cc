@@ -56,11 +56,12 @@ WeightSet WeightSet::Resolve(const Container& container,
       const Where where{.file = file, .key = e.storage_key, .fqn = e.fqn,
                         .source = in.source};
       const std::string name = absl::StrCat("weight '", e.fqn, "'");
+      // A malformed entry still references its key (no X3 for it).
+      if (!e.storage_key.empty()) referenced.insert(e.storage_key);
       if (!e.well_formed) {  // The decoder reported it (M5/M6).
         rm.weights.push_back(w);
         continue;
       }
-      referenced.insert(e.storage_key);
       bool ok = true;
 
       // G1, G2.
