@@ -22,6 +22,8 @@
 namespace ptd {
 namespace {
 
+using ::testing::Contains;
+using ::testing::Not;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -351,6 +353,8 @@ TEST(WeightSetTest, EntryWithM5ProblemsIsSkipped) {
   EXPECT_TRUE(ws[0].ok);
   EXPECT_FALSE(ws[1].ok);
   EXPECT_FALSE(ws[1].extent.has_value());
+  // Its key is still referenced by a manifest: no orphan warning.
+  EXPECT_THAT(WarningRules(report), Not(Contains("X3"))) << All(report);
 }
 
 TEST(WeightSetTest, EntryWithDuplicateFqnIsSkipped) {
