@@ -56,7 +56,11 @@ int main(int argc, char** argv) {
 
   const ptd::VerifyOutcome outcome = ptd::RunVerify(options);
   if (json_out) {
-    std::cout << outcome.json.dump(2) << "\n";
+    // Keys and fqns come from the file and need not be UTF-8: invalid bytes
+    // become U+FFFD in JSON (the readable report escapes them).
+    std::cout << outcome.json.dump(2, ' ', false,
+                                   nlohmann::ordered_json::error_handler_t::replace)
+              << "\n";
   } else {
     std::cout << ptd::FormatText(outcome);
   }

@@ -140,6 +140,16 @@ TEST(CliTest, DigestLimitGivesWarningD1AndNullSha) {
   EXPECT_TRUE(json::parse(full.out)["manifests"][0]["weights"][0]["sha256"].is_string());
 }
 
+TEST(CliTest, NonUtf8KeysStillGiveValidJson) {
+  // Fuzz-found: a key that is not UTF-8 (C6) once aborted the JSON output.
+  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json " +
+                      ::ptd::testing::DataPath("../fuzz/corpus/container/s02_invalid_utf8_key.ptd"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_FALSE(j["ok"].get<bool>());
+  EXPECT_EQ(j["errors"][0]["rule"], "C6");
+}
+
 TEST(CliTest, PreadAndMmapGiveTheSameReport) {
   const std::string args = " --json --digest --manifest " + kK01Manifest + " " + kK01;
   auto a = RunCommand(std::string(PTD_VERIFY_BINARY) + args);
