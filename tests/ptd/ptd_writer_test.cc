@@ -24,6 +24,12 @@ std::vector<uint8_t> Bytes(std::initializer_list<int> v) {
   return std::vector<uint8_t>(v.begin(), v.end());
 }
 
+int CountEntries(const std::string& dir) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
 absl::StatusOr<std::unique_ptr<Container>> OpenBytes(std::vector<uint8_t> b) {
   return Container::Open(MemorySource(std::move(b), "written.ptd"));
 }
@@ -194,12 +200,7 @@ TEST(PtdWriterTest, WritesAtomically) {
   ASSERT_TRUE(w.Write(path).ok());
   auto c = Container::Open(std::shared_ptr<const FileSource>(*OpenMmapFile(path)));
   ASSERT_TRUE(c.ok()) << c.status();
-  // Only the target is left in the folder: no temporary.
-  int files = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) {
-    ++files;
-  }
-  EXPECT_EQ(files, 1);
+  EXPECT_EQ(CountEntries(dir.path()), 1);  // No temporary left behind.
 }
 
 TEST(AtomicFileTest, FailureLeavesTargetUntouchedAndNoTemporary) {
@@ -212,11 +213,7 @@ TEST(AtomicFileTest, FailureLeavesTargetUntouchedAndNoTemporary) {
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ReadFileBytes(path), Bytes({7, 7, 7}));
-  int files = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) {
-    ++files;
-  }
-  EXPECT_EQ(files, 1);
+  EXPECT_EQ(CountEntries(dir.path()), 1);
 }
 
 TEST(AtomicFileTest, MissingDirectoryIsNotFound) {
@@ -236,11 +233,7 @@ TEST(AtomicFileTest, FailedRenameLeavesNoTemporary) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("model.ptd"));
   EXPECT_TRUE(std::filesystem::is_directory(target));
   EXPECT_EQ(ReadFileBytes(target + "/inside"), Bytes({5}));
-  int files = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) {
-    ++files;
-  }
-  EXPECT_EQ(files, 1);
+  EXPECT_EQ(CountEntries(dir.path()), 1);
 }
 
 TEST(AtomicFileTest, ReplacesExistingTarget) {
