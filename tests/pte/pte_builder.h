@@ -59,8 +59,6 @@ struct PteSpec {
 // Builds the .pte bytes.
 std::vector<uint8_t> BuildPte(const PteSpec& spec);
 
-// Little-endian patches for corruption tests.
-
 std::vector<uint8_t> ToBytes(std::string_view s);
 
 }  // namespace ptd::testing

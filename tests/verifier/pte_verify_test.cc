@@ -1,0 +1,154 @@
+// ptd-verify over a .pte: every CUDA delegate's manifest checked against the
+// .ptd (SPEC section 4), including P3 and weights shared between methods.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/manifest/manifest.h"
+#include "runtime/ptd/ptd_writer.h"
+#include "tests/pte/pte_builder.h"
+#include "tests/testing/test_util.h"
+#include "verifier/verify.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::BuildPte;
+using ::ptd::testing::PtePlanSpec;
+using ::ptd::testing::PteSpec;
+using ::ptd::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr char kKey[] = "cuda_fqn_weight:cuda:shared.w";
+
+std::vector<uint8_t> ManifestBytes(const std::string& so_key, const std::string& fqn,
+                                   uint64_t storage_nbytes) {
+  Manifest m;
+  m.variants.push_back(Variant{.so_blob_key = so_key});
+  m.entries.push_back(WeightEntry{.fqn = fqn,
+                                  .storage_key = kKey,
+                                  .storage_nbytes = storage_nbytes,
+                                  .dtype = 6,
+                                  .device_type = 1,
+                                  .storage_offset = 0,
+                                  .sizes = {2, 4},
+                                  .strides = {4, 1}});
+  auto bytes = EncodeManifest(m);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return *bytes;
+}
+
+// A .ptd holding the shared 32-byte storage (and, optionally, the library).
+std::string WritePtd(const TempDir& dir, bool with_library) {
+  PtdWriter w;
+  EXPECT_TRUE(w.Add(kKey, std::vector<uint8_t>(32, 3)).ok());
+  if (with_library) {
+    EXPECT_TRUE(w.Add("lib_so", std::vector<uint8_t>(8, 1)).ok());
+  }
+  const std::string path = dir.File("model.ptd");
+  EXPECT_TRUE(w.Write(path).ok());
+  return path;
+}
+
+// Two methods, each with one CUDA delegate (the second method's delegate is
+// its second delegate), both naming the same storage.
+std::string WritePte(const TempDir& dir, uint64_t decode_nbytes,
+                     std::vector<std::pair<std::string, uint32_t>> named = {}) {
+  PteSpec spec;
+  spec.plans = {PtePlanSpec{"forward", {{.index = 0}}},
+                PtePlanSpec{"decode", {{.id = "XnnpackBackend", .index = 1},
+                                       {.index = 1}}}};
+  spec.segments = {ManifestBytes("lib_so", "w", 32),
+                   ManifestBytes("lib_so", "w", decode_nbytes)};
+  spec.named_data = std::move(named);
+  const std::string path = dir.File("model.pte");
+  ::ptd::testing::WriteFileBytes(path, BuildPte(spec));
+  return path;
+}
+
+TEST(PteVerifyTest, TwoMethodsShareWeights) {
+  TempDir dir;
+  VerifyOptions o{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 32),
+                  .digest = true};
+  const VerifyOutcome out = RunVerify(o);
+  ASSERT_EQ(out.exit_code(), 0) << out.json.dump(1);
+  ASSERT_EQ(out.json["manifests"].size(), 2u);
+  EXPECT_EQ(out.json["manifests"][0]["source"], "pte:forward:0");
+  EXPECT_EQ(out.json["manifests"][1]["source"], "pte:decode:1");
+  // The same view of the same storage digests the same through both.
+  EXPECT_EQ(out.json["manifests"][0]["weights"][0]["sha256"],
+            out.json["manifests"][1]["weights"][0]["sha256"]);
+  EXPECT_TRUE(out.report.warnings().empty());  // Nothing orphaned.
+}
+
+TEST(PteVerifyTest, G4AcrossMethodsThatDisagree) {
+  TempDir dir;
+  const VerifyOutcome out = RunVerify(
+      VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 40)});
+  EXPECT_EQ(out.exit_code(), 1);
+  ASSERT_TRUE(out.report.HasError("G4"));
+  bool named_both = false;
+  for (const Diagnostic& d : out.report.errors()) {
+    if (d.rule == "G4") {
+      named_both = d.message.find("40") != std::string::npos &&
+                   d.message.find("32") != std::string::npos &&
+                   d.message.find("pte:forward:0") != std::string::npos;
+      EXPECT_EQ(d.source, "pte:decode:1");
+    }
+  }
+  EXPECT_TRUE(named_both);
+}
+
+TEST(PteVerifyTest, P3LibraryMissingFromPteAndPtd) {
+  TempDir dir;
+  const VerifyOutcome out = RunVerify(
+      VerifyOptions{.ptd_path = WritePtd(dir, false), .pte_path = WritePte(dir, 32)});
+  EXPECT_EQ(out.exit_code(), 1);
+  ASSERT_TRUE(out.report.HasError("P3"));
+  EXPECT_THAT(out.report.errors()[0].message,
+              HasSubstr("so_blob_key 'lib_so' is named data in neither"));
+  EXPECT_EQ(out.report.errors()[0].key, "lib_so");
+}
+
+TEST(PteVerifyTest, P3SatisfiedByThePtesOwnNamedData) {
+  TempDir dir;
+  const VerifyOutcome out = RunVerify(VerifyOptions{
+      .ptd_path = WritePtd(dir, false), .pte_path = WritePte(dir, 32, {{"lib_so", 0}})});
+  EXPECT_EQ(out.exit_code(), 0) << out.json["errors"].dump(1);
+  EXPECT_FALSE(out.report.HasError("P3"));
+}
+
+TEST(PteVerifyTest, LegacyPayloadIsWarningP4AndNoManifest) {
+  TempDir dir;
+  PteSpec spec;
+  spec.plans = {PtePlanSpec{"forward", {{.index = 0}}}};
+  spec.segments = {::ptd::testing::ToBytes("aoti_so\nweights_blob")};
+  const std::string pte = dir.File("legacy.pte");
+  ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
+  const VerifyOutcome out =
+      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+  EXPECT_EQ(out.exit_code(), 0);
+  EXPECT_TRUE(out.report.HasWarning("P4"));
+  EXPECT_TRUE(out.json["manifests"].empty());
+}
+
+TEST(PteVerifyTest, UnsupportedManifestVersionIsM1Unimplemented) {
+  TempDir dir;
+  std::vector<uint8_t> manifest = ManifestBytes("lib_so", "w", 32);
+  manifest[9] = '3';  // ETCUDAFQN3.
+  PteSpec spec;
+  spec.plans = {PtePlanSpec{"forward", {{.index = 0}}}};
+  spec.segments = {manifest};
+  const std::string pte = dir.File("v3.pte");
+  ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
+  const VerifyOutcome out =
+      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+  EXPECT_EQ(out.exit_code(), 1);
+  ASSERT_TRUE(out.report.HasError("M1"));
+  EXPECT_EQ(out.report.errors()[0].code, absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(out.report.errors()[0].source, "pte:forward:0");
+}
+
+}  // namespace
+}  // namespace ptd
