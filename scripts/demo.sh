@@ -6,7 +6,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-"$root/scripts/setup.sh"
+BUILD_TARGETS="ptd-verify ptd-write-demo" "$root/scripts/setup.sh"
 
 out=$root/out/demo
 mkdir -p "$out"

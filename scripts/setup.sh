@@ -4,7 +4,8 @@
 #
 # Usage: scripts/setup.sh            install missing packages, configure, build
 #        scripts/setup.sh --deps     install missing packages only
-# Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags).
+# Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags),
+#              BUILD_TARGETS (default: everything).
 #
 # Packages are checked one by one with dpkg-query; only missing ones are
 # installed, after a single `apt-get update`. Without root, the script prints
@@ -44,4 +45,6 @@ fi
 
 # shellcheck disable=SC2086
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
-cmake --build "$build" --parallel "$(nproc)"
+targets=()
+for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" --parallel "$(nproc)" "${targets[@]}"
