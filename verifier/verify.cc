@@ -162,6 +162,8 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
   if (out.io_error) {
     out.json = json{{"ok", false},
                     {"error", *out.io_error},
+                    {"ptd", ContainerJson(options.ptd_path, ptd_src.get(), nullptr, options)},
+                    {"manifests", json::array()},
                     {"errors", json::array({json{{"rule", "IO"},
                                                  {"message", *out.io_error}}})},
                     {"warnings", json::array()}};
@@ -223,10 +225,11 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
   }
 
   std::optional<WeightSet> weights;
-  if (container && !manifests.empty()) {
+  if (!manifests.empty()) {
     std::vector<ManifestInput> inputs;
     for (const Source& s : manifests) inputs.push_back({s.name, &s.manifest});
-    weights = WeightSet::Resolve(*container, inputs, &report);
+    weights = container ? WeightSet::Resolve(*container, inputs, &report)
+                        : WeightSet::CheckWithoutContainer(inputs, &report);
   }
 
   // The JSON object.

@@ -81,10 +81,11 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     return false;
   }
-  if (*fb_end > kMaxFlatBufferSize) {
+  if (*fb_end >= kMaxFlatBufferSize) {
     report->Error("H4", kDataLoss,
                   absl::StrCat("FlatBuffer region is ", *fb_end,
-                               " bytes, over the 2^31-byte limit"),
+                               " bytes, at or over FlatBuffers' limit of ",
+                               kMaxFlatBufferSize, " (2^31 - 1)"),
                   where);
     ok = false;
   }

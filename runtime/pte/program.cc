@@ -270,8 +270,9 @@ std::unique_ptr<Program> Program::Verify(
             continue;
           }
           const auto* data = inline_data->Get(index)->data();
-          if (data == nullptr) {
-            missing(absl::StrCat("inline data ", index, " has no data"));
+          if (data == nullptr || data->size() == 0) {
+            missing(absl::StrCat("inline data ", index,
+                                 data == nullptr ? " has no data" : " is empty"));
             continue;
           }
           // Verified to lie inside the FlatBuffer, hence inside the file.
@@ -291,6 +292,10 @@ std::unique_ptr<Program> Program::Verify(
                              seg->offset(), ", size ", seg->size(),
                              ") is not inside the ", file_size, "-byte file"),
                 At(path, p.delegate.source, index));
+            continue;
+          }
+          if (seg->size() == 0) {
+            missing(absl::StrCat("segment ", index, " is empty"));
             continue;
           }
           p.offset = header->segment_base_offset + seg->offset();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/core/checked_math.h"
 #include "runtime/core/sha256.h"
 #include "runtime/core/status_macros.h"
 
@@ -130,7 +131,10 @@ absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
   const uint64_t row_span = ((inner_size - 1) * inner_stride + 1) * e;
 
   StorageReader reader(source, storage_offset, storage_nbytes);
-  std::vector<uint8_t> out(kGatherWindowBytes);
+  // Sized to what the view gathers, up to the window (small views are many).
+  const auto gathered = CheckedMul(g.extent.numel, e);
+  std::vector<uint8_t> out(
+      std::max<uint64_t>(e, std::min(kGatherWindowBytes, gathered.value_or(kGatherWindowBytes))));
   size_t used = 0;
   const auto flush = [&] {
     if (used > 0) sink(absl::MakeConstSpan(out.data(), used));

@@ -42,11 +42,22 @@ ViewSpec ResolvedWeight::view() const {
 WeightSet WeightSet::Resolve(const Container& container,
                              absl::Span<const ManifestInput> manifests,
                              Report* report) {
+  return ResolveImpl(&container, manifests, report);
+}
+
+WeightSet WeightSet::CheckWithoutContainer(absl::Span<const ManifestInput> manifests,
+                                           Report* report) {
+  return ResolveImpl(nullptr, manifests, report);
+}
+
+WeightSet WeightSet::ResolveImpl(const Container* container,
+                                 absl::Span<const ManifestInput> manifests,
+                                 Report* report) {
   WeightSet set;
-  const std::string& file = container.path();
+  const std::string file = container ? container->path() : std::string();
   absl::flat_hash_map<std::string_view, KeyOwner> owners;
   absl::flat_hash_set<std::string_view> referenced;
-  std::vector<Reach> reach(container.segments().size());
+  std::vector<Reach> reach(container ? container->segments().size() : 0);
 
   for (const ManifestInput& in : manifests) {
     ResolvedManifest rm{.source = in.source, .manifest = in.manifest};
@@ -108,15 +119,20 @@ WeightSet WeightSet::Resolve(const Container& container,
         }
       }
 
-      // X1, G3.
-      w.named = container.Find(e.storage_key);
+      // X1, G3: only with a container.
+      if (container == nullptr) {
+        w.ok = false;
+        rm.weights.push_back(w);
+        continue;
+      }
+      w.named = container->Find(e.storage_key);
       if (w.named == nullptr) {
         report->Error("X1", absl::StatusCode::kNotFound,
                       absl::StrCat(name, ": storage key '", e.storage_key,
                                    "' is not in the .ptd"),
                       where);
         ok = false;
-      } else if (const auto seg_size = container.SegmentSize(*w.named)) {
+      } else if (const auto seg_size = container->SegmentSize(*w.named)) {
         Where sw = where;
         sw.segment = w.named->segment_index;
         if (*seg_size != e.storage_nbytes) {
@@ -128,7 +144,7 @@ WeightSet WeightSet::Resolve(const Container& container,
                         sw);
           ok = false;
         }
-        if (!container.segments()[w.named->segment_index].in_bounds) ok = false;
+        if (!container->segments()[w.named->segment_index].in_bounds) ok = false;
         Reach& r = reach[w.named->segment_index];
         r.any_view = true;
         if (w.extent && !w.extent->empty() &&
@@ -144,11 +160,12 @@ WeightSet WeightSet::Resolve(const Container& container,
     }
     set.manifests_.push_back(std::move(rm));
   }
+  if (container == nullptr) return set;
 
   // G5: per segment, the bytes before the first and after the last byte any
   // view reaches. One warning per segment, naming one key behind it.
-  std::vector<const NamedDataEntry*> seg_key(container.segments().size(), nullptr);
-  for (const NamedDataEntry& nd : container.named_data()) {
+  std::vector<const NamedDataEntry*> seg_key(container->segments().size(), nullptr);
+  for (const NamedDataEntry& nd : container->named_data()) {
     if (nd.segment_index < seg_key.size() && seg_key[nd.segment_index] == nullptr &&
         referenced.contains(nd.key)) {
       seg_key[nd.segment_index] = &nd;
@@ -156,7 +173,7 @@ WeightSet WeightSet::Resolve(const Container& container,
   }
   for (size_t i = 0; i < reach.size(); ++i) {
     const Reach& r = reach[i];
-    const uint64_t size = container.segments()[i].size;
+    const uint64_t size = container->segments()[i].size;
     if (!r.any_view || size == 0) continue;
     const Where where{.file = file,
                       .key = seg_key[i] ? std::optional(seg_key[i]->key) : std::nullopt,
@@ -179,7 +196,7 @@ WeightSet WeightSet::Resolve(const Container& container,
 
   // X3: weight storages that no manifest references.
   if (!manifests.empty()) {
-    for (const NamedDataEntry& nd : container.named_data()) {
+    for (const NamedDataEntry& nd : container->named_data()) {
       if (absl::StartsWith(nd.key, Sv(kCudaWeightKeyPrefix)) &&
           !referenced.contains(nd.key)) {
         report->Warning("X3",

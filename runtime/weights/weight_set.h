@@ -57,6 +57,12 @@ class WeightSet {
                            absl::Span<const ManifestInput> manifests,
                            Report* report);
 
+  // The checks that need only the manifests (G1, G2, G4), for when the
+  // container could not be read: the weights get their extents, and none is
+  // ok (nothing can be loaded).
+  static WeightSet CheckWithoutContainer(absl::Span<const ManifestInput> manifests,
+                                         Report* report);
+
   // For use: the first error as a Status.
   static absl::StatusOr<WeightSet> Open(const Container& container,
                                         absl::Span<const ManifestInput> manifests);
@@ -64,6 +70,10 @@ class WeightSet {
   const std::vector<ResolvedManifest>& manifests() const { return manifests_; }
 
  private:
+  static WeightSet ResolveImpl(const Container* container,
+                               absl::Span<const ManifestInput> manifests,
+                               Report* report);
+
   std::vector<ResolvedManifest> manifests_;
 };
 

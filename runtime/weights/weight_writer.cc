@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/core/scalar_type.h"
 #include "runtime/core/strings.h"
+#include "runtime/core/utf8.h"
 #include "runtime/core/status_macros.h"
 #include "runtime/geometry/view_geometry.h"
 #include "runtime/io/atomic_file.h"
@@ -41,6 +42,10 @@ CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
 }
 
 absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
+  if (w.fqn.empty() || !IsValidUtf8(w.fqn)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight fqn '", Escaped(w.fqn), "' is empty or not valid UTF-8 (M5)"));
+  }
   const auto elem = ElementSize(w.dtype);
   if (!elem) {
     return absl::InvalidArgumentError(

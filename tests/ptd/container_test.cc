@@ -118,6 +118,9 @@ std::vector<Corruption> Corruptions() {
       {"H4_FlatbufferRegionOver2GiB",
        [] { return Patched64(kFlatbufferSizeAt, uint64_t{1} << 31); }, "H4",
        absl::StatusCode::kDataLoss, "2^31"},
+      {"H4_FlatbufferRegionAtFlatbuffersLimit",  // 2^31 - 1: FlatBuffers' own bound.
+       [] { return Patched64(kFlatbufferSizeAt, (uint64_t{1} << 31) - 1 - 48); }, "H4",
+       absl::StatusCode::kDataLoss, "2147483647"},
       {"H4_FlatbufferPastSegmentBase",
        [] { return Patched64(kSegmentBaseAt, 64); }, "H4",
        absl::StatusCode::kDataLoss, "after segment_base_offset 64"},

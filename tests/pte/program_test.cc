@@ -354,6 +354,19 @@ TEST(ProgramTest, RejectsInlineEntryWithoutData) {
   EXPECT_THAT(v.report.errors()[0].message, HasSubstr("has no data"));
 }
 
+TEST(ProgramTest, RejectsEmptyPayloads) {
+  // An empty payload is neither a manifest nor the legacy text form.
+  PteSpec spec = OneSegmentDelegate();
+  spec.plans[0].delegates = {{.location = 0, .index = 0}, {.location = 1, .index = 0}};
+  spec.inline_data = {std::vector<uint8_t>{}};  // Segment 0 is empty too.
+  Verified v = VerifyBytes(BuildPte(spec));
+  ASSERT_NE(v.program, nullptr);
+  ASSERT_EQ(v.report.errors().size(), 2u);
+  EXPECT_THAT(v.report.errors()[0].message, HasSubstr("inline data 0 is empty (P2)"));
+  EXPECT_THAT(v.report.errors()[1].message, HasSubstr("segment 0 is empty (P2)"));
+  EXPECT_FALSE(v.report.HasWarning("P4"));
+}
+
 TEST(ProgramTest, RejectsUnknownDataLocation) {
   PteSpec spec = OneSegmentDelegate();
   spec.plans[0].delegates = {{.location = 7, .index = 1}};

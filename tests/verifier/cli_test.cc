@@ -51,7 +51,12 @@ TEST(CliTest, UnreadableFilesExitTwo) {
   EXPECT_EQ(RunCommand(Verify(dir.path())).exit_code, 2);  // A directory.
   auto j = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json /nonexistent/x.ptd");
   EXPECT_EQ(j.exit_code, 2);
-  EXPECT_FALSE(json::parse(j.out)["ok"].get<bool>());
+  const json parsed = json::parse(j.out);
+  EXPECT_FALSE(parsed["ok"].get<bool>());
+  // The same shape as any other report, so consumers need no special case.
+  EXPECT_EQ(parsed["ptd"]["path"], "/nonexistent/x.ptd");
+  EXPECT_TRUE(parsed["manifests"].is_array());
+  EXPECT_EQ(parsed["errors"][0]["rule"], "IO");
 }
 
 TEST(CliTest, JsonHasEveryPart) {
@@ -138,6 +143,24 @@ TEST(CliTest, DigestLimitGivesWarningD1AndNullSha) {
   auto full = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --digest --manifest " +
                          dir.File("m.manifest") + " " + dir.File("m.ptd"));
   EXPECT_TRUE(json::parse(full.out)["manifests"][0]["weights"][0]["sha256"].is_string());
+}
+
+TEST(CliTest, ManifestChecksRunEvenWhenTheContainerIsUnreadable) {
+  // H2 makes the .ptd unusable; G1/G2 need only the manifest and still run.
+  TempDir dir;
+  std::vector<uint8_t> ptd = ::ptd::testing::ReadFileBytes(
+      ConformancePath("files/k10_clone_with_original_offset.ptd"));
+  ptd[7] = '2';  // FT02.
+  ::ptd::testing::WriteFileBytes(dir.File("bad.ptd"), ptd);
+  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " +
+                      ConformancePath("files/k10_clone_with_original_offset.manifest") +
+                      " " + dir.File("bad.ptd"));
+  EXPECT_EQ(r.exit_code, 1);
+  const json j = json::parse(r.out);
+  std::vector<std::string> rules;
+  for (const auto& e : j["errors"]) rules.push_back(e["rule"]);
+  EXPECT_THAT(rules, ::testing::ElementsAre("H2", "G2"));
+  EXPECT_EQ(j["manifests"][0]["weights"][0]["required_nbytes"], 80);
 }
 
 TEST(CliTest, NonUtf8KeysStillGiveValidJson) {

@@ -151,6 +151,17 @@ TEST(WeightWriterTest, CloneWithTooLittleStorageRejected) {
   ExpectNothingRecorded(w);
 }
 
+TEST(WeightWriterTest, EmptyOrNonUtf8FqnRejectedAtAdd) {
+  const std::vector<uint8_t> clone = Floats(12);
+  CudaWeightWriter w("so_blob");
+  WeightSpec spec = RowsClone(clone);
+  spec.fqn = "";
+  EXPECT_THAT(w.Add(spec).message(), HasSubstr("(M5)"));
+  spec.fqn = "bad\xFF";
+  EXPECT_EQ(w.Add(spec).code(), absl::StatusCode::kInvalidArgument);
+  ExpectNothingRecorded(w);
+}
+
 TEST(WeightWriterTest, CloneWithBytesPastItsViewRejected) {
   const std::vector<uint8_t> clone = Floats(16);  // 64 bytes; the view spans 48.
   CudaWeightWriter w("so_blob");
