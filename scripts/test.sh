@@ -3,7 +3,6 @@
 #   1. the normal build (build/): unit, conformance, CLI and fuzz-replay tests;
 #   2. the same suite under AddressSanitizer + LeakSanitizer + UBSan
 #      (build-asan/, scripts/sanitize.sh). Skip with PTD_SKIP_SANITIZE=1.
-# GPU tests (label gpu) skip themselves on machines without a CUDA device.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -308,10 +308,12 @@ std::unique_ptr<Container> Container::Verify(
           key_ok = false;
         }
       }
-      const Where kw{.file = file,
-                     .key = key_ok ? std::optional<std::string>(e.key)
-                                   : std::nullopt,
+      // Built only for a diagnostic: opening allocates little per key.
+      const auto kw = [&] {
+        return Where{.file = file,
+                     .key = key_ok ? std::optional<std::string>(e.key) : std::nullopt,
                      .segment = e.segment_index};
+      };
       std::optional<uint64_t> seg_size;
       if (e.segment_index >= c->segments_.size()) {
         report->Error("C7", kDataLoss,
@@ -319,7 +321,7 @@ std::unique_ptr<Container> Container::Verify(
                                    "': segment_index ", e.segment_index,
                                    " is out of range (", c->segments_.size(),
                                    " segments)"),
-                      kw);
+                      kw());
       } else {
         seg_size = c->segments_[e.segment_index].size;
       }
@@ -330,7 +332,7 @@ std::unique_ptr<Container> Container::Verify(
         if (l->sizes() == nullptr) {
           report->Error("C8", kDataLoss,
                         absl::StrCat("key '", e.key, "': layout has no sizes"),
-                        kw);
+                        kw());
           present = false;
         } else {
           layout.sizes.assign(l->sizes()->begin(), l->sizes()->end());
@@ -339,14 +341,14 @@ std::unique_ptr<Container> Container::Verify(
           report->Error("C8", kDataLoss,
                         absl::StrCat("key '", e.key,
                                      "': layout has no dim_order"),
-                        kw);
+                        kw());
           present = false;
         } else {
           layout.dim_order.assign(l->dim_order()->begin(),
                                   l->dim_order()->end());
         }
         if (present) {
-          CheckTensorLayout(layout, e.key, e.segment_index, seg_size, kw, report);
+          CheckTensorLayout(layout, e.key, e.segment_index, seg_size, kw(), report);
         }
         e.layout = std::move(layout);
       }
@@ -359,7 +361,8 @@ std::unique_ptr<Container> Container::Verify(
                         absl::StrCat("key '", stored, "' appears more than once"
                                      " (entries ", c->index_[stored], " and ",
                                      i, ")"),
-                        kw);
+                        Where{.file = file, .key = stored,
+                              .segment = c->named_data_.back().segment_index});
         }
       }
     }

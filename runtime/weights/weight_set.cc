@@ -19,8 +19,8 @@ constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
 struct KeyOwner {
   uint64_t storage_nbytes;
   int32_t device_type;
-  std::string fqn;
-  std::string source;
+  const std::string* fqn;     // Into the manifests; they outlive resolution.
+  const std::string* source;
 };
 
 // Bytes of a segment reached by some view (G5).
@@ -64,9 +64,12 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
     rm.weights.reserve(in.manifest->entries.size());
     for (const WeightEntry& e : in.manifest->entries) {
       ResolvedWeight w{.entry = &e};
-      const Where where{.file = file, .key = e.storage_key, .fqn = e.fqn,
-                        .source = in.source};
-      const std::string name = absl::StrCat("weight '", e.fqn, "'");
+      // Built only for a diagnostic: resolution allocates nothing per entry.
+      const auto where = [&](std::optional<uint64_t> segment = std::nullopt) {
+        return Where{.file = file, .key = e.storage_key, .fqn = e.fqn,
+                     .segment = segment, .source = in.source};
+      };
+      const auto name = [&] { return absl::StrCat("weight '", e.fqn, "'"); };
       // A malformed entry still references its key (no X3 for it).
       if (!e.storage_key.empty()) referenced.insert(e.storage_key);
       if (!e.well_formed) {  // The decoder reported it (M5/M6).
@@ -79,42 +82,42 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
       const GeometryResult g = ComputeExtent(w.view());
       if (!g.ok()) {
         report->Error("G1", kDataLoss,
-                      absl::StrCat(name, ": view span arithmetic fails: ", g.detail),
-                      where);
+                      absl::StrCat(name(), ": view span arithmetic fails: ", g.detail),
+                      where());
         ok = false;
       } else {
         w.extent = g.extent;
         if (g.extent.required_nbytes > e.storage_nbytes) {
           report->Error("G2", kDataLoss,
-                        absl::StrCat(name, ": view requires ",
+                        absl::StrCat(name(), ": view requires ",
                                      g.extent.required_nbytes, " bytes from a ",
                                      e.storage_nbytes, "-byte storage"),
-                        where);
+                        where());
           ok = false;
         }
       }
 
       // G4, across every manifest of the run.
       auto [it, inserted] = owners.try_emplace(
-          e.storage_key, KeyOwner{e.storage_nbytes, e.device_type, e.fqn, in.source});
+          e.storage_key, KeyOwner{e.storage_nbytes, e.device_type, &e.fqn, &in.source});
       if (!inserted) {
         const KeyOwner& o = it->second;
         if (o.storage_nbytes != e.storage_nbytes) {
           report->Error("G4", kDataLoss,
-                        absl::StrCat(name, ": storage '", e.storage_key,
+                        absl::StrCat(name(), ": storage '", e.storage_key,
                                      "' has storage_nbytes ", e.storage_nbytes,
-                                     ", but weight '", o.fqn, "' (", o.source,
+                                     ", but weight '", *o.fqn, "' (", *o.source,
                                      ") says ", o.storage_nbytes),
-                        where);
+                        where());
           ok = false;
         }
         if (o.device_type != e.device_type) {
           report->Error("G4", kDataLoss,
-                        absl::StrCat(name, ": storage '", e.storage_key,
+                        absl::StrCat(name(), ": storage '", e.storage_key,
                                      "' has device_type ", e.device_type,
-                                     ", but weight '", o.fqn, "' (", o.source,
+                                     ", but weight '", *o.fqn, "' (", *o.source,
                                      ") says ", o.device_type),
-                        where);
+                        where());
           ok = false;
         }
       }
@@ -128,20 +131,18 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
       w.named = container->Find(e.storage_key);
       if (w.named == nullptr) {
         report->Error("X1", absl::StatusCode::kNotFound,
-                      absl::StrCat(name, ": storage key '", e.storage_key,
+                      absl::StrCat(name(), ": storage key '", e.storage_key,
                                    "' is not in the .ptd"),
-                      where);
+                      where());
         ok = false;
       } else if (const auto seg_size = container->SegmentSize(*w.named)) {
-        Where sw = where;
-        sw.segment = w.named->segment_index;
         if (*seg_size != e.storage_nbytes) {
           report->Error("G3", kDataLoss,
-                        absl::StrCat(name, ": segment ", w.named->segment_index,
+                        absl::StrCat(name(), ": segment ", w.named->segment_index,
                                      " behind '", e.storage_key, "' holds ",
                                      *seg_size, " bytes, manifest says ",
                                      e.storage_nbytes),
-                        sw);
+                        where(w.named->segment_index));
           ok = false;
         }
         if (!container->segments()[w.named->segment_index].in_bounds) ok = false;
