@@ -102,24 +102,17 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
           e.storage_key, KeyOwner{e.storage_nbytes, e.device_type, &e.fqn, &in.source});
       if (!inserted) {
         const KeyOwner& o = it->second;
-        if (o.storage_nbytes != e.storage_nbytes) {
+        const auto disagree = [&](std::string_view field, auto mine, auto theirs) {
+          if (mine == theirs) return;
           report->Error("G4", kDataLoss,
-                        absl::StrCat(name(), ": storage '", e.storage_key,
-                                     "' has storage_nbytes ", e.storage_nbytes,
-                                     ", but weight '", *o.fqn, "' (", *o.source,
-                                     ") says ", o.storage_nbytes),
+                        absl::StrCat(name(), ": storage '", e.storage_key, "' has ",
+                                     Sv(field), " ", mine, ", but weight '", *o.fqn,
+                                     "' (", *o.source, ") says ", theirs),
                         where());
           ok = false;
-        }
-        if (o.device_type != e.device_type) {
-          report->Error("G4", kDataLoss,
-                        absl::StrCat(name(), ": storage '", e.storage_key,
-                                     "' has device_type ", e.device_type,
-                                     ", but weight '", *o.fqn, "' (", *o.source,
-                                     ") says ", o.device_type),
-                        where());
-          ok = false;
-        }
+        };
+        disagree("storage_nbytes", e.storage_nbytes, o.storage_nbytes);
+        disagree("device_type", e.device_type, o.device_type);
       }
 
       // X1, G3: only with a container.
