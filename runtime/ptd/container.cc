@@ -413,7 +413,7 @@ absl::StatusOr<Bytes> Container::Get(std::string_view key) const {
 }
 
 uint64_t Container::ObservedSegmentAlignment() const {
-  constexpr uint64_t kCap = 4096;
+  constexpr uint64_t kCap = uint64_t{1} << 20;
   uint64_t bits = header_.segment_base_offset;
   for (const Segment& s : segments_) {
     if (s.size > 0) bits |= s.offset;

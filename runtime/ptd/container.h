@@ -115,7 +115,7 @@ class Container {
     return header_.segment_base_offset + segments_[index].offset;
   }
 
-  // The largest power of two (<= 4096) that divides every non-empty
+  // The largest power of two (<= 1 MiB) that divides every non-empty
   // segment's offset: the alignment the writer evidently used. Reported,
   // never enforced.
   uint64_t ObservedSegmentAlignment() const;
