@@ -115,9 +115,9 @@ class Container {
     return header_.segment_base_offset + segments_[index].offset;
   }
 
-  // The largest power of two (<= 1 MiB) that divides every non-empty
-  // segment's offset: the alignment the writer evidently used. Reported,
-  // never enforced.
+  // The largest power of two (<= 1 MiB) that divides segment_base_offset and
+  // every non-empty segment's offset: the most the writer's alignment can
+  // have been. Reported, never enforced.
   uint64_t ObservedSegmentAlignment() const;
 
  private:

@@ -1,6 +1,7 @@
 // Every case of the upstream-written conformance set (tests/data/conformance)
 // gives its expected verdict, rule and digests: through the library, and
 // through the ptd-verify binary's exit code and JSON.
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -93,9 +94,13 @@ TEST_P(ConformanceTest, GivesExpectedVerdictRulesAndDigests) {
       EXPECT_EQ(m["source"].get<std::string>().rfind(route == "pte" ? "pte:" : "manifest", 0),
                 0u);
       ASSERT_EQ(m["weights"].size(), tc["weights"].size());
-      for (size_t i = 0; i < tc["weights"].size(); ++i) {
-        const auto& want = tc["weights"][i];
-        const auto& got = m["weights"][i];
+      for (const auto& want : tc["weights"]) {
+        // Matched by fqn (unique within a manifest), not by position.
+        const auto match = std::find_if(
+            m["weights"].begin(), m["weights"].end(),
+            [&](const auto& w) { return w["fqn"] == want["fqn"]; });
+        ASSERT_NE(match, m["weights"].end()) << want["fqn"];
+        const auto& got = *match;
         for (auto it = want.begin(); it != want.end(); ++it) {
           EXPECT_EQ(json(got[it.key()]), it.value())
               << want["fqn"] << " field " << it.key();
