@@ -8,6 +8,7 @@
 #include "runtime/core/strings.h"
 #include "runtime/core/bytes_le.h"
 #include "runtime/core/scalar_type.h"
+#include "runtime/core/status_macros.h"
 #include "runtime/core/utf8.h"
 
 namespace ptd {
@@ -137,8 +138,14 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
   if (e.storage_offset < 0) {
     err(absl::StrCat("storage_offset ", e.storage_offset, " is negative"));
   }
+  if (e.sizes.size() != e.strides.size() || e.sizes.size() > kMaxDims) {
+    err(absl::StrCat(e.sizes.size(), " sizes and ", e.strides.size(),
+                     " strides (need equal counts, at most ", kMaxDims, ")"));
+  }
   for (size_t d = 0; d < e.sizes.size(); ++d) {
     if (e.sizes[d] < 0) err(absl::StrCat("sizes[", d, "] is ", e.sizes[d], ", negative"));
+  }
+  for (size_t d = 0; d < e.strides.size(); ++d) {
     if (e.strides[d] < 0) {
       err(absl::StrCat("strides[", d, "] is ", e.strides[d], ", negative"));
     }
@@ -147,6 +154,15 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
 }
 
 }  // namespace
+
+absl::Status CheckWeightEntry(const WeightEntry& entry) {
+  Report report;
+  CheckEntry(entry, 0, Where{}, &report);
+  if (!report.ok()) {
+    return absl::InvalidArgumentError(report.errors().front().message);
+  }
+  return absl::OkStatus();
+}
 
 std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
                                        const Where& where, Report* report) {
@@ -300,11 +316,7 @@ absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
         kMaxManifestEntries));
   }
   for (const WeightEntry& e : manifest.entries) {
-    if (e.sizes.size() != e.strides.size() || e.sizes.size() > kMaxDims) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weight '", e.fqn, "': ", e.sizes.size(), " sizes and ",
-          e.strides.size(), " strides (need equal counts, at most ", kMaxDims, ")"));
-    }
+    RETURN_IF_ERROR(CheckWeightEntry(e));  // The rank must frame the bytes.
   }
   u32(static_cast<uint32_t>(manifest.variants.size()));
   for (const Variant& v : manifest.variants) {

@@ -79,6 +79,12 @@ struct VariantChoice {
   bool via_ptx = false;  // True when the device JIT-compiles PTX.
 };
 
+// The decoder's M5 field checks of one entry (non-empty UTF-8 fqn and key,
+// known dtype, device 0 or 1, no negative offset, size or stride, equal
+// numbers of sizes and strides), for writers: the first violation as
+// InvalidArgument.
+absl::Status CheckWeightEntry(const WeightEntry& entry);
+
 // Picks the variant a device of compute capability `sm` (e.g. 90) runs, per
 // SPEC section 2; NotFound "no variant fits sm N" when none does.
 absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants,

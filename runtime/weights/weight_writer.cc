@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/core/scalar_type.h"
 #include "runtime/core/strings.h"
-#include "runtime/core/utf8.h"
 #include "runtime/core/status_macros.h"
 #include "runtime/geometry/view_geometry.h"
 #include "runtime/io/atomic_file.h"
@@ -42,25 +41,6 @@ CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
 }
 
 absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
-  if (w.fqn.empty() || !IsValidUtf8(w.fqn)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight fqn '", Escaped(w.fqn), "' is empty or not valid UTF-8 (M5)"));
-  }
-  const auto elem = ElementSize(w.dtype);
-  if (!elem) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight '", w.fqn, "': dtype ", w.dtype,
-                     " is not a known ScalarType (M5)"));
-  }
-  if (w.device_type != 0 && w.device_type != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight '", w.fqn, "': device_type ", w.device_type,
-                     " is not 0 (CPU) or 1 (CUDA) (M5)"));
-  }
-  if (fqns_.contains(w.fqn)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
-  }
   const TensorProperties& props = w.properties;
   const uint64_t n = w.value.storage.size();
 
@@ -69,6 +49,21 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
   const bool clone = !w.value.is_original_storage &&
                      w.value.sizes == props.shape && w.value.strides == props.stride;
   const int64_t offset = clone ? 0 : props.offset;
+  WeightEntry entry{.fqn = w.fqn,
+                    .storage_key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_),
+                    .storage_nbytes = n,
+                    .dtype = w.dtype,
+                    .device_type = w.device_type,
+                    .storage_offset = offset,
+                    .sizes = props.shape,
+                    .strides = props.stride};
+  // Never record what the decoder would reject (M5, M6).
+  RETURN_IF_ERROR(CheckWeightEntry(entry));
+  if (fqns_.contains(w.fqn)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
+  }
+  const uint32_t elem = *ElementSize(w.dtype);  // Known: checked above.
 
   // W2: any other value keeps the original's offset and storage size.
   if (!clone && props.storage_size && n < *props.storage_size) {
@@ -79,7 +74,7 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
   }
 
   // W3 (G1, G2) against the bytes written; for a clone, W1's exact span.
-  const GeometryResult g = ComputeExtent(ViewSpec{.element_size = *elem,
+  const GeometryResult g = ComputeExtent(ViewSpec{.element_size = elem,
                                                   .storage_offset = offset,
                                                   .sizes = props.shape,
                                                   .strides = props.stride});
@@ -101,14 +96,6 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
                   "W1");
   }
 
-  WeightEntry entry{.fqn = w.fqn,
-                    .storage_key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_),
-                    .storage_nbytes = n,
-                    .dtype = w.dtype,
-                    .device_type = w.device_type,
-                    .storage_offset = offset,
-                    .sizes = props.shape,
-                    .strides = props.stride};
   RETURN_IF_ERROR(ptd_.Add(entry.storage_key, w.value.storage, /*alignment=*/1));
   fqns_.insert(w.fqn);
   manifest_.entries.push_back(std::move(entry));

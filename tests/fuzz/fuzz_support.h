@@ -63,6 +63,21 @@ inline bool SameDiagnostics(const Report& a, const Report& b) {
   return same(a.errors(), b.errors()) && same(a.warnings(), b.warnings());
 }
 
+// Runs T::Verify (Container, Program) over `source` and over the same bytes
+// without zero-copy views; traps unless both paths agree, and unless a null
+// result comes with an error. Returns both results.
+template <typename T>
+std::pair<std::unique_ptr<T>, std::unique_ptr<T>> VerifyBothWays(
+    const std::shared_ptr<const FileSource>& source, Report* report) {
+  std::unique_ptr<T> viewed = T::Verify(source, report);
+  Report pread_report;
+  std::unique_ptr<T> read = T::Verify(std::make_shared<NoViewSource>(source), &pread_report);
+  FUZZ_CHECK((viewed == nullptr) == (read == nullptr));
+  FUZZ_CHECK(SameDiagnostics(*report, pread_report));
+  FUZZ_CHECK(viewed != nullptr || !report->ok());
+  return {std::move(viewed), std::move(read)};
+}
+
 }  // namespace ptd::fuzz
 
 #endif  // PTD_TESTS_FUZZ_FUZZ_SUPPORT_H_

@@ -46,13 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       MemorySource(std::vector<uint8_t>(data, data + size), "fuzz.pte");
 
   Report report;
-  std::unique_ptr<Program> p = Program::Verify(source, &report);
-  Report pread_report;
-  std::unique_ptr<Program> pp = Program::Verify(
-      std::make_shared<fuzz::NoViewSource>(source), &pread_report);
-  FUZZ_CHECK((p == nullptr) == (pp == nullptr));
-  FUZZ_CHECK(fuzz::SameDiagnostics(report, pread_report));
-  FUZZ_CHECK(p != nullptr || !report.ok());
+  auto [p, pp] = fuzz::VerifyBothWays<Program>(source, &report);
 
   if (p != nullptr) {
     FUZZ_CHECK(p->cuda_delegates().size() == pp->cuda_delegates().size());
