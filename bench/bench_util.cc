@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/ptd/ptd_writer.h"
-#include "runtime/weights/weight_writer.h"
+#include "ptd/ptd_writer.h"
+#include "ptd/weight_writer.h"
 
 namespace ptd::bench {
 namespace {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/io/file_source.h"
-#include "runtime/manifest/manifest.h"
+#include "ptd/file_source.h"
+#include "ptd/manifest.h"
 
 namespace ptd::bench {
 

@@ -27,8 +27,8 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
-#include "runtime/io/file_source.h"
-#include "runtime/ptd/container.h"
+#include "ptd/file_source.h"
+#include "ptd/container.h"
 
 namespace ptd::bench {
 namespace {

@@ -21,12 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
-#include "runtime/core/report.h"
-#include "runtime/core/sha256.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/ptd/container.h"
-#include "runtime/weights/view_digest.h"
-#include "runtime/weights/weight_set.h"
+#include "ptd/report.h"
+#include "ptd/sha256.h"
+#include "ptd/manifest.h"
+#include "ptd/container.h"
+#include "ptd/view_digest.h"
+#include "ptd/weight_set.h"
 
 namespace ptd::bench {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/weights/weight_writer.h"
+#include "ptd/weight_writer.h"
 
 namespace {
 

@@ -17,7 +17,7 @@ if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S "$root" -B "$build" "${generator[@]}" \
     -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
-    -DPTD_SANITIZE=address,undefined -DPTD_BUILD_BENCH=OFF
+    -DPTD_SANITIZE=address,undefined -DPTD_BUILD_BENCH=OFF -DPTD_WERROR=ON
 fi
 cmake --build "$build" --parallel "$(nproc)"
 

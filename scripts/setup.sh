@@ -44,7 +44,7 @@ fi
 [[ ${1:-} == --deps ]] && exit 0
 
 # shellcheck disable=SC2086
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTD_WERROR=ON ${CMAKE_ARGS:-}
 targets=()
 for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build" --parallel "$(nproc)" "${targets[@]}"

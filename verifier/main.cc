@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "verifier/verify.h"
+#include "ptd/verify.h"
 
 #ifndef PTD_VERSION
 #define PTD_VERSION "unknown"

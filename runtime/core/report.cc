@@ -1,4 +1,4 @@
-#include "runtime/core/report.h"
+#include "ptd/report.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "runtime/core/scalar_type.h"
+#include "ptd/scalar_type.h"
 
 #include <array>
 

@@ -1,8 +1,8 @@
-#include "runtime/core/sha256.h"
+#include "ptd/sha256.h"
 
 #include <openssl/evp.h>
 
-#include "runtime/core/check.h"
+#include "runtime/internal/check.h"
 #include "absl/strings/escaping.h"
 
 namespace ptd {

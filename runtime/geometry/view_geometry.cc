@@ -1,9 +1,9 @@
-#include "runtime/geometry/view_geometry.h"
+#include "ptd/view_geometry.h"
 
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/core/checked_math.h"
+#include "runtime/internal/checked_math.h"
 
 namespace ptd {
 
@@ -40,7 +40,7 @@ GeometryResult ComputeExtent(const ViewSpec& view) {
   bool any_zero = false;
   for (int64_t s : view.sizes) {
     if (s == 0) any_zero = true;
-    const auto next = CheckedMul(numel, static_cast<uint64_t>(s));
+    const auto next = internal::CheckedMul(numel, static_cast<uint64_t>(s));
     numel = next ? *next : kSaturatedNumel;
   }
   if (any_zero) {
@@ -51,25 +51,25 @@ GeometryResult ComputeExtent(const ViewSpec& view) {
   const auto e = static_cast<int64_t>(view.element_size);
   std::optional<int64_t> last = view.storage_offset;
   for (size_t i = 0; i < view.sizes.size(); ++i) {
-    const auto step = CheckedMul(view.strides[i], view.sizes[i] - 1);
+    const auto step = internal::CheckedMul(view.strides[i], view.sizes[i] - 1);
     if (!step) {
       return overflow(absl::StrCat("stride[", i, "] ", view.strides[i],
                                    " * (size[", i, "] ", view.sizes[i],
                                    " - 1) overflows int64"));
     }
-    last = CheckedAdd(*last, *step);
+    last = internal::CheckedAdd(*last, *step);
     if (!last) {
       return overflow(absl::StrCat("the offset of the last element overflows "
                                    "int64 at dim ", i));
     }
   }
-  const auto count = CheckedAdd(*last, int64_t{1});
-  const auto bytes = count ? CheckedMul(*count, e) : std::nullopt;
+  const auto count = internal::CheckedAdd(*last, int64_t{1});
+  const auto bytes = count ? internal::CheckedMul(*count, e) : std::nullopt;
   if (!bytes) {
     return overflow(absl::StrCat("(last element ", *last, " + 1) * element size ",
                                  e, " overflows int64"));
   }
-  const auto first = CheckedMul(view.storage_offset, e);
+  const auto first = internal::CheckedMul(view.storage_offset, e);
   if (!first) return overflow("storage_offset * element size overflows int64");
   r.extent.required_nbytes = static_cast<uint64_t>(*bytes);
   r.extent.first_byte = static_cast<uint64_t>(*first);
@@ -84,7 +84,7 @@ bool IsContiguous(const ViewSpec& view) {
     if (view.sizes[i] == 0) return true;
     if (view.sizes[i] == 1) continue;  // Any stride is fine for a size-1 dim.
     if (view.strides[i] != expected) return false;
-    const auto next = CheckedMul(expected, view.sizes[i]);
+    const auto next = internal::CheckedMul(expected, view.sizes[i]);
     if (!next) return false;
     expected = *next;
   }

@@ -1,4 +1,4 @@
-#include "runtime/io/atomic_file.h"
+#include "ptd/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/core/strings.h"
+#include "runtime/internal/strings.h"
 
 namespace ptd {
 namespace {
 
 absl::Status Errno(std::string_view what, const std::string& path) {
   const int err = errno;
-  std::string msg = absl::StrCat(path, ": ", Sv(what), ": ", std::strerror(err));
+  std::string msg = absl::StrCat(path, ": ", internal::Sv(what), ": ", std::strerror(err));
   if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM || err == EROFS) {
     return absl::PermissionDeniedError(msg);

@@ -1,4 +1,4 @@
-#include "runtime/io/file_source.h"
+#include "ptd/file_source.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,14 +9,14 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/core/checked_math.h"
-#include "runtime/core/strings.h"
+#include "runtime/internal/checked_math.h"
+#include "runtime/internal/strings.h"
 
 namespace ptd {
 namespace {
 
 absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path) {
-  std::string msg = absl::StrCat(path, ": ", Sv(what), ": ", std::strerror(err));
+  std::string msg = absl::StrCat(path, ": ", internal::Sv(what), ": ", std::strerror(err));
   switch (err) {
     case ENOENT:
     case ENOTDIR:
@@ -64,7 +64,7 @@ class MmapSource final : public FileSource {
   const std::string& name() const override { return name_; }
   uint64_t size() const override { return size_; }
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> dst) const override {
-    if (!RangeInside(offset, dst.size(), size_)) {
+    if (!internal::RangeInside(offset, dst.size(), size_)) {
       return OutOfRange(name_, offset, dst.size(), size_);
     }
     if (!dst.empty()) std::memcpy(dst.data(), base_ + offset, dst.size());
@@ -72,7 +72,7 @@ class MmapSource final : public FileSource {
   }
   std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
                                                 uint64_t len) const override {
-    if (!RangeInside(offset, len, size_)) return std::nullopt;
+    if (!internal::RangeInside(offset, len, size_)) return std::nullopt;
     return absl::Span<const uint8_t>(base_ + offset, len);
   }
 
@@ -90,7 +90,7 @@ class PreadSource final : public FileSource {
   const std::string& name() const override { return name_; }
   uint64_t size() const override { return size_; }
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> dst) const override {
-    if (!RangeInside(offset, dst.size(), size_)) {
+    if (!internal::RangeInside(offset, dst.size(), size_)) {
       return OutOfRange(name_, offset, dst.size(), size_);
     }
     size_t done = 0;
@@ -124,7 +124,7 @@ class MemorySourceImpl final : public FileSource {
   const std::string& name() const override { return name_; }
   uint64_t size() const override { return bytes_.size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> dst) const override {
-    if (!RangeInside(offset, dst.size(), bytes_.size())) {
+    if (!internal::RangeInside(offset, dst.size(), bytes_.size())) {
       return OutOfRange(name_, offset, dst.size(), bytes_.size());
     }
     if (!dst.empty()) std::memcpy(dst.data(), bytes_.data() + offset, dst.size());
@@ -132,7 +132,7 @@ class MemorySourceImpl final : public FileSource {
   }
   std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
                                                 uint64_t len) const override {
-    if (!RangeInside(offset, len, bytes_.size())) return std::nullopt;
+    if (!internal::RangeInside(offset, len, bytes_.size())) return std::nullopt;
     return absl::Span<const uint8_t>(bytes_.data() + offset, len);
   }
 
@@ -146,7 +146,7 @@ class MemorySourceImpl final : public FileSource {
 absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset,
                                 uint64_t len) {
   if (auto view = source.View(offset, len)) return Bytes::Borrowed(*view);
-  if (!RangeInside(offset, len, source.size())) {
+  if (!internal::RangeInside(offset, len, source.size())) {
     return OutOfRange(source.name(), offset, len, source.size());
   }
   std::vector<uint8_t> buf(len);

@@ -1,15 +1,15 @@
-#include "runtime/manifest/manifest.h"
+#include "ptd/manifest.h"
 
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/core/strings.h"
-#include "runtime/core/bytes_le.h"
-#include "runtime/core/scalar_type.h"
-#include "runtime/core/status_macros.h"
-#include "runtime/core/utf8.h"
+#include "runtime/internal/strings.h"
+#include "runtime/internal/bytes_le.h"
+#include "ptd/scalar_type.h"
+#include "ptd/status_macros.h"
+#include "runtime/internal/utf8.h"
 
 namespace ptd {
 namespace {
@@ -31,7 +31,7 @@ class Cursor {
   template <typename T>
   bool Read(T* out, std::string_view what) {
     if (!Need(sizeof(T), what)) return false;
-    *out = LoadLE<T>(bytes_.data() + pos_);
+    *out = internal::LoadLE<T>(bytes_.data() + pos_);
     pos_ += sizeof(T);
     return true;
   }
@@ -49,7 +49,7 @@ class Cursor {
   bool Need(uint64_t n, std::string_view what) {
     if (n <= remaining()) return true;
     report_->Error("M2", kDataLoss,
-                   absl::StrCat("manifest ends while reading ", Sv(what), ": needs ",
+                   absl::StrCat("manifest ends while reading ", internal::Sv(what), ": needs ",
                                 n, " bytes at offset ", pos_, ", ",
                                 remaining(), " left of ", bytes_.size()),
                    where_);
@@ -81,7 +81,7 @@ void CheckVariants(const std::vector<Variant>& variants, const Where& where,
     }
     if (v.so_blob_key.empty()) {
       err(i, "so_blob_key is empty");
-    } else if (!IsValidUtf8(v.so_blob_key)) {
+    } else if (!internal::IsValidUtf8(v.so_blob_key)) {
       err(i, "so_blob_key is not valid UTF-8");
     }
     if (v.target_sm == 0) {
@@ -121,16 +121,16 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
   if (!e.storage_key.empty()) where.key = e.storage_key;
   const std::string name =
       e.fqn.empty() ? absl::StrCat("entry ", index)
-                    : absl::StrCat("weight '", Escaped(e.fqn), "'");
+                    : absl::StrCat("weight '", internal::Escaped(e.fqn), "'");
   bool ok = true;
   const auto err = [&](std::string msg) {
     report->Error("M5", kDataLoss, absl::StrCat(name, ": ", msg), where);
     ok = false;
   };
   if (e.fqn.empty()) err("fqn is empty");
-  else if (!IsValidUtf8(e.fqn)) err("fqn is not valid UTF-8");
+  else if (!internal::IsValidUtf8(e.fqn)) err("fqn is not valid UTF-8");
   if (e.storage_key.empty()) err("storage_key is empty");
-  else if (!IsValidUtf8(e.storage_key)) err("storage_key is not valid UTF-8");
+  else if (!internal::IsValidUtf8(e.storage_key)) err("storage_key is not valid UTF-8");
   if (!ElementSize(e.dtype)) err(absl::StrCat("dtype ", e.dtype, " is not a known ScalarType"));
   if (e.device_type != 0 && e.device_type != 1) {
     err(absl::StrCat("device_type ", e.device_type, " is not 0 (CPU) or 1 (CUDA)"));
@@ -181,14 +181,14 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
                               magic[9] >= '1' && magic[9] <= '9';
     if (transitional) {
       report->Error("M1", absl::StatusCode::kUnimplemented,
-                    absl::StrCat("manifest version '", Sv(magic),
+                    absl::StrCat("manifest version '", internal::Sv(magic),
                                  "' is not supported by this reader "
-                                 "(transitional or newer) (expected '", Sv(kManifestMagic), "')"),
+                                 "(transitional or newer) (expected '", internal::Sv(kManifestMagic), "')"),
                     where);
     } else {
       report->Error("M1", kDataLoss,
-                    absl::StrCat("bad manifest magic '", Escaped(magic),
-                                 "', expected '", Sv(kManifestMagic), "'"),
+                    absl::StrCat("bad manifest magic '", internal::Escaped(magic),
+                                 "', expected '", internal::Sv(kManifestMagic), "'"),
                     where);
     }
     return std::nullopt;
@@ -242,7 +242,7 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
     }
     if (ndim > kMaxDims) {
       report->Error("M5", kDataLoss,
-                    absl::StrCat("entry ", i, " ('", Escaped(e.fqn),
+                    absl::StrCat("entry ", i, " ('", internal::Escaped(e.fqn),
                                  "'): ndim is ", ndim, ", over the limit ",
                                  kMaxDims),
                     Where{.file = where.file, .fqn = e.fqn, .source = where.source});
@@ -296,12 +296,12 @@ absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
   std::vector<uint8_t> out(kManifestMagic.begin(), kManifestMagic.end());
   const auto u32 = [&](uint32_t v) {
     uint8_t b[4];
-    StoreLE(b, v);
+    internal::StoreLE(b, v);
     out.insert(out.end(), b, b + 4);
   };
   const auto u64 = [&](uint64_t v) {
     uint8_t b[8];
-    StoreLE(b, v);
+    internal::StoreLE(b, v);
     out.insert(out.end(), b, b + 8);
   };
   const auto str = [&](const std::string& s) {
@@ -316,7 +316,7 @@ absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
         kMaxManifestEntries));
   }
   for (const WeightEntry& e : manifest.entries) {
-    RETURN_IF_ERROR(CheckWeightEntry(e));  // The rank must frame the bytes.
+    PTD_RETURN_IF_ERROR(CheckWeightEntry(e));  // The rank must frame the bytes.
   }
   u32(static_cast<uint32_t>(manifest.variants.size()));
   for (const Variant& v : manifest.variants) {

@@ -1,4 +1,4 @@
-#include "runtime/ptd/container.h"
+#include "ptd/container.h"
 
 #include <algorithm>
 #include <bit>
@@ -6,11 +6,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "flatbuffers/flatbuffers.h"
-#include "runtime/core/strings.h"
-#include "runtime/core/bytes_le.h"
-#include "runtime/core/checked_math.h"
-#include "runtime/core/scalar_type.h"
-#include "runtime/core/utf8.h"
+#include "runtime/internal/strings.h"
+#include "runtime/internal/bytes_le.h"
+#include "runtime/internal/checked_math.h"
+#include "ptd/scalar_type.h"
+#include "runtime/internal/utf8.h"
 #include "schema/flat_tensor_generated.h"
 
 namespace ptd {
@@ -45,17 +45,17 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
   if (fb_id != "FT01" || eh_magic != "FH01") {
     report->Error("H2", kDataLoss,
                   absl::StrCat("bad magic: bytes 4..12 are '",
-                               Escaped(fb_id), "' '",
-                               Escaped(eh_magic),
+                               internal::Escaped(fb_id), "' '",
+                               internal::Escaped(eh_magic),
                                "', expected 'FT01' 'FH01'"),
                   where);
     return false;
   }
-  h->header_length = LoadLE<uint32_t>(raw + 12);
-  h->flatbuffer_offset = LoadLE<uint64_t>(raw + 16);
-  h->flatbuffer_size = LoadLE<uint64_t>(raw + 24);
-  h->segment_base_offset = LoadLE<uint64_t>(raw + 32);
-  h->segment_data_size = LoadLE<uint64_t>(raw + 40);
+  h->header_length = internal::LoadLE<uint32_t>(raw + 12);
+  h->flatbuffer_offset = internal::LoadLE<uint64_t>(raw + 16);
+  h->flatbuffer_size = internal::LoadLE<uint64_t>(raw + 24);
+  h->segment_base_offset = internal::LoadLE<uint64_t>(raw + 32);
+  h->segment_data_size = internal::LoadLE<uint64_t>(raw + 40);
 
   bool ok = true;
   if (h->header_length < kPtdHeaderLength) {
@@ -72,7 +72,7 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     ok = false;
   }
-  const auto fb_end = CheckedAdd(h->flatbuffer_offset, h->flatbuffer_size);
+  const auto fb_end = internal::CheckedAdd(h->flatbuffer_offset, h->flatbuffer_size);
   if (!fb_end) {
     report->Error("H4", kDataLoss,
                   absl::StrCat("flatbuffer_offset ", h->flatbuffer_offset,
@@ -104,7 +104,7 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     ok = false;
   }
-  const auto data_end = CheckedAdd(h->segment_base_offset, h->segment_data_size);
+  const auto data_end = internal::CheckedAdd(h->segment_base_offset, h->segment_data_size);
   if (!data_end) {
     report->Error("H4", kDataLoss,
                   absl::StrCat("segment_base_offset ", h->segment_base_offset,
@@ -178,7 +178,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   if (!elem || !sizes_ok) return;
   std::optional<uint64_t> nbytes = *elem;
   for (int32_t s : layout.sizes) {
-    if (nbytes) nbytes = CheckedMul(*nbytes, static_cast<uint64_t>(s));
+    if (nbytes) nbytes = internal::CheckedMul(*nbytes, static_cast<uint64_t>(s));
   }
   const bool any_zero = std::find(layout.sizes.begin(), layout.sizes.end(), 0) !=
                         layout.sizes.end();
@@ -254,7 +254,7 @@ std::unique_ptr<Container> Container::Verify(
       const fb::DataSegment* s = segs->Get(i);
       Segment seg{.offset = s->offset(), .size = s->size()};
       const Where sw{.file = file, .segment = i};
-      if (!RangeInside(seg.offset, seg.size, h.segment_data_size)) {
+      if (!internal::RangeInside(seg.offset, seg.size, h.segment_data_size)) {
         report->Error("C4", kDataLoss,
                       absl::StrCat("segment ", i, ": offset ", seg.offset,
                                    " + size ", seg.size,
@@ -262,9 +262,9 @@ std::unique_ptr<Container> Container::Verify(
                                    h.segment_data_size),
                       sw);
         seg.in_bounds = false;
-      } else if (const auto abs = CheckedAdd(h.segment_base_offset, seg.offset);
+      } else if (const auto abs = internal::CheckedAdd(h.segment_base_offset, seg.offset);
                  !data_in_file &&
-                 (!abs || !RangeInside(*abs, seg.size, c->source_->size()))) {
+                 (!abs || !internal::RangeInside(*abs, seg.size, c->source_->size()))) {
         seg.in_bounds = false;  // H4 already reported the short file.
       }
       if (prev_end && seg.offset < *prev_end) {
@@ -274,7 +274,7 @@ std::unique_ptr<Container> Container::Verify(
                                    " at ", *prev_end),
                       sw);
       }
-      prev_end = CheckedAdd(seg.offset, seg.size);
+      prev_end = internal::CheckedAdd(seg.offset, seg.size);
       c->segments_.push_back(seg);
     }
   }
@@ -299,10 +299,10 @@ std::unique_ptr<Container> Container::Verify(
                         absl::StrCat("named_data[", i, "] has an empty key"),
                         where);
           key_ok = false;
-        } else if (!IsValidUtf8(e.key)) {
+        } else if (!internal::IsValidUtf8(e.key)) {
           report->Error("C6", kDataLoss,
                         absl::StrCat("named_data[", i, "]: key '",
-                                     Escaped(e.key),
+                                     internal::Escaped(e.key),
                                      "' is not valid UTF-8"),
                         where);
           key_ok = false;
@@ -317,7 +317,7 @@ std::unique_ptr<Container> Container::Verify(
       std::optional<uint64_t> seg_size;
       if (e.segment_index >= c->segments_.size()) {
         report->Error("C7", kDataLoss,
-                      absl::StrCat("key '", Escaped(e.key),
+                      absl::StrCat("key '", internal::Escaped(e.key),
                                    "': segment_index ", e.segment_index,
                                    " is out of range (", c->segments_.size(),
                                    " segments)"),
@@ -407,7 +407,7 @@ absl::StatusOr<Bytes> Container::Get(std::string_view key) const {
   const NamedDataEntry* e = Find(key);
   if (e == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat(path(), ": no named data with key '", Sv(key), "'"));
+        absl::StrCat(path(), ": no named data with key '", internal::Sv(key), "'"));
   }
   return SegmentData(e->segment_index);
 }

@@ -1,4 +1,4 @@
-#include "runtime/ptd/ptd_writer.h"
+#include "ptd/ptd_writer.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,11 +7,11 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "flatbuffers/flatbuffers.h"
-#include "runtime/core/strings.h"
-#include "runtime/core/bytes_le.h"
-#include "runtime/core/checked_math.h"
-#include "runtime/core/status_macros.h"
-#include "runtime/core/utf8.h"
+#include "runtime/internal/strings.h"
+#include "runtime/internal/bytes_le.h"
+#include "runtime/internal/checked_math.h"
+#include "ptd/status_macros.h"
+#include "runtime/internal/utf8.h"
 #include "schema/flat_tensor_generated.h"
 
 namespace ptd {
@@ -32,7 +32,7 @@ absl::Status WriteZeros(const WriteFn& write, uint64_t n) {
   static constexpr uint8_t kZeros[4096] = {};
   while (n > 0) {
     const uint64_t chunk = std::min<uint64_t>(n, sizeof(kZeros));
-    RETURN_IF_ERROR(write(absl::MakeConstSpan(kZeros, chunk)));
+    PTD_RETURN_IF_ERROR(write(absl::MakeConstSpan(kZeros, chunk)));
     n -= chunk;
   }
   return absl::OkStatus();
@@ -46,9 +46,9 @@ absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data,
                             uint64_t alignment,
                             std::optional<TensorLayout> layout) {
   if (key.empty()) return absl::InvalidArgumentError("empty named-data key");
-  if (!IsValidUtf8(key)) {
+  if (!internal::IsValidUtf8(key)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("key '", Escaped(key), "' is not valid UTF-8"));
+        absl::StrCat("key '", internal::Escaped(key), "' is not valid UTF-8"));
   }
   if (!IsPowerOfTwo(alignment)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -116,8 +116,8 @@ absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
   plan.offsets.reserve(buffers_.size());
   for (const Buffer& b : buffers_) {
     const uint64_t align = std::lcm(options_.segment_alignment, b.alignment);
-    const auto offset = AlignUp(end, align);
-    const auto next = offset ? CheckedAdd(*offset, b.bytes.size()) : std::nullopt;
+    const auto offset = internal::AlignUp(end, align);
+    const auto next = offset ? internal::CheckedAdd(*offset, b.bytes.size()) : std::nullopt;
     if (!next) return absl::InvalidArgumentError("segment data exceeds 2^64 bytes");
     plan.offsets.push_back(*offset);
     end = *next;
@@ -155,38 +155,38 @@ absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
 
   // Splice the header block in after the first 8 bytes.
   const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
-  plan.segment_base_offset = *AlignUp(fb_end, options_.segment_alignment);
+  plan.segment_base_offset = *internal::AlignUp(fb_end, options_.segment_alignment);
   plan.head.assign(fb_end, 0);
   uint8_t* out = plan.head.data();
-  StoreLE<uint32_t>(out, LoadLE<uint32_t>(buf) + kPtdHeaderBlockSize);
+  internal::StoreLE<uint32_t>(out, internal::LoadLE<uint32_t>(buf) + kPtdHeaderBlockSize);
   std::memcpy(out + 4, buf + 4, 4);  // "FT01"
   std::memcpy(out + 8, "FH01", 4);
-  StoreLE<uint32_t>(out + 12, kPtdHeaderLength);
-  StoreLE<uint64_t>(out + 16, kPtdHeaderBlockSize);
-  StoreLE<uint64_t>(out + 24, fb_size);
-  StoreLE<uint64_t>(out + 32, plan.segment_base_offset);
-  StoreLE<uint64_t>(out + 40, plan.segment_data_size);
+  internal::StoreLE<uint32_t>(out + 12, kPtdHeaderLength);
+  internal::StoreLE<uint64_t>(out + 16, kPtdHeaderBlockSize);
+  internal::StoreLE<uint64_t>(out + 24, fb_size);
+  internal::StoreLE<uint64_t>(out + 32, plan.segment_base_offset);
+  internal::StoreLE<uint64_t>(out + 40, plan.segment_data_size);
   std::memcpy(out + 8 + kPtdHeaderBlockSize, buf + 8, fb_size - 8);
   return plan;
 }
 
 absl::Status PtdWriter::Emit(const Plan& plan, const WriteFn& write) const {
-  RETURN_IF_ERROR(write(plan.head));
-  RETURN_IF_ERROR(WriteZeros(write, plan.segment_base_offset - plan.head.size()));
+  PTD_RETURN_IF_ERROR(write(plan.head));
+  PTD_RETURN_IF_ERROR(WriteZeros(write, plan.segment_base_offset - plan.head.size()));
   uint64_t pos = 0;
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    RETURN_IF_ERROR(WriteZeros(write, plan.offsets[i] - pos));
-    RETURN_IF_ERROR(write(buffers_[i].bytes));
+    PTD_RETURN_IF_ERROR(WriteZeros(write, plan.offsets[i] - pos));
+    PTD_RETURN_IF_ERROR(write(buffers_[i].bytes));
     pos = plan.offsets[i] + buffers_[i].bytes.size();
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<uint8_t>> PtdWriter::Serialize() const {
-  ASSIGN_OR_RETURN(Plan plan, MakePlan());
+  PTD_ASSIGN_OR_RETURN(Plan plan, MakePlan());
   std::vector<uint8_t> out;
   out.reserve(plan.segment_base_offset + plan.segment_data_size);
-  RETURN_IF_ERROR(Emit(plan, [&](absl::Span<const uint8_t> bytes) {
+  PTD_RETURN_IF_ERROR(Emit(plan, [&](absl::Span<const uint8_t> bytes) {
     out.insert(out.end(), bytes.begin(), bytes.end());
     return absl::OkStatus();
   }));
@@ -194,7 +194,7 @@ absl::StatusOr<std::vector<uint8_t>> PtdWriter::Serialize() const {
 }
 
 absl::Status PtdWriter::Write(const std::string& path) const {
-  ASSIGN_OR_RETURN(Plan plan, MakePlan());
+  PTD_ASSIGN_OR_RETURN(Plan plan, MakePlan());
   return WriteFileAtomically(
       path, [&](const WriteFn& write) { return Emit(plan, write); });
 }

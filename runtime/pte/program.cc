@@ -1,4 +1,4 @@
-#include "runtime/pte/program.h"
+#include "ptd/program.h"
 
 #include <algorithm>
 #include <array>
@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "flatbuffers/flatbuffers.h"
-#include "runtime/core/bytes_le.h"
-#include "runtime/core/check.h"
-#include "runtime/core/checked_math.h"
-#include "runtime/core/strings.h"
-#include "runtime/manifest/manifest.h"
+#include "runtime/internal/bytes_le.h"
+#include "runtime/internal/check.h"
+#include "runtime/internal/checked_math.h"
+#include "runtime/internal/strings.h"
+#include "ptd/manifest.h"
 #include "schema/program_generated.h"
 
 namespace ptd {
@@ -87,7 +87,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
     report->Error(
         "P1", absl::StatusCode::kDataLoss,
         absl::StrCat("FlatBuffer identifier at bytes 4..8 is '",
-                     Escaped(std::string_view(
+                     internal::Escaped(std::string_view(
                          reinterpret_cast<const char*>(raw.data() + 4), 4)),
                      "', expected '", kProgramIdentifier, "'"),
         At(path));
@@ -97,7 +97,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
     report->Error(
         "P1", absl::StatusCode::kDataLoss,
         absl::StrCat("extended header magic at bytes 8..12 is '",
-                     Escaped(std::string_view(
+                     internal::Escaped(std::string_view(
                          reinterpret_cast<const char*>(raw.data() + 8), 4)),
                      "', expected '", kHeaderMagic, "'"),
         At(path));
@@ -105,7 +105,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
   }
 
   PteHeader h;
-  h.header_length = LoadLE<uint32_t>(raw.data() + 12);
+  h.header_length = internal::LoadLE<uint32_t>(raw.data() + 12);
   if (h.header_length < kMinPteHeaderLength) {
     report->Error("P1", absl::StatusCode::kDataLoss,
                   absl::StrCat("extended header length is ", h.header_length,
@@ -113,7 +113,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
                   At(path));
     return std::nullopt;
   }
-  if (!RangeInside(kHeaderOffset, h.header_length, file_size)) {
+  if (!internal::RangeInside(kHeaderOffset, h.header_length, file_size)) {
     report->Error(
         "P1", absl::StatusCode::kDataLoss,
         absl::StrCat("extended header length ", h.header_length, " at offset ",
@@ -122,10 +122,10 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
         At(path));
     return std::nullopt;
   }
-  h.program_size = LoadLE<uint64_t>(raw.data() + 16);
-  h.segment_base_offset = LoadLE<uint64_t>(raw.data() + 24);
+  h.program_size = internal::LoadLE<uint64_t>(raw.data() + 16);
+  h.segment_base_offset = internal::LoadLE<uint64_t>(raw.data() + 24);
   if (h.header_length >= kHeaderLengthWithDataSize) {
-    h.segment_data_size = LoadLE<uint64_t>(raw.data() + 32);
+    h.segment_data_size = internal::LoadLE<uint64_t>(raw.data() + 32);
   }
   if (h.program_size > file_size) {
     report->Error(
@@ -201,15 +201,15 @@ std::unique_ptr<Program> Program::Verify(
   for (uint32_t i = 0; i < num_segments; ++i) {
     const fb::DataSegment* seg = segments->Get(i);
     const std::optional<uint64_t> start =
-        CheckedAdd(header->segment_base_offset, seg->offset());
-    if (!start.has_value() || !CheckedAdd(*start, seg->size()).has_value()) {
+        internal::CheckedAdd(header->segment_base_offset, seg->offset());
+    if (!start.has_value() || !internal::CheckedAdd(*start, seg->size()).has_value()) {
       report->Error(
           "P1", absl::StatusCode::kDataLoss,
           absl::StrCat("segment ", i, ": segment_base_offset ",
                        header->segment_base_offset, " + offset ", seg->offset(),
                        " + size ", seg->size(), " overflows 64 bits"),
           At(path, std::nullopt, i));
-    } else if (!RangeInside(*start, seg->size(), file_size)) {
+    } else if (!internal::RangeInside(*start, seg->size(), file_size)) {
       report->Error(
           "P1", absl::StatusCode::kDataLoss,
           absl::StrCat("segment ", i, ": bytes [", *start, ", ",
@@ -313,7 +313,7 @@ std::unique_ptr<Program> Program::Verify(
   if (num_cuda == 0) {
     report->Warning("P4",
                     absl::StrCat("program has no CUDA delegate ('",
-                                 Sv(kCudaBackendId), "')"),
+                                 internal::Sv(kCudaBackendId), "')"),
                     At(path));
   }
 
@@ -357,7 +357,7 @@ std::unique_ptr<Program> Program::Verify(
                                    delegate.delegate_index, ": the ",
                                    delegate.payload.size(),
                                    "-byte CUDA payload does not start with '",
-                                   Sv(kManifestMagicPrefix),
+                                   internal::Sv(kManifestMagicPrefix),
                                    "' (legacy payload), not verified"),
                       At(path, delegate.source));
     }

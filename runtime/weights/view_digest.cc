@@ -1,13 +1,13 @@
-#include "runtime/weights/view_digest.h"
+#include "ptd/view_digest.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/core/checked_math.h"
-#include "runtime/core/sha256.h"
-#include "runtime/core/status_macros.h"
+#include "runtime/internal/checked_math.h"
+#include "ptd/sha256.h"
+#include "ptd/status_macros.h"
 
 namespace ptd {
 namespace {
@@ -68,13 +68,13 @@ class StorageReader {
         const uint64_t start = block * kBlock;
         const uint64_t n = std::min(kBlock, nbytes_ - start);
         tags_[slot] = kNoBlock;
-        RETURN_IF_ERROR(source_.ReadAt(base_ + start, absl::MakeSpan(data, n)));
+        PTD_RETURN_IF_ERROR(source_.ReadAt(base_ + start, absl::MakeSpan(data, n)));
         tags_[slot] = block;
       }
       return data + (offset - block * kBlock);
     }
     scratch_.resize(len);
-    RETURN_IF_ERROR(source_.ReadAt(base_ + offset, absl::MakeSpan(scratch_)));
+    PTD_RETURN_IF_ERROR(source_.ReadAt(base_ + offset, absl::MakeSpan(scratch_)));
     return scratch_.data();
   }
 
@@ -101,7 +101,7 @@ absl::StatusOr<std::string> DigestRange(const FileSource& source, uint64_t offse
   std::vector<uint8_t> buf(std::min<uint64_t>(len, kGatherWindowBytes));
   for (uint64_t done = 0; done < len;) {
     const uint64_t n = std::min<uint64_t>(buf.size(), len - done);
-    RETURN_IF_ERROR(source.ReadAt(offset + done, absl::MakeSpan(buf.data(), n)));
+    PTD_RETURN_IF_ERROR(source.ReadAt(offset + done, absl::MakeSpan(buf.data(), n)));
     h.Update(absl::MakeConstSpan(buf.data(), n));
     done += n;
   }
@@ -132,7 +132,7 @@ absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
 
   StorageReader reader(source, storage_offset, storage_nbytes);
   // Sized to what the view gathers, up to the window (small views are many).
-  const auto gathered = CheckedMul(g.extent.numel, e);
+  const auto gathered = internal::CheckedMul(g.extent.numel, e);
   std::vector<uint8_t> out(
       std::max<uint64_t>(e, std::min(kGatherWindowBytes, gathered.value_or(kGatherWindowBytes))));
   size_t used = 0;
@@ -156,14 +156,14 @@ absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
     if (inner_stride == 1) {  // One contiguous run, read in window-sized pieces.
       for (uint64_t done = 0; done < row_span;) {
         const uint64_t n = std::min(kGatherWindowBytes, row_span - done);
-        ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first + done, n));
+        PTD_ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first + done, n));
         emit(p, n);
         done += n;
       }
       return absl::OkStatus();
     }
     if (reader.has_view()) {  // The row straight from the mapping.
-      ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first, row_span));
+      PTD_ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first, row_span));
       for (uint64_t j = 0; j < inner_size; ++j) {
         if (used + e > out.size()) flush();
         std::memcpy(out.data() + used, p + j * inner_stride * e, e);
@@ -172,7 +172,7 @@ absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
       return absl::OkStatus();
     }
     for (uint64_t j = 0; j < inner_size; ++j) {
-      ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first + j * inner_stride * e, e));
+      PTD_ASSIGN_OR_RETURN(const uint8_t* p, reader.Get(first + j * inner_stride * e, e));
       emit(p, e);
     }
     return absl::OkStatus();
@@ -182,7 +182,7 @@ absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
   std::vector<int64_t> idx(dims.size(), 0);
   int64_t elem = view.storage_offset;
   while (true) {
-    RETURN_IF_ERROR(emit_row(static_cast<uint64_t>(elem)));
+    PTD_RETURN_IF_ERROR(emit_row(static_cast<uint64_t>(elem)));
     size_t d = dims.size();
     bool carried_out = true;
     while (d > 0) {
@@ -206,7 +206,7 @@ absl::StatusOr<std::string> DigestView(const FileSource& source,
                                        uint64_t storage_nbytes,
                                        const ViewSpec& view) {
   Sha256 h;
-  RETURN_IF_ERROR(GatherView(source, storage_offset, storage_nbytes, view,
+  PTD_RETURN_IF_ERROR(GatherView(source, storage_offset, storage_nbytes, view,
                              [&](absl::Span<const uint8_t> b) { h.Update(b); }));
   return h.HexDigest();
 }

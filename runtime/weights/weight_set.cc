@@ -1,4 +1,4 @@
-#include "runtime/weights/weight_set.h"
+#include "ptd/weight_set.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,8 +7,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/core/scalar_type.h"
-#include "runtime/core/strings.h"
+#include "ptd/scalar_type.h"
+#include "runtime/internal/strings.h"
 
 namespace ptd {
 namespace {
@@ -106,7 +106,7 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
           if (mine == theirs) return;
           report->Error("G4", kDataLoss,
                         absl::StrCat(name(), ": storage '", e.storage_key, "' has ",
-                                     Sv(field), " ", mine, ", but weight '", *o.fqn,
+                                     internal::Sv(field), " ", mine, ", but weight '", *o.fqn,
                                      "' (", *o.source, ") says ", theirs),
                         where());
           ok = false;
@@ -191,7 +191,7 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
   // X3: weight storages that no manifest references.
   if (!manifests.empty()) {
     for (const NamedDataEntry& nd : container->named_data()) {
-      if (absl::StartsWith(nd.key, Sv(kCudaWeightKeyPrefix)) &&
+      if (absl::StartsWith(nd.key, internal::Sv(kCudaWeightKeyPrefix)) &&
           !referenced.contains(nd.key)) {
         report->Warning("X3",
                         absl::StrCat("storage key '", nd.key,

@@ -1,13 +1,13 @@
-#include "runtime/weights/weight_writer.h"
+#include "ptd/weight_writer.h"
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/core/scalar_type.h"
-#include "runtime/core/strings.h"
-#include "runtime/core/status_macros.h"
-#include "runtime/geometry/view_geometry.h"
-#include "runtime/io/atomic_file.h"
+#include "ptd/scalar_type.h"
+#include "runtime/internal/strings.h"
+#include "ptd/status_macros.h"
+#include "ptd/view_geometry.h"
+#include "ptd/atomic_file.h"
 
 namespace ptd {
 namespace {
@@ -15,7 +15,7 @@ namespace {
 constexpr std::string_view kLibraryConstantPrefix = "_tensor_constant";
 
 absl::Status Reject(std::string message, std::string_view rule) {
-  return absl::InvalidArgumentError(absl::StrCat(message, " (", Sv(rule), ")"));
+  return absl::InvalidArgumentError(absl::StrCat(message, " (", internal::Sv(rule), ")"));
 }
 
 }  // namespace
@@ -23,11 +23,11 @@ absl::Status Reject(std::string message, std::string_view rule) {
 std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
                           std::string_view so_blob_key) {
   const std::string_view device = device_type == 0 ? "cpu" : "cuda";
-  if (absl::StartsWith(Sv(fqn), Sv(kLibraryConstantPrefix))) {
-    return absl::StrCat("cuda_fqn_weight:", Sv(device), ":", Sv(so_blob_key), ":",
-                        Sv(fqn));
+  if (absl::StartsWith(internal::Sv(fqn), internal::Sv(kLibraryConstantPrefix))) {
+    return absl::StrCat("cuda_fqn_weight:", internal::Sv(device), ":", internal::Sv(so_blob_key), ":",
+                        internal::Sv(fqn));
   }
-  return absl::StrCat("cuda_fqn_weight:", Sv(device), ":", Sv(fqn));
+  return absl::StrCat("cuda_fqn_weight:", internal::Sv(device), ":", internal::Sv(fqn));
 }
 
 CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
@@ -58,7 +58,7 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
                     .sizes = props.shape,
                     .strides = props.stride};
   // Never record what the decoder would reject (M5, M6).
-  RETURN_IF_ERROR(CheckWeightEntry(entry));
+  PTD_RETURN_IF_ERROR(CheckWeightEntry(entry));
   if (fqns_.contains(w.fqn)) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
@@ -96,7 +96,7 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
                   "W1");
   }
 
-  RETURN_IF_ERROR(ptd_.Add(entry.storage_key, w.value.storage, /*alignment=*/1));
+  PTD_RETURN_IF_ERROR(ptd_.Add(entry.storage_key, w.value.storage, /*alignment=*/1));
   fqns_.insert(w.fqn);
   manifest_.entries.push_back(std::move(entry));
   return absl::OkStatus();
@@ -108,10 +108,10 @@ absl::StatusOr<std::vector<uint8_t>> CudaWeightWriter::EncodedManifest() const {
 
 absl::Status CudaWeightWriter::Write(const std::string& ptd_path,
                                      const std::string& manifest_path) const {
-  ASSIGN_OR_RETURN(std::vector<uint8_t> manifest, EncodedManifest());
-  RETURN_IF_ERROR(ptd_.Write(ptd_path));
+  PTD_ASSIGN_OR_RETURN(std::vector<uint8_t> manifest, EncodedManifest());
+  PTD_RETURN_IF_ERROR(ptd_.Write(ptd_path));
   if (!manifest_path.empty()) {
-    RETURN_IF_ERROR(WriteFileAtomically(manifest_path, manifest));
+    PTD_RETURN_IF_ERROR(WriteFileAtomically(manifest_path, manifest));
   }
   return absl::OkStatus();
 }

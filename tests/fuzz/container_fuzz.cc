@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/core/report.h"
-#include "runtime/io/file_source.h"
-#include "runtime/ptd/container.h"
+#include "ptd/report.h"
+#include "ptd/file_source.h"
+#include "ptd/container.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ptd::fuzz {

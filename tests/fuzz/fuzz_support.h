@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "runtime/core/report.h"
-#include "runtime/io/file_source.h"
+#include "ptd/report.h"
+#include "ptd/file_source.h"
 
 #define FUZZ_CHECK(cond)         \
   do {                           \

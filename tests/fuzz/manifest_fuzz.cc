@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "runtime/core/report.h"
-#include "runtime/manifest/manifest.h"
+#include "ptd/report.h"
+#include "ptd/manifest.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

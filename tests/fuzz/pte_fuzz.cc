@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/report.h"
-#include "runtime/io/file_source.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/pte/program.h"
+#include "ptd/report.h"
+#include "ptd/file_source.h"
+#include "ptd/manifest.h"
+#include "ptd/program.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ptd::fuzz {

@@ -14,15 +14,15 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "runtime/core/bytes_le.h"
-#include "runtime/core/checked_math.h"
-#include "runtime/core/report.h"
-#include "runtime/geometry/view_geometry.h"
-#include "runtime/io/file_source.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/ptd/container.h"
-#include "runtime/weights/view_digest.h"
-#include "runtime/weights/weight_set.h"
+#include "runtime/internal/bytes_le.h"
+#include "runtime/internal/checked_math.h"
+#include "ptd/report.h"
+#include "ptd/view_geometry.h"
+#include "ptd/file_source.h"
+#include "ptd/manifest.h"
+#include "ptd/container.h"
+#include "ptd/view_digest.h"
+#include "ptd/weight_set.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ptd::fuzz {
@@ -41,7 +41,7 @@ std::vector<uint8_t> NaiveGather(absl::Span<const uint8_t> storage,
     int64_t elem = v.storage_offset;
     for (size_t d = 0; d < idx.size(); ++d) elem += idx[d] * v.strides[d];
     const uint64_t byte = static_cast<uint64_t>(elem) * v.element_size;
-    FUZZ_CHECK(RangeInside(byte, v.element_size, storage.size()));
+    FUZZ_CHECK(internal::RangeInside(byte, v.element_size, storage.size()));
     out.insert(out.end(), storage.begin() + byte,
                storage.begin() + byte + v.element_size);
     for (size_t d = idx.size(); d-- > 0;) {
@@ -76,7 +76,7 @@ void CheckWeights(const Container& c, const FileSource& windowed,
       const uint64_t seg_size = c.segments()[seg].size;
       FUZZ_CHECK(w.extent->required_nbytes <= seg_size);
       const ViewSpec view = w.view();
-      const auto gathered = CheckedMul(w.extent->numel, view.element_size);
+      const auto gathered = internal::CheckedMul(w.extent->numel, view.element_size);
       if (!gathered || *gathered > kMaxDigestBytes) continue;
 
       const uint64_t offset = c.SegmentFileOffset(seg);
@@ -101,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ptd;
   if (size < 4) return 0;
   const uint64_t rest = size - 4;
-  const uint64_t manifest_len = std::min<uint64_t>(LoadLE<uint32_t>(data), rest);
+  const uint64_t manifest_len = std::min<uint64_t>(internal::LoadLE<uint32_t>(data), rest);
   const uint8_t* ptd_begin = data + 4;
   const uint8_t* manifest_begin = data + 4 + (rest - manifest_len);
 

@@ -2,7 +2,7 @@
 // worked examples, every layout the SPEC calls valid, each overflow step, and
 // a seeded property test against a brute-force span, checked again end to end
 // through WeightSet.
-#include "runtime/geometry/view_geometry.h"
+#include "ptd/view_geometry.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,12 +13,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/core/scalar_type.h"
-#include "runtime/io/file_source.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/ptd/container.h"
-#include "runtime/ptd/ptd_writer.h"
-#include "runtime/weights/weight_set.h"
+#include "ptd/scalar_type.h"
+#include "ptd/file_source.h"
+#include "ptd/manifest.h"
+#include "ptd/container.h"
+#include "ptd/ptd_writer.h"
+#include "ptd/weight_set.h"
 
 namespace ptd {
 namespace {

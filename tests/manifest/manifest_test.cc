@@ -1,7 +1,7 @@
 // Tests of the ETCUDAFQN0 manifest decoder, encoder and variant choice
 // (docs/SPEC.md section 2, rules M1-M6). Corrupt manifests are built byte by
 // byte with ManifestBytes; each test asserts the specific rule it breaks.
-#include "runtime/manifest/manifest.h"
+#include "ptd/manifest.h"
 
 #include <cstdint>
 #include <fstream>
@@ -12,7 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/core/bytes_le.h"
+#include "runtime/internal/bytes_le.h"
 
 namespace ptd {
 namespace {
@@ -47,7 +47,7 @@ class ManifestBytes {
   template <typename T>
   ManifestBytes& Int(T v) {
     uint8_t b[sizeof(T)];
-    StoreLE(b, v);
+    internal::StoreLE(b, v);
     bytes_.insert(bytes_.end(), b, b + sizeof(T));
     return *this;
   }

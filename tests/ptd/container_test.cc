@@ -1,4 +1,4 @@
-#include "runtime/ptd/container.h"
+#include "ptd/container.h"
 
 #include <functional>
 #include <limits>

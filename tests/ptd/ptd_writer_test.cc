@@ -1,4 +1,4 @@
-#include "runtime/ptd/ptd_writer.h"
+#include "ptd/ptd_writer.h"
 
 #include <filesystem>
 #include <numeric>
@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/io/atomic_file.h"
+#include "ptd/atomic_file.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {

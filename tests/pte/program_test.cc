@@ -1,4 +1,4 @@
-#include "runtime/pte/program.h"
+#include "ptd/program.h"
 
 #include <cstdint>
 #include <fstream>
@@ -9,7 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/io/file_source.h"
+#include "ptd/file_source.h"
 #include "tests/pte/pte_builder.h"
 
 namespace ptd {

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "flatbuffers/flatbuffers.h"
-#include "runtime/core/bytes_le.h"
-#include "runtime/core/check.h"
+#include "runtime/internal/bytes_le.h"
+#include "runtime/internal/check.h"
 #include "schema/program_generated.h"
 
 namespace ptd::testing {
@@ -13,7 +13,7 @@ namespace {
 
 namespace fb = ::ptd::pte_fb;
 
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
@@ -25,7 +25,7 @@ std::vector<uint8_t> BuildPte(const PteSpec& spec) {
   std::vector<PteSegmentEntry> placed;
   uint64_t data_size = 0;
   for (const auto& seg : spec.segments) {
-    const uint64_t offset = AlignUp(data_size, spec.segment_alignment);
+    const uint64_t offset = RoundUp(data_size, spec.segment_alignment);
     placed.push_back({offset, seg.size()});
     data_size = offset + seg.size();
   }
@@ -69,14 +69,14 @@ std::vector<uint8_t> BuildPte(const PteSpec& spec) {
 
   // Splice the header after the first 8 bytes, padded so the FlatBuffer's
   // alignment is kept, and move the root offset past it.
-  const uint64_t block = AlignUp(
+  const uint64_t block = RoundUp(
       spec.header_length, std::max<uint64_t>(16, fbb.GetBufferMinAlignment()));
   const uint64_t program_size = fb_size + block;
-  const uint64_t base = AlignUp(program_size, spec.segment_alignment);
+  const uint64_t base = RoundUp(program_size, spec.segment_alignment);
   std::vector<uint8_t> out(base + data_size, 0);
   std::memcpy(out.data(), fb_data, 8);
   std::memcpy(out.data() + 8 + block, fb_data + 8, fb_size - 8);
-  PatchU32(out, 0, LoadLE<uint32_t>(fb_data) + static_cast<uint32_t>(block));
+  PatchU32(out, 0, internal::LoadLE<uint32_t>(fb_data) + static_cast<uint32_t>(block));
   std::memcpy(out.data() + kPteMagicOffset, "eh00", 4);
   PatchU32(out, kPteHeaderLengthOffset, spec.header_length);
   PatchU64(out, kPteProgramSizeOffset, program_size);

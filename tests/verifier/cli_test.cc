@@ -5,7 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/weights/weight_writer.h"
+#include "ptd/weight_writer.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/test_util.h"
-#include "verifier/verify.h"
+#include "ptd/verify.h"
 
 namespace ptd {
 namespace {

@@ -5,11 +5,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/ptd/ptd_writer.h"
+#include "ptd/manifest.h"
+#include "ptd/ptd_writer.h"
 #include "tests/pte/pte_builder.h"
 #include "tests/testing/test_util.h"
-#include "verifier/verify.h"
+#include "ptd/verify.h"
 
 namespace ptd {
 namespace {

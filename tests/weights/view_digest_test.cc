@@ -1,7 +1,7 @@
 // Tests of GatherView, DigestView and DigestRange against brute force, through
 // a MemorySource (zero-copy views) and a pread file (the windowed path),
 // including storages larger than the 1 MiB window.
-#include "runtime/weights/view_digest.h"
+#include "ptd/view_digest.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -17,9 +17,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/core/scalar_type.h"
-#include "runtime/core/sha256.h"
-#include "runtime/io/file_source.h"
+#include "ptd/scalar_type.h"
+#include "ptd/sha256.h"
+#include "ptd/file_source.h"
 
 namespace ptd {
 namespace {

@@ -2,7 +2,7 @@
 // sections 3 and 5: X1, G1-G5, X3). Containers are built in memory with
 // PtdWriter; manifests as structs, or decoded from bytes where the decoder's
 // verdict matters.
-#include "runtime/weights/weight_set.h"
+#include "ptd/weight_set.h"
 
 #include <cstdint>
 #include <fstream>
@@ -14,10 +14,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/io/file_source.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/ptd/container.h"
-#include "runtime/ptd/ptd_writer.h"
+#include "ptd/file_source.h"
+#include "ptd/manifest.h"
+#include "ptd/container.h"
+#include "ptd/ptd_writer.h"
 
 namespace ptd {
 namespace {

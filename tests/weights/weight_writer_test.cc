@@ -2,7 +2,7 @@
 // W1-W3): the named exporter cases, the exporter's wording, storage keys,
 // shared segments, and a round trip through the reading half and the
 // verifier library.
-#include "runtime/weights/weight_writer.h"
+#include "ptd/weight_writer.h"
 
 #include <cstdint>
 #include <cstring>
@@ -14,13 +14,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/core/sha256.h"
-#include "runtime/io/file_source.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/ptd/container.h"
-#include "runtime/weights/view_digest.h"
-#include "runtime/weights/weight_set.h"
-#include "verifier/verify.h"
+#include "ptd/sha256.h"
+#include "ptd/file_source.h"
+#include "ptd/manifest.h"
+#include "ptd/container.h"
+#include "ptd/view_digest.h"
+#include "ptd/weight_set.h"
+#include "ptd/verify.h"
 
 namespace ptd {
 namespace {

@@ -3,8 +3,8 @@
 // Debian's abseil is built with ABSL_OPTION_USE_STD_STRING_VIEW=0, so
 // absl::string_view is its own type and absl::StrCat does not take a
 // std::string_view; Sv() converts at those call sites.
-#ifndef PTD_RUNTIME_CORE_STRINGS_H_
-#define PTD_RUNTIME_CORE_STRINGS_H_
+#ifndef PTD_INTERNAL_STRINGS_H_
+#define PTD_INTERNAL_STRINGS_H_
 
 #include <string>
 #include <string_view>
@@ -12,7 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/string_view.h"
 
-namespace ptd {
+namespace ptd::internal {
 
 inline absl::string_view Sv(std::string_view s) {
   return absl::string_view(s.data(), s.size());
@@ -21,6 +21,6 @@ inline absl::string_view Sv(std::string_view s) {
 // `s` with non-printable bytes C-hex-escaped, for messages about bad bytes.
 inline std::string Escaped(std::string_view s) { return absl::CHexEscape(Sv(s)); }
 
-}  // namespace ptd
+}  // namespace ptd::internal
 
-#endif  // PTD_RUNTIME_CORE_STRINGS_H_
+#endif  // PTD_INTERNAL_STRINGS_H_

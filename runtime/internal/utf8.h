@@ -1,14 +1,14 @@
 // Strict UTF-8 validation (RFC 3629: no overlong forms, no surrogates,
 // nothing above U+10FFFF).
-#ifndef PTD_RUNTIME_CORE_UTF8_H_
-#define PTD_RUNTIME_CORE_UTF8_H_
+#ifndef PTD_INTERNAL_UTF8_H_
+#define PTD_INTERNAL_UTF8_H_
 
 #include <string_view>
 
-namespace ptd {
+namespace ptd::internal {
 
 bool IsValidUtf8(std::string_view s);
 
-}  // namespace ptd
+}  // namespace ptd::internal
 
-#endif  // PTD_RUNTIME_CORE_UTF8_H_
+#endif  // PTD_INTERNAL_UTF8_H_

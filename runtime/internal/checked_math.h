@@ -1,12 +1,12 @@
 // Overflow-checked integer arithmetic. Every offset and size computed from
 // file contents goes through these helpers; none of them can wrap.
-#ifndef PTD_RUNTIME_CORE_CHECKED_MATH_H_
-#define PTD_RUNTIME_CORE_CHECKED_MATH_H_
+#ifndef PTD_INTERNAL_CHECKED_MATH_H_
+#define PTD_INTERNAL_CHECKED_MATH_H_
 
 #include <cstdint>
 #include <optional>
 
-namespace ptd {
+namespace ptd::internal {
 
 inline std::optional<uint64_t> CheckedAdd(uint64_t a, uint64_t b) {
   uint64_t r;
@@ -45,6 +45,6 @@ inline std::optional<uint64_t> AlignUp(uint64_t value, uint64_t alignment) {
   return CheckedAdd(value, alignment - rem);
 }
 
-}  // namespace ptd
+}  // namespace ptd::internal
 
-#endif  // PTD_RUNTIME_CORE_CHECKED_MATH_H_
+#endif  // PTD_INTERNAL_CHECKED_MATH_H_

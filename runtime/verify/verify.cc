@@ -1,4 +1,4 @@
-#include "verifier/verify.h"
+#include "ptd/verify.h"
 
 #include <memory>
 #include <vector>
@@ -6,14 +6,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/core/checked_math.h"
-#include "runtime/core/scalar_type.h"
-#include "runtime/io/file_source.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/pte/program.h"
-#include "runtime/ptd/container.h"
-#include "runtime/weights/view_digest.h"
-#include "runtime/weights/weight_set.h"
+#include "runtime/internal/checked_math.h"
+#include "ptd/scalar_type.h"
+#include "ptd/file_source.h"
+#include "ptd/manifest.h"
+#include "ptd/program.h"
+#include "ptd/container.h"
+#include "ptd/view_digest.h"
+#include "ptd/weight_set.h"
 
 namespace ptd {
 namespace {
@@ -106,7 +106,7 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
   json sha = nullptr;
   if (w != nullptr && w->ok && c != nullptr) {
     const ViewSpec view = w->view();
-    const auto gathered = CheckedMul(w->extent->numel, view.element_size);
+    const auto gathered = internal::CheckedMul(w->extent->numel, view.element_size);
     if (!gathered || *gathered > options.digest_limit) {
       report->Warning(
           "D1",

@@ -1,6 +1,6 @@
 // Streaming SHA-256 over OpenSSL's EVP interface.
-#ifndef PTD_RUNTIME_CORE_SHA256_H_
-#define PTD_RUNTIME_CORE_SHA256_H_
+#ifndef PTD_SHA256_H_
+#define PTD_SHA256_H_
 
 #include <cstdint>
 #include <memory>
@@ -33,4 +33,4 @@ std::string Sha256Hex(absl::Span<const uint8_t> bytes);
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_CORE_SHA256_H_
+#endif  // PTD_SHA256_H_

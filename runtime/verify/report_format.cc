@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "runtime/core/scalar_type.h"
-#include "runtime/core/strings.h"
-#include "verifier/verify.h"
+#include "ptd/scalar_type.h"
+#include "runtime/internal/strings.h"
+#include "ptd/verify.h"
 
 namespace ptd {
 namespace {
@@ -46,7 +46,7 @@ void Table(const std::vector<std::vector<std::string>>& rows, std::string* out) 
 
 void Diagnostics(const json& list, std::string_view title, std::string* out) {
   if (list.empty()) return;
-  absl::StrAppend(out, Sv(title), " (", list.size(), "):\n");
+  absl::StrAppend(out, internal::Sv(title), " (", list.size(), "):\n");
   for (const auto& d : list) {
     std::string where;
     if (d.contains("file")) where = d["file"].get<std::string>();
@@ -90,7 +90,7 @@ std::string FormatText(const VerifyOutcome& outcome) {
     for (const auto& n : p["named_data"]) {
       std::string layout = "-";
       if (!n["layout"].is_null()) {
-        layout = absl::StrCat(Sv(ScalarTypeName(n["layout"]["scalar_type"].get<int>())),
+        layout = absl::StrCat(internal::Sv(ScalarTypeName(n["layout"]["scalar_type"].get<int>())),
                               Dims(n["layout"]["sizes"]), " order",
                               Dims(n["layout"]["dim_order"]));
       }

@@ -10,8 +10,8 @@
 //
 // Lifetime: the WeightSet points into the container and the manifests,
 // which must outlive it.
-#ifndef PTD_RUNTIME_WEIGHTS_WEIGHT_SET_H_
-#define PTD_RUNTIME_WEIGHTS_WEIGHT_SET_H_
+#ifndef PTD_WEIGHT_SET_H_
+#define PTD_WEIGHT_SET_H_
 
 #include <cstdint>
 #include <optional>
@@ -20,10 +20,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/core/report.h"
-#include "runtime/geometry/view_geometry.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/ptd/container.h"
+#include "ptd/report.h"
+#include "ptd/view_geometry.h"
+#include "ptd/manifest.h"
+#include "ptd/container.h"
 
 namespace ptd {
 
@@ -79,4 +79,4 @@ class WeightSet {
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_WEIGHTS_WEIGHT_SET_H_
+#endif  // PTD_WEIGHT_SET_H_

@@ -7,8 +7,8 @@
 //                     else (o + sum(t[i] * (s[i] - 1)) + 1) * e
 // in overflow-checked signed 64-bit arithmetic. Broadcast (stride 0),
 // overlapping, transposed, channels-last, 0-dim and empty views are valid.
-#ifndef PTD_RUNTIME_GEOMETRY_VIEW_GEOMETRY_H_
-#define PTD_RUNTIME_GEOMETRY_VIEW_GEOMETRY_H_
+#ifndef PTD_VIEW_GEOMETRY_H_
+#define PTD_VIEW_GEOMETRY_H_
 
 #include <cstdint>
 #include <optional>
@@ -63,4 +63,4 @@ std::vector<int64_t> ContiguousStrides(absl::Span<const int64_t> sizes);
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_GEOMETRY_VIEW_GEOMETRY_H_
+#endif  // PTD_VIEW_GEOMETRY_H_

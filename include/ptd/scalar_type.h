@@ -1,6 +1,6 @@
 // ExecuTorch ScalarType numbering (SPEC section 1) and element sizes.
-#ifndef PTD_RUNTIME_CORE_SCALAR_TYPE_H_
-#define PTD_RUNTIME_CORE_SCALAR_TYPE_H_
+#ifndef PTD_SCALAR_TYPE_H_
+#define PTD_SCALAR_TYPE_H_
 
 #include <cstdint>
 #include <optional>
@@ -18,4 +18,4 @@ std::string_view ScalarTypeName(int64_t type);
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_CORE_SCALAR_TYPE_H_
+#endif  // PTD_SCALAR_TYPE_H_

@@ -6,8 +6,8 @@
 //   MemorySource    bytes in memory (tests, fuzzers); View() works.
 //
 // Thread-safety: every method is const and safe to call concurrently.
-#ifndef PTD_RUNTIME_IO_FILE_SOURCE_H_
-#define PTD_RUNTIME_IO_FILE_SOURCE_H_
+#ifndef PTD_FILE_SOURCE_H_
+#define PTD_FILE_SOURCE_H_
 
 #include <cstdint>
 #include <memory>
@@ -96,4 +96,4 @@ std::unique_ptr<FileSource> MemorySource(std::vector<uint8_t> bytes,
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_IO_FILE_SOURCE_H_
+#endif  // PTD_FILE_SOURCE_H_

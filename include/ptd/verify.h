@@ -1,15 +1,15 @@
 // The verification session behind ptd-verify: runs every check the library
 // has over a .ptd and, optionally, a standalone manifest and/or a .pte, and
 // builds the report of docs/SPEC.md section 6 (JSON and readable text).
-#ifndef PTD_VERIFIER_VERIFY_H_
-#define PTD_VERIFIER_VERIFY_H_
+#ifndef PTD_VERIFY_H_
+#define PTD_VERIFY_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "nlohmann/json.hpp"
-#include "runtime/core/report.h"
+#include "ptd/report.h"
 
 namespace ptd {
 
@@ -49,4 +49,4 @@ nlohmann::ordered_json DiagnosticJson(const Diagnostic& d);
 
 }  // namespace ptd
 
-#endif  // PTD_VERIFIER_VERIFY_H_
+#endif  // PTD_VERIFY_H_

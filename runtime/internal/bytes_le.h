@@ -1,13 +1,13 @@
 // Little-endian loads and stores for the wire formats (every format here is
 // little-endian; the build only targets little-endian hosts).
-#ifndef PTD_RUNTIME_CORE_BYTES_LE_H_
-#define PTD_RUNTIME_CORE_BYTES_LE_H_
+#ifndef PTD_INTERNAL_BYTES_LE_H_
+#define PTD_INTERNAL_BYTES_LE_H_
 
 #include <bit>
 #include <cstdint>
 #include <cstring>
 
-namespace ptd {
+namespace ptd::internal {
 
 static_assert(std::endian::native == std::endian::little,
               "ptd assumes a little-endian host");
@@ -25,6 +25,6 @@ inline void StoreLE(uint8_t* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
-}  // namespace ptd
+}  // namespace ptd::internal
 
-#endif  // PTD_RUNTIME_CORE_BYTES_LE_H_
+#endif  // PTD_INTERNAL_BYTES_LE_H_

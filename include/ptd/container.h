@@ -14,8 +14,8 @@
 // Lifetime: the FileSource is shared and kept alive by the Container; spans
 // returned by SegmentData() live as long as the Container.
 // Thread-safety: const methods are safe to call concurrently.
-#ifndef PTD_RUNTIME_PTD_CONTAINER_H_
-#define PTD_RUNTIME_PTD_CONTAINER_H_
+#ifndef PTD_CONTAINER_H_
+#define PTD_CONTAINER_H_
 
 #include <cstdint>
 #include <memory>
@@ -26,8 +26,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "runtime/core/report.h"
-#include "runtime/io/file_source.h"
+#include "ptd/report.h"
+#include "ptd/file_source.h"
 
 namespace ptd {
 
@@ -134,4 +134,4 @@ class Container {
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_PTD_CONTAINER_H_
+#endif  // PTD_CONTAINER_H_

@@ -3,8 +3,8 @@
 // Writes to a temporary file in the target's directory, fsyncs it, renames it
 // over the target and fsyncs the directory. On any failure the temporary is
 // removed and an existing target is left untouched.
-#ifndef PTD_RUNTIME_IO_ATOMIC_FILE_H_
-#define PTD_RUNTIME_IO_ATOMIC_FILE_H_
+#ifndef PTD_ATOMIC_FILE_H_
+#define PTD_ATOMIC_FILE_H_
 
 #include <cstdint>
 #include <functional>
@@ -29,4 +29,4 @@ absl::Status WriteFileAtomically(const std::string& path,
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_IO_ATOMIC_FILE_H_
+#endif  // PTD_ATOMIC_FILE_H_

@@ -7,8 +7,8 @@
 //
 // Compatibility: only version 0 (magic "ETCUDAFQN0") is decoded; the
 // transitional magics ETCUDAFQN1..5 are reported as Unimplemented.
-#ifndef PTD_RUNTIME_MANIFEST_MANIFEST_H_
-#define PTD_RUNTIME_MANIFEST_MANIFEST_H_
+#ifndef PTD_MANIFEST_H_
+#define PTD_MANIFEST_H_
 
 #include <cstdint>
 #include <optional>
@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/core/report.h"
+#include "ptd/report.h"
 
 namespace ptd {
 
@@ -92,4 +92,4 @@ absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants,
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_MANIFEST_MANIFEST_H_
+#endif  // PTD_MANIFEST_H_

@@ -10,8 +10,8 @@
 // wording and add the rule ID (docs/SPEC.md section 3).
 //
 // Thread-safety: not thread-safe.
-#ifndef PTD_RUNTIME_WEIGHTS_WEIGHT_WRITER_H_
-#define PTD_RUNTIME_WEIGHTS_WEIGHT_WRITER_H_
+#ifndef PTD_WEIGHT_WRITER_H_
+#define PTD_WEIGHT_WRITER_H_
 
 #include <cstdint>
 #include <optional>
@@ -21,8 +21,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/manifest/manifest.h"
-#include "runtime/ptd/ptd_writer.h"
+#include "ptd/manifest.h"
+#include "ptd/ptd_writer.h"
 
 namespace ptd {
 
@@ -88,4 +88,4 @@ class CudaWeightWriter {
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_WEIGHTS_WEIGHT_WRITER_H_
+#endif  // PTD_WEIGHT_WRITER_H_

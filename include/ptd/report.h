@@ -6,8 +6,8 @@
 // so both tiers enforce exactly the same rules.
 //
 // Thread-safety: not thread-safe; one Report per run.
-#ifndef PTD_RUNTIME_CORE_REPORT_H_
-#define PTD_RUNTIME_CORE_REPORT_H_
+#ifndef PTD_REPORT_H_
+#define PTD_REPORT_H_
 
 #include <cstdint>
 #include <optional>
@@ -74,4 +74,4 @@ absl::Status ToStatus(const Diagnostic& d);
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_CORE_REPORT_H_
+#endif  // PTD_REPORT_H_

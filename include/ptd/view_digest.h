@@ -5,8 +5,8 @@
 // tensor.contiguous() for the same view in PyTorch. Gathering runs in bounded
 // memory: it reads through zero-copy views when the source has them, else
 // through a fixed-size window, and hashes in fixed-size chunks.
-#ifndef PTD_RUNTIME_WEIGHTS_VIEW_DIGEST_H_
-#define PTD_RUNTIME_WEIGHTS_VIEW_DIGEST_H_
+#ifndef PTD_VIEW_DIGEST_H_
+#define PTD_VIEW_DIGEST_H_
 
 #include <cstdint>
 #include <functional>
@@ -14,8 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/geometry/view_geometry.h"
-#include "runtime/io/file_source.h"
+#include "ptd/view_geometry.h"
+#include "ptd/file_source.h"
 
 namespace ptd {
 
@@ -42,4 +42,4 @@ absl::StatusOr<std::string> DigestView(const FileSource& source,
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_WEIGHTS_VIEW_DIGEST_H_
+#endif  // PTD_VIEW_DIGEST_H_

@@ -8,8 +8,8 @@
 // Lifetime: payload spans point into the FileSource's bytes (or into owned
 // copies held by the Program) and live as long as the Program.
 // Thread-safety: const methods are safe to call concurrently.
-#ifndef PTD_RUNTIME_PTE_PROGRAM_H_
-#define PTD_RUNTIME_PTE_PROGRAM_H_
+#ifndef PTD_PROGRAM_H_
+#define PTD_PROGRAM_H_
 
 #include <cstdint>
 #include <memory>
@@ -18,8 +18,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/core/report.h"
-#include "runtime/io/file_source.h"
+#include "ptd/report.h"
+#include "ptd/file_source.h"
 
 namespace ptd {
 
@@ -76,4 +76,4 @@ class Program {
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_PTE_PROGRAM_H_
+#endif  // PTD_PROGRAM_H_

@@ -1,7 +1,7 @@
 // Small local status macros. The Debian abseil (20220623) predates abseil's
-// own RETURN_IF_ERROR / ASSIGN_OR_RETURN, so the project carries these.
-#ifndef PTD_RUNTIME_CORE_STATUS_MACROS_H_
-#define PTD_RUNTIME_CORE_STATUS_MACROS_H_
+// own PTD_RETURN_IF_ERROR / PTD_ASSIGN_OR_RETURN, so the project carries these.
+#ifndef PTD_STATUS_MACROS_H_
+#define PTD_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -10,21 +10,21 @@
 #define PTD_STATUS_CONCAT_(a, b) PTD_STATUS_CONCAT_INNER_(a, b)
 
 // Returns `expr` from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                      \
+#define PTD_RETURN_IF_ERROR(expr)                      \
   do {                                             \
     ::absl::Status ptd_status_ = (expr);           \
     if (!ptd_status_.ok()) return ptd_status_;     \
   } while (false)
 
-// ASSIGN_OR_RETURN(lhs, expr): evaluates the StatusOr `expr`; on error returns
+// PTD_ASSIGN_OR_RETURN(lhs, expr): evaluates the StatusOr `expr`; on error returns
 // its status, else move-assigns the value to `lhs` (which may be a
-// declaration: `ASSIGN_OR_RETURN(auto x, F());`).
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(PTD_STATUS_CONCAT_(ptd_statusor_, __LINE__), lhs, expr)
+// declaration: `PTD_ASSIGN_OR_RETURN(auto x, F());`).
+#define PTD_ASSIGN_OR_RETURN(lhs, expr) \
+  PTD_ASSIGN_OR_RETURN_IMPL_(PTD_STATUS_CONCAT_(ptd_statusor_, __LINE__), lhs, expr)
 
-#define ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
+#define PTD_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
   auto statusor = (expr);                           \
   if (!statusor.ok()) return statusor.status();     \
   lhs = std::move(statusor).value()
 
-#endif  // PTD_RUNTIME_CORE_STATUS_MACROS_H_
+#endif  // PTD_STATUS_MACROS_H_

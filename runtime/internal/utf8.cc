@@ -1,8 +1,8 @@
-#include "runtime/core/utf8.h"
+#include "runtime/internal/utf8.h"
 
 #include <cstdint>
 
-namespace ptd {
+namespace ptd::internal {
 
 bool IsValidUtf8(std::string_view s) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
@@ -38,4 +38,4 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
-}  // namespace ptd
+}  // namespace ptd::internal

@@ -1,7 +1,7 @@
 // PTD_CHECK: aborts on a programmer bug or a broken environment (never on
 // file contents). The Debian abseil has no absl/log, hence this macro.
-#ifndef PTD_RUNTIME_CORE_CHECK_H_
-#define PTD_RUNTIME_CORE_CHECK_H_
+#ifndef PTD_INTERNAL_CHECK_H_
+#define PTD_INTERNAL_CHECK_H_
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,4 +15,4 @@
     }                                                                    \
   } while (false)
 
-#endif  // PTD_RUNTIME_CORE_CHECK_H_
+#endif  // PTD_INTERNAL_CHECK_H_

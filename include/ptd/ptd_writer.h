@@ -10,8 +10,8 @@
 // passes every rule of docs/SPEC.md section 1.
 //
 // Thread-safety: not thread-safe.
-#ifndef PTD_RUNTIME_PTD_PTD_WRITER_H_
-#define PTD_RUNTIME_PTD_PTD_WRITER_H_
+#ifndef PTD_PTD_WRITER_H_
+#define PTD_PTD_WRITER_H_
 
 #include <cstdint>
 #include <optional>
@@ -21,8 +21,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/io/atomic_file.h"
-#include "runtime/ptd/container.h"
+#include "ptd/atomic_file.h"
+#include "ptd/container.h"
 
 namespace ptd {
 
@@ -81,4 +81,4 @@ class PtdWriter {
 
 }  // namespace ptd
 
-#endif  // PTD_RUNTIME_PTD_PTD_WRITER_H_
+#endif  // PTD_PTD_WRITER_H_
