@@ -91,6 +91,9 @@ absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset,
 // for other open/stat/mmap failures; InvalidArgument for a non-regular file.
 absl::StatusOr<std::unique_ptr<FileSource>> OpenMmapFile(const std::string& path);
 absl::StatusOr<std::unique_ptr<FileSource>> OpenPreadFile(const std::string& path);
+// OpenMmapFile or OpenPreadFile, as a shared source.
+absl::StatusOr<std::shared_ptr<const FileSource>> OpenFile(const std::string& path,
+                                                           bool use_mmap = true);
 std::unique_ptr<FileSource> MemorySource(std::vector<uint8_t> bytes,
                                          std::string name = "<memory>");
 

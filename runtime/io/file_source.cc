@@ -185,4 +185,11 @@ std::unique_ptr<FileSource> MemorySource(std::vector<uint8_t> bytes,
   return std::make_unique<MemorySourceImpl>(std::move(bytes), std::move(name));
 }
 
+absl::StatusOr<std::shared_ptr<const FileSource>> OpenFile(const std::string& path,
+                                                           bool use_mmap) {
+  auto s = use_mmap ? OpenMmapFile(path) : OpenPreadFile(path);
+  if (!s.ok()) return s.status();
+  return std::shared_ptr<const FileSource>(std::move(*s));
+}
+
 }  // namespace ptd

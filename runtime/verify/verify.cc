@@ -3,7 +3,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/internal/checked_math.h"
@@ -13,19 +12,13 @@
 #include "ptd/program.h"
 #include "ptd/container.h"
 #include "ptd/view_digest.h"
+#include "ptd/weight_bundle.h"
 #include "ptd/weight_set.h"
 
 namespace ptd {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-absl::StatusOr<std::shared_ptr<const FileSource>> OpenSource(
-    const std::string& path, bool use_mmap) {
-  auto s = use_mmap ? OpenMmapFile(path) : OpenPreadFile(path);
-  if (!s.ok()) return s.status();
-  return std::shared_ptr<const FileSource>(std::move(*s));
-}
 
 json LayoutJson(const std::optional<TensorLayout>& l) {
   if (!l) return nullptr;
@@ -141,28 +134,70 @@ json DiagnosticJson(const Diagnostic& d) {
   return j;
 }
 
+namespace {
+
+json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
+                  const Container* container, const VerifyOptions& options,
+                  Report* report) {
+  json one;
+  one["source"] = s.source;
+  json variants = json::array();
+  for (const Variant& v : s.manifest.variants) variants.push_back(VariantJson(v));
+  one["variants"] = std::move(variants);
+  if (options.sm) {
+    json sel{{"sm", *options.sm}};
+    auto choice = SelectVariant(s.manifest.variants, *options.sm);
+    if (choice.ok()) {
+      sel["variant"] = choice->index;
+      sel["via_ptx"] = choice->via_ptx;
+      sel["so_blob_key"] = s.manifest.variants[choice->index].so_blob_key;
+    } else {
+      sel["variant"] = nullptr;
+      sel["message"] = std::string(choice.status().message());
+    }
+    one["selection"] = std::move(sel);
+  }
+  json wj = json::array();
+  for (size_t i = 0; i < s.manifest.entries.size(); ++i) {
+    const ResolvedWeight* w = resolved ? &resolved->weights[i] : nullptr;
+    wj.push_back(WeightJson(s.manifest.entries[i], w, container, s.source, options,
+                            report));
+  }
+  one["weights"] = std::move(wj);
+  return one;
+}
+
+json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
+  json out = json::array();
+  for (const Diagnostic& d : ds) out.push_back(DiagnosticJson(d));
+  return out;
+}
+
+}  // namespace
+
 VerifyOutcome RunVerify(const VerifyOptions& options) {
   VerifyOutcome out;
   Report& report = out.report;
 
   // Open every input first: a file that cannot be read is exit code 2.
-  std::shared_ptr<const FileSource> ptd_src, manifest_src, pte_src;
+  BundleSources sources;
   const auto open = [&](const std::string& path,
                         std::shared_ptr<const FileSource>* dst) {
-    auto s = OpenSource(path, options.use_mmap);
+    auto s = OpenFile(path, options.use_mmap);
     if (!s.ok()) {
       if (!out.io_error) out.io_error = std::string(s.status().message());
       return;
     }
     *dst = std::move(*s);
   };
-  open(options.ptd_path, &ptd_src);
-  if (options.manifest_path) open(*options.manifest_path, &manifest_src);
-  if (options.pte_path) open(*options.pte_path, &pte_src);
+  open(options.ptd_path, &sources.ptd);
+  if (options.manifest_path) open(*options.manifest_path, &sources.manifest);
+  if (options.pte_path) open(*options.pte_path, &sources.pte);
   if (out.io_error) {
     out.json = json{{"ok", false},
                     {"error", *out.io_error},
-                    {"ptd", ContainerJson(options.ptd_path, ptd_src.get(), nullptr, options)},
+                    {"ptd", ContainerJson(options.ptd_path, sources.ptd.get(),
+                                          nullptr, options)},
                     {"manifests", json::array()},
                     {"errors", json::array({json{{"rule", "IO"},
                                                  {"message", *out.io_error}}})},
@@ -170,110 +205,24 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
     return out;
   }
 
-  // The container.
-  std::unique_ptr<Container> container = Container::Verify(ptd_src, &report);
+  const WeightBundle bundle = WeightBundle::Verify(sources, &report);
+  if (bundle.io_error()) out.io_error = std::string(bundle.io_error()->message());
 
-  // The manifests: standalone, then every CUDA delegate of the .pte.
-  struct Source {
-    std::string name;
-    Manifest manifest;
-  };
-  std::vector<Source> manifests;
-  if (manifest_src) {
-    auto bytes = ReadBytes(*manifest_src, 0, manifest_src->size());
-    if (!bytes.ok()) {
-      out.io_error = std::string(bytes.status().message());
-    } else if (auto m = DecodeManifest(
-                   bytes->span(),
-                   Where{.file = manifest_src->name(), .source = "manifest"},
-                   &report)) {
-      manifests.push_back({"manifest", std::move(*m)});
-    }
-  }
-  std::unique_ptr<Program> program;
-  if (pte_src) {
-    program = Program::Verify(pte_src, &report);
-    if (program) {
-      for (const CudaDelegate& d : program->cuda_delegates()) {
-        if (!d.is_manifest) continue;  // Legacy payload: P4, reported.
-        if (auto m = DecodeManifest(
-                d.payload.span(),
-                Where{.file = program->path(), .source = d.source}, &report)) {
-          manifests.push_back({d.source, std::move(*m)});
-        }
-      }
-      // P3: every variant's library is named data in the .pte or the .ptd.
-      const absl::flat_hash_set<std::string_view> pte_keys(
-          program->named_data_keys().begin(), program->named_data_keys().end());
-      for (const Source& s : manifests) {
-        if (s.name == "manifest") continue;
-        for (size_t i = 0; i < s.manifest.variants.size(); ++i) {
-          const std::string& key = s.manifest.variants[i].so_blob_key;
-          if (key.empty() || pte_keys.contains(key) ||
-              (container && container->Find(key) != nullptr)) {
-            continue;
-          }
-          report.Error("P3", absl::StatusCode::kNotFound,
-                       absl::StrCat(s.name, " variant ", i, ": so_blob_key '",
-                                    key, "' is named data in neither the .pte "
-                                    "nor the .ptd"),
-                       Where{.file = program->path(), .key = key,
-                             .source = s.name});
-        }
-      }
-    }
-  }
-
-  std::optional<WeightSet> weights;
-  if (!manifests.empty()) {
-    std::vector<ManifestInput> inputs;
-    for (const Source& s : manifests) inputs.push_back({s.name, &s.manifest});
-    weights = container ? WeightSet::Resolve(*container, inputs, &report)
-                        : WeightSet::CheckWithoutContainer(inputs, &report);
-  }
-
-  // The JSON object.
   json j;
   j["ok"] = false;  // Set below, after digests may add warnings.
-  j["ptd"] = ContainerJson(options.ptd_path, ptd_src.get(), container.get(), options);
+  j["ptd"] = ContainerJson(options.ptd_path, sources.ptd.get(), bundle.container(),
+                           options);
   json mj = json::array();
-  for (size_t m = 0; m < manifests.size(); ++m) {
-    const Source& s = manifests[m];
-    json one;
-    one["source"] = s.name;
-    json variants = json::array();
-    for (const Variant& v : s.manifest.variants) variants.push_back(VariantJson(v));
-    one["variants"] = std::move(variants);
-    if (options.sm) {
-      json sel{{"sm", *options.sm}};
-      auto choice = SelectVariant(s.manifest.variants, *options.sm);
-      if (choice.ok()) {
-        sel["variant"] = choice->index;
-        sel["via_ptx"] = choice->via_ptx;
-        sel["so_blob_key"] = s.manifest.variants[choice->index].so_blob_key;
-      } else {
-        sel["variant"] = nullptr;
-        sel["message"] = std::string(choice.status().message());
-      }
-      one["selection"] = std::move(sel);
-    }
-    json wj = json::array();
-    for (size_t i = 0; i < s.manifest.entries.size(); ++i) {
-      const ResolvedWeight* w =
-          weights ? &weights->manifests()[m].weights[i] : nullptr;
-      wj.push_back(WeightJson(s.manifest.entries[i], w, container.get(), s.name,
+  for (size_t m = 0; m < bundle.manifests().size(); ++m) {
+    const ResolvedManifest* resolved =
+        bundle.weights() ? &bundle.weights()->manifests()[m] : nullptr;
+    mj.push_back(ManifestJson(bundle.manifests()[m], resolved, bundle.container(),
                               options, &report));
-    }
-    one["weights"] = std::move(wj);
-    mj.push_back(std::move(one));
   }
   j["manifests"] = std::move(mj);
   j["ok"] = report.ok() && !out.io_error;
-  json errors = json::array(), warnings = json::array();
-  for (const Diagnostic& d : report.errors()) errors.push_back(DiagnosticJson(d));
-  for (const Diagnostic& d : report.warnings()) warnings.push_back(DiagnosticJson(d));
-  j["errors"] = std::move(errors);
-  j["warnings"] = std::move(warnings);
+  j["errors"] = DiagnosticsJson(report.errors());
+  j["warnings"] = DiagnosticsJson(report.warnings());
   out.json = std::move(j);
   return out;
 }

@@ -1,0 +1,102 @@
+#include "ptd/weight_bundle.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "ptd/status_macros.h"
+
+namespace ptd {
+
+absl::StatusOr<BundleSources> OpenBundleSources(const BundlePaths& paths) {
+  BundleSources sources;
+  PTD_ASSIGN_OR_RETURN(sources.ptd, OpenFile(paths.ptd, paths.use_mmap));
+  if (paths.manifest) {
+    PTD_ASSIGN_OR_RETURN(sources.manifest, OpenFile(*paths.manifest, paths.use_mmap));
+  }
+  if (paths.pte) {
+    PTD_ASSIGN_OR_RETURN(sources.pte, OpenFile(*paths.pte, paths.use_mmap));
+  }
+  return sources;
+}
+
+void WeightBundle::ReadManifestFile(const FileSource& source, Report* report) {
+  auto bytes = ReadBytes(source, 0, source.size());
+  if (!bytes.ok()) {
+    if (!io_error_) io_error_ = bytes.status();
+    return;
+  }
+  if (auto m = DecodeManifest(bytes->span(),
+                              Where{.file = source.name(), .source = "manifest"},
+                              report)) {
+    manifests_->push_back({"manifest", std::move(*m)});
+  }
+}
+
+void WeightBundle::ReadProgram(std::shared_ptr<const FileSource> source,
+                               Report* report) {
+  program_ = Program::Verify(std::move(source), report);
+  if (!program_) return;
+  for (const CudaDelegate& d : program_->cuda_delegates()) {
+    if (!d.is_manifest) continue;  // Legacy payload: P4, reported.
+    if (auto m = DecodeManifest(d.payload.span(),
+                                Where{.file = program_->path(), .source = d.source},
+                                report)) {
+      manifests_->push_back({d.source, std::move(*m)});
+    }
+  }
+}
+
+void WeightBundle::CheckLibraryKeys(Report* report) const {
+  if (!program_) return;
+  const absl::flat_hash_set<std::string_view> pte_keys(
+      program_->named_data_keys().begin(), program_->named_data_keys().end());
+  for (const SourcedManifest& s : *manifests_) {
+    if (s.source == "manifest") continue;
+    for (size_t i = 0; i < s.manifest.variants.size(); ++i) {
+      const std::string& key = s.manifest.variants[i].so_blob_key;
+      if (key.empty() || pte_keys.contains(key) ||
+          (container_ && container_->Find(key) != nullptr)) {
+        continue;
+      }
+      report->Error("P3", absl::StatusCode::kNotFound,
+                    absl::StrCat(s.source, " variant ", i, ": so_blob_key '", key,
+                                 "' is named data in neither the .pte nor the .ptd"),
+                    Where{.file = program_->path(), .key = key, .source = s.source});
+    }
+  }
+}
+
+WeightBundle WeightBundle::Verify(const BundleSources& sources, Report* report) {
+  WeightBundle b;
+  if (sources.ptd) b.container_ = Container::Verify(sources.ptd, report);
+  if (sources.manifest) b.ReadManifestFile(*sources.manifest, report);
+  if (sources.pte) b.ReadProgram(sources.pte, report);
+  b.CheckLibraryKeys(report);
+  if (!b.manifests_->empty()) {
+    std::vector<ManifestInput> inputs;
+    inputs.reserve(b.manifests_->size());
+    for (const SourcedManifest& s : *b.manifests_) {
+      inputs.push_back({s.source, &s.manifest});
+    }
+    b.weights_ = b.container_ ? WeightSet::Resolve(*b.container_, inputs, report)
+                              : WeightSet::CheckWithoutContainer(inputs, report);
+  }
+  return b;
+}
+
+absl::StatusOr<WeightBundle> WeightBundle::Open(const BundleSources& sources) {
+  if (!sources.ptd) return absl::InvalidArgumentError("WeightBundle: no .ptd source");
+  Report report;
+  WeightBundle b = Verify(sources, &report);
+  if (b.io_error_) return *b.io_error_;
+  PTD_RETURN_IF_ERROR(report.FirstError());
+  return b;
+}
+
+absl::StatusOr<WeightBundle> WeightBundle::Open(const BundlePaths& paths) {
+  PTD_ASSIGN_OR_RETURN(BundleSources sources, OpenBundleSources(paths));
+  return Open(sources);
+}
+
+}  // namespace ptd

@@ -1,0 +1,100 @@
+// Tests of WeightBundle: the one library call that assembles a .ptd, its
+// manifests (standalone or from a .pte) and the resolved weights.
+#include "ptd/weight_bundle.h"
+
+#include <string>
+#include <utility>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::ConformancePath;
+using ::testing::HasSubstr;
+
+BundlePaths K01(bool use_mmap = true) {
+  return BundlePaths{.ptd = ConformancePath("files/k01_view_geometry.ptd"),
+                     .manifest = ConformancePath("files/k01_view_geometry.manifest"),
+                     .use_mmap = use_mmap};
+}
+
+TEST(WeightBundleTest, OpensContainerAndStandaloneManifest) {
+  for (bool use_mmap : {true, false}) {
+    absl::StatusOr<WeightBundle> b = WeightBundle::Open(K01(use_mmap));
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_NE(b->container(), nullptr);
+    EXPECT_EQ(b->program(), nullptr);
+    ASSERT_EQ(b->manifests().size(), 1u);
+    EXPECT_EQ(b->manifests()[0].source, "manifest");
+    ASSERT_TRUE(b->weights().has_value());
+    const ResolvedManifest& m = b->weights()->manifests()[0];
+    ASSERT_EQ(m.weights.size(), b->manifests()[0].manifest.entries.size());
+    for (const ResolvedWeight& w : m.weights) EXPECT_TRUE(w.ok) << w.entry->fqn;
+  }
+}
+
+TEST(WeightBundleTest, TakesManifestsFromEveryCudaDelegateOfAPte) {
+  absl::StatusOr<WeightBundle> b = WeightBundle::Open(
+      BundlePaths{.ptd = ConformancePath("files/k01_view_geometry.ptd"),
+                  .pte = ConformancePath("files/k01_view_geometry.pte")});
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_NE(b->program(), nullptr);
+  ASSERT_FALSE(b->manifests().empty());
+  EXPECT_THAT(b->manifests()[0].source, HasSubstr("pte:"));
+}
+
+TEST(WeightBundleTest, ContainerAloneHasNoWeights) {
+  absl::StatusOr<WeightBundle> b = WeightBundle::Open(
+      BundlePaths{.ptd = ConformancePath("files/c01_layouts_and_shared_segment.ptd")});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(b->manifests().empty());
+  EXPECT_FALSE(b->weights().has_value());
+}
+
+TEST(WeightBundleTest, OpenFailsWithTheFirstRuleAndVerifyCollectsIt) {
+  const BundlePaths paths{
+      .ptd = ConformancePath("files/k11_truncated_clone.ptd"),
+      .manifest = ConformancePath("files/k11_truncated_clone.manifest")};
+  absl::StatusOr<WeightBundle> b = WeightBundle::Open(paths);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(b.status().message(), HasSubstr("(G2)"));
+
+  absl::StatusOr<BundleSources> sources = OpenBundleSources(paths);
+  ASSERT_TRUE(sources.ok());
+  Report report;
+  WeightBundle v = WeightBundle::Verify(*sources, &report);
+  EXPECT_TRUE(report.HasError("G2"));
+  ASSERT_TRUE(v.weights().has_value());
+  EXPECT_FALSE(v.io_error().has_value());
+}
+
+TEST(WeightBundleTest, MissingFileIsNotFoundNamingThePath) {
+  BundlePaths paths = K01();
+  paths.manifest = "/nonexistent/weights.manifest";
+  absl::StatusOr<WeightBundle> b = WeightBundle::Open(paths);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(b.status().message(), HasSubstr("/nonexistent/weights.manifest"));
+}
+
+TEST(WeightBundleTest, ResolvedWeightsSurviveAMove) {
+  absl::StatusOr<WeightBundle> b = WeightBundle::Open(K01());
+  ASSERT_TRUE(b.ok()) << b.status();
+  WeightBundle moved = *std::move(b);
+  WeightBundle again = std::move(moved);
+  ASSERT_TRUE(again.weights().has_value());
+  ASSERT_EQ(again.weights()->manifests().size(), 1u);
+  const ResolvedManifest& m = again.weights()->manifests().front();
+  ASSERT_FALSE(m.weights.empty());
+  EXPECT_EQ(m.manifest, &again.manifests()[0].manifest);
+  EXPECT_EQ(m.weights[0].entry, &again.manifests()[0].manifest.entries[0]);
+  EXPECT_EQ(again.container()->Find(m.weights[0].entry->storage_key),
+            m.weights[0].named);
+}
+
+}  // namespace
+}  // namespace ptd
