@@ -1,0 +1,135 @@
+// Device: where loaded weights live. The seam between the loader and the
+// memory it fills: host memory (HostDevice), a CUDA GPU (CudaDevice, in
+// ptd::cuda), or a fault-injecting wrapper for tests (FaultDevice).
+// HostDevice and FaultDevice: ptd/host_device.h, ptd/fault_device.h.
+//
+// The shape follows ExecuTorch's executorch::runtime::DeviceAllocator
+// (allocate, deallocate, copy host-to-device, copy device-to-host, device
+// type and index), so that an adapter between the two is thin, plus what a
+// pipelined loader needs: batch allocation (a device may carve one arena),
+// pinned staging buffers, asynchronous copies with a ticket to wait on, and
+// synchronization.
+//
+// Ownership: memory comes back as RAII handles (DeviceBuffer, HostBuffer)
+// that free it when the last handle to the block goes. A handle keeps a
+// pointer to its device: the device must outlive every handle it hands out
+// (the loader's LoadedWeights holds a shared_ptr to its device for this).
+// Thread-safety: every method may be called concurrently.
+#ifndef PTD_DEVICE_H_
+#define PTD_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ptd {
+
+// Same numbering as the manifest's device_type (0 CPU, 1 CUDA) and as
+// ExecuTorch's etensor::DeviceType.
+enum class DeviceKind : int32_t { kHost = 0, kCuda = 1 };
+
+// Alignment of every device allocation: cudaMalloc's, and more than any
+// element type needs.
+inline constexpr size_t kDeviceAlignment = 256;
+
+// A range of device memory. Sub-ranges of one block (an arena) share it;
+// the block is freed when its last DeviceBuffer goes. Movable and copyable
+// (copies share the block).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(std::shared_ptr<void> block, void* data, size_t size)
+      : block_(std::move(block)), data_(data), size_(size) {}
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  explicit operator bool() const { return block_ != nullptr; }
+
+  // Bytes [offset, offset + size) of this buffer, sharing its block.
+  // REQUIRES: the range is inside this buffer.
+  DeviceBuffer Slice(size_t offset, size_t size) const {
+    return DeviceBuffer(block_, static_cast<char*>(data_) + offset, size);
+  }
+
+ private:
+  std::shared_ptr<void> block_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Host memory handed out by a device for staging (pinned for CUDA).
+using HostBuffer = DeviceBuffer;
+
+// Identifies an asynchronous copy; Wait() on it.
+struct CopyTicket {
+  uint64_t id = 0;
+  uint32_t stream = 0;
+};
+
+// Counters, for tests and reports. Monotonic except the live_* ones.
+struct DeviceStats {
+  uint64_t allocations = 0;          // Device blocks allocated (cudaMalloc calls).
+  uint64_t allocated_bytes = 0;
+  uint64_t live_allocations = 0;     // Blocks not yet freed.
+  uint64_t live_bytes = 0;
+  uint64_t staging_allocations = 0;  // Staging blocks allocated (cudaHostAlloc calls).
+  uint64_t live_staging_bytes = 0;
+  uint64_t copies = 0;               // Host-to-device copies issued.
+  uint64_t copied_bytes = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceKind kind() const = 0;
+  virtual int index() const = 0;
+  // "host", or "cuda:0 (NVIDIA H200, sm_90)".
+  virtual std::string name() const = 0;
+  // Compute capability as 10 * major + minor (90 for sm_90), for choosing a
+  // manifest variant; nullopt for the host.
+  virtual std::optional<uint32_t> compute_capability() const { return std::nullopt; }
+  // True when the host can read and write this device's memory directly
+  // (the loader then reads files straight into it, with no staging).
+  virtual bool host_accessible() const = 0;
+
+  // One block of at least `nbytes` (0 is allowed), aligned to
+  // kDeviceAlignment. ResourceExhausted when the device is out of memory.
+  virtual absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) = 0;
+
+  // One buffer per size, each aligned to kDeviceAlignment. The default
+  // allocates each separately; a device may carve them out of one arena.
+  // On failure nothing stays allocated.
+  virtual absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(
+      absl::Span<const size_t> sizes);
+
+  // Host memory for staging copies (page-locked where that matters). A
+  // device may cache and reuse freed staging blocks across loads.
+  virtual absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) = 0;
+
+  // Starts copying `nbytes` from host `src` to device `dst`. `src` must stay
+  // valid and unchanged until Wait() on the ticket returns OK.
+  virtual absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
+                                                       size_t nbytes) = 0;
+  // Blocks until the ticket's copy (and those before it on its stream) are
+  // done; the copy's error if it failed.
+  virtual absl::Status Wait(const CopyTicket& ticket) = 0;
+  // Blocks until every copy issued so far is done.
+  virtual absl::Status Synchronize() = 0;
+
+  // Copies device memory back to the host, synchronously (digests, tests).
+  virtual absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) = 0;
+
+  virtual DeviceStats stats() const = 0;
+};
+
+}  // namespace ptd
+
+#endif  // PTD_DEVICE_H_
