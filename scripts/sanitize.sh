@@ -24,5 +24,5 @@ cmake --build "$build" --parallel "$(nproc)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 rc=0
-ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" "$@" || rc=$?
+ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" -LE package "$@" || rc=$?
 exit "$rc"
