@@ -22,7 +22,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
 max_len=${FUZZ_MAX_LEN:-65536}
-all_targets=(container manifest pte weights)
+all_targets=(container manifest pte weights writer)
 if [[ $# -gt 0 ]]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 for t in "${targets[@]}"; do
   if [[ ! -f $root/tests/fuzz/${t}_fuzz.cc ]]; then
