@@ -8,6 +8,12 @@
 #   FUZZ_SECONDS    seconds per target (default 60)
 #   FUZZ_BUILD_DIR  build directory (default build-fuzz)
 #   FUZZ_MAX_LEN    libFuzzer -max_len (default 65536)
+#   FUZZ_RSS_MB     libFuzzer -rss_limit_mb (default 1024)
+#   FUZZ_MALLOC_MB  libFuzzer -malloc_limit_mb (default 64): no single
+#                   allocation may exceed it. Inputs are at most 64 KiB, so
+#                   this bounds what any input can make the library allocate
+#                   to a thousand times its size; a valid file's declared
+#                   sizes are checked against the file before allocation.
 #
 # Each target's corpus lives in $FUZZ_BUILD_DIR/work/<target>/corpus, seeded
 # from tests/data/conformance/files and tests/fuzz/corpus/<target> (and kept
@@ -22,6 +28,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
 max_len=${FUZZ_MAX_LEN:-65536}
+rss_mb=${FUZZ_RSS_MB:-1024}
+malloc_mb=${FUZZ_MALLOC_MB:-64}
 all_targets=(container manifest pte weights writer)
 if [[ $# -gt 0 ]]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 for t in "${targets[@]}"; do
@@ -61,6 +69,7 @@ for t in "${targets[@]}"; do
   rc=0
   "$build/tests/fuzz/${t}_fuzz" \
     -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
+    -rss_limit_mb="$rss_mb" -malloc_limit_mb="$malloc_mb" \
     -dict="$root/tests/fuzz/dict/ptd.dict" \
     -artifact_prefix="$work/artifacts/" -print_final_stats=1 \
     "$work/corpus" >"$log" 2>&1 || rc=$?
@@ -79,8 +88,9 @@ for t in "${targets[@]}"; do
     echo "---- $t: last lines of $log"
     tail -60 "$log"
   fi
-  summary+=("$(printf '%-10s %-16s execs=%-9s exec/s=%-6s cov=%-5s ft=%-6s corpus=%s' \
-    "$t" "$status" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${units:-?}")")
+  rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+  summary+=("$(printf '%-10s %-16s execs=%-9s exec/s=%-6s cov=%-5s ft=%-6s corpus=%-12s peak_rss_mb=%s' \
+    "$t" "$status" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${units:-?}" "${rss:-?}")")
   if [[ -n $artifacts ]]; then
     summary+=("           new artifacts: $(tr '\n' ' ' <<<"$artifacts")")
   fi

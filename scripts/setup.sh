@@ -20,9 +20,8 @@ packages=(
   flatbuffers-compiler flatbuffers-compiler-dev libflatbuffers-dev
   libabsl-dev libssl-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev   # libFuzzer + sanitizer runtimes: the fuzz gate
 )
-# Optional: clang and its runtimes for the libFuzzer campaign (scripts/fuzz.sh).
-if [[ ${PTD_WITH_FUZZ:-0} == 1 ]]; then packages+=(clang libclang-rt-14-dev); fi
 
 missing=()
 for p in "${packages[@]}"; do

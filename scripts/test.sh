@@ -3,6 +3,10 @@
 #   1. the normal build (build/): unit, conformance, CLI and fuzz-replay tests;
 #   2. the same suite under AddressSanitizer + LeakSanitizer + UBSan
 #      (build-asan/, scripts/sanitize.sh). Skip with PTD_SKIP_SANITIZE=1.
+#   3. the fuzz gate: every libFuzzer target built with clang, ASan + UBSan,
+#      run for FUZZ_SECONDS (default 30) from the checked-in corpus
+#      (build-fuzz/, scripts/fuzz.sh); any finding fails. Skip with
+#      PTD_SKIP_FUZZ=1.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,4 +19,9 @@ ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)"
 if [[ ${PTD_SKIP_SANITIZE:-0} != 1 ]]; then
   echo "== tests under ASan + LSan + UBSan (build-asan/)"
   "$root/scripts/sanitize.sh"
+fi
+
+if [[ ${PTD_SKIP_FUZZ:-0} != 1 ]]; then
+  echo "== fuzz gate: libFuzzer + ASan + UBSan, ${FUZZ_SECONDS:-30}s per target (build-fuzz/)"
+  FUZZ_SECONDS=${FUZZ_SECONDS:-30} "$root/scripts/fuzz.sh"
 fi
