@@ -5,7 +5,8 @@
 # Usage: scripts/setup.sh            install missing packages, configure, build
 #        scripts/setup.sh --deps     install missing packages only
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags),
-#              BUILD_TARGETS (default: everything).
+#              BUILD_TARGETS (default: everything), PTD_WITH_EXECUTORCH=0 (skip
+#              the executorch package below).
 #
 # Packages are checked one by one with dpkg-query; only missing ones are
 # installed, after a single `apt-get update`. Without root, the script prints
@@ -22,6 +23,15 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer + sanitizer runtimes: the fuzz gate
 )
+# The executorch package goes into a venv (below). Debian's own python3 needs
+# python3-venv for that; another python3 on PATH (pyenv, ...) brings its own.
+if [[ ${PTD_WITH_EXECUTORCH:-1} == 1 ]]; then
+  if ! command -v python3 >/dev/null; then
+    packages+=(python3 python3-venv)
+  elif [[ $(command -v python3) == /usr/bin/python3 ]]; then
+    packages+=(python3-venv)
+  fi
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -38,6 +48,26 @@ if ((${#missing[@]} > 0)); then
     echo "setup: missing packages: ${missing[*]}" >&2
     echo "setup: run: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
     exit 1
+  fi
+fi
+
+# The executorch 1.5.1 wheel (C++ runtime, headers, CMake package; ~130 MB, no
+# torch) in ${root}/.venv, where CMake looks for it (ptd::executorch and its
+# tests). Installed once; without network this prints a note and goes on, and
+# the executorch tests report themselves as skipped.
+executorch_version=1.5.1
+venv=$root/.venv
+if [[ ${PTD_WITH_EXECUTORCH:-1} == 1 ]]; then
+  if compgen -G "$venv/lib/python3*/site-packages/executorch/lib/cmake/executorch/executorch-config.cmake" >/dev/null; then
+    :
+  elif [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
+    echo "setup: note: python3 -m venv $venv failed; the executorch tests will be skipped" >&2
+  elif "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 20 --retries 1 \
+         --no-deps "executorch==$executorch_version"; then
+    echo "setup: installed executorch==$executorch_version into $venv"
+  else
+    echo "setup: note: could not pip-install executorch==$executorch_version (no network?);" \
+         "the executorch tests will be skipped" >&2
   fi
 fi
 [[ ${1:-} == --deps ]] && exit 0
