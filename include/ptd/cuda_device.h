@@ -101,9 +101,8 @@ class CudaDevice final : public Device {
   // Frees the cached staging blocks.
   void TrimStagingCache();
 
-  struct Impl;
-
  private:
+  struct Impl;
   explicit CudaDevice(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
