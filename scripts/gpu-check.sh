@@ -94,6 +94,9 @@ export PTD_CUDA_BENCH_STORAGES=${PTD_CUDA_BENCH_STORAGES:-1024}
 if "$build/bench/ptd_cuda_bench" --benchmark_min_time=1 --benchmark_counters_tabular=true \
      2>&1 | tee "$log_dir/cuda_bench.log"; then
   result[cuda_bench]="ok ($((PTD_CUDA_BENCH_BYTES >> 20)) MiB in $PTD_CUDA_BENCH_STORAGES storages)"
+  if grep -q "ERROR OCCURRED" "$log_dir/cuda_bench.log"; then
+    result[cuda_bench]="FAILED or skipped: $(grep -m1 -o "ERROR OCCURRED: .*" "$log_dir/cuda_bench.log")"
+  fi
 else
   result[cuda_bench]=FAILED
 fi
