@@ -1,0 +1,115 @@
+// CudaDevice: a ptd::Device on one CUDA GPU (cuda:N). Target ptd::cuda,
+// built when the CUDA toolkit is found (PTD_WITH_CUDA). This header does not
+// include CUDA headers: streams and events live behind a pimpl.
+//
+//   absl::StatusOr<std::shared_ptr<ptd::CudaDevice>> gpu = ptd::OpenCudaDevice(0);
+//   if (!gpu.ok()) ...  // Unavailable "no CUDA device: ..." on a machine without one.
+//
+// What it does beyond the Device contract (ptd/device.h):
+// - AllocateMany makes one cudaMalloc (an arena) and hands out 256-byte
+//   aligned slices of it; the arena is freed when its last slice goes.
+//   Allocate makes one cudaMalloc per call.
+// - AllocateStaging returns page-locked host memory (cudaHostAlloc). A freed
+//   staging block goes to a cache keyed by its size, and a later request of
+//   that size reuses it, so repeated loads with the same ring of slots make
+//   no new pinned allocations. The cache is bounded
+//   (CudaDeviceOptions::staging_cache_bytes) and freed with the device.
+// - CopyToDeviceAsync issues cudaMemcpyAsync round-robin on `streams`
+//   non-blocking streams and records a pooled event after the copy; the
+//   ticket names that event. Wait() synchronizes on the event and recycles
+//   it. Waiting again on a ticket already waited (or covered by
+//   Synchronize) returns OK; a ticket this device never issued is
+//   InvalidArgument.
+// - CopyToHost and Materialize run on the device's own stream and return
+//   when done. They see device memory written by copies whose Wait (or a
+//   Synchronize) has returned; they do not wait for copies in flight.
+// - Errors name the CUDA call, the device and CUDA's message ("cudaMemcpyAsync
+//   on cuda:0: an illegal memory access was encountered"); out of memory is
+//   ResourceExhausted, other CUDA failures Internal.
+//
+// Stats: live_staging_bytes counts staging bytes held by live handles;
+// cached blocks are reported by staging_cache_bytes().
+// Thread-safety: every method may be called concurrently. The device must
+// outlive every buffer it hands out.
+#ifndef PTD_CUDA_DEVICE_H_
+#define PTD_CUDA_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ptd/device.h"
+#include "ptd/view_geometry.h"
+
+namespace ptd {
+
+// Number of CUDA devices visible to this process; 0 when there is no GPU or
+// no driver (never fails).
+int CudaDeviceCount();
+
+struct CudaDeviceOptions {
+  // Streams that host-to-device copies are spread over (at least 1).
+  int streams = 2;
+  // Freed staging blocks kept for reuse, in bytes; beyond it they are freed.
+  uint64_t staging_cache_bytes = uint64_t{1} << 30;
+};
+
+class CudaDevice final : public Device {
+ public:
+  // Opens cuda:`index`. Unavailable when CUDA reports no device (no GPU, no
+  // driver); InvalidArgument when `index` is not a visible device.
+  static absl::StatusOr<std::shared_ptr<CudaDevice>> Open(int index,
+                                                          const CudaDeviceOptions& options = {});
+
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+  // Synchronizes, then frees the streams, the events and the staging cache.
+  ~CudaDevice() override;
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  int index() const override;
+  std::string name() const override;  // "cuda:0 (NVIDIA H200, sm_90)"
+  std::optional<uint32_t> compute_capability() const override;
+  bool host_accessible() const override { return false; }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override;
+  absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(absl::Span<const size_t> sizes) override;
+  absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
+                                               size_t nbytes) override;
+  absl::Status Wait(const CopyTicket& ticket) override;
+  absl::Status Synchronize() override;
+  absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) override;
+  DeviceStats stats() const override;
+
+  // A dense, row-major copy of `view` over the device storage `storage`
+  // (element 0 at storage.data()), made on the GPU into a new buffer: a
+  // device-to-device copy for a contiguous view, a tiled transpose for a
+  // transposed matrix, a gather kernel otherwise. Same result, byte for byte,
+  // as MaterializeOnHost (ptd/view_materialize.h), and the same checks
+  // (PlanMaterialize). An empty view gives an empty buffer.
+  absl::StatusOr<DeviceBuffer> Materialize(const DeviceBuffer& storage, const ViewSpec& view);
+
+  // Bytes of freed staging blocks held for reuse.
+  uint64_t staging_cache_bytes() const;
+  // Frees the cached staging blocks.
+  void TrimStagingCache();
+
+ private:
+  struct Impl;
+  explicit CudaDevice(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// CudaDevice::Open(index) with default options.
+absl::StatusOr<std::shared_ptr<CudaDevice>> OpenCudaDevice(int index);
+
+}  // namespace ptd
+
+#endif  // PTD_CUDA_DEVICE_H_

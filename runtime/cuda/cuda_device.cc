@@ -1,0 +1,446 @@
+#include "ptd/cuda_device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ptd/status_macros.h"
+#include "ptd/view_materialize.h"
+#include "runtime/cuda/internal/cuda_status.h"
+#include "runtime/cuda/internal/gather_kernels.h"
+#include "runtime/internal/checked_math.h"
+#include "runtime/internal/collapsed_view.h"
+
+namespace ptd {
+
+static_assert(sizeof(size_t) == sizeof(uint64_t), "64-bit hosts only");
+
+namespace {
+
+// Makes `device` current on this thread for a scope and restores the
+// caller's device after, so calling into a CudaDevice never changes the
+// caller's CUDA state.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) : device_(device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+    }
+    if (previous_ != device_) status_ = cudaSetDevice(device_);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0 && previous_ != device_ && status_ == cudaSuccess) {
+      (void)cudaSetDevice(previous_);
+    }
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+  absl::Status status() const {
+    return status_ == cudaSuccess ? absl::OkStatus()
+                                  : internal::CudaStatus(status_, "cudaSetDevice", device_);
+  }
+
+ private:
+  int device_;
+  int previous_ = -1;
+  cudaError_t status_ = cudaSuccess;
+};
+
+// The widest word (8, 4, 2 or 1 bytes) that divides the element size and the
+// address of the view's first element. Strides are whole elements, so every
+// element is then aligned to the word too.
+uint32_t WordSize(uint32_t element_size, const void* first) {
+  const auto address = reinterpret_cast<uintptr_t>(first);
+  for (uint32_t w : {8u, 4u, 2u}) {
+    if (element_size % w == 0 && address % w == 0) return w;
+  }
+  return 1;
+}
+
+}  // namespace
+
+struct CudaDevice::Impl {
+  struct PendingCopy {
+    cudaEvent_t event = nullptr;
+    uint32_t stream = 0;
+    int waiters = 0;     // Threads inside cudaEventSynchronize on it.
+    bool done = false;   // Known complete; recycle when no one waits.
+  };
+
+  int index = 0;
+  std::string name;
+  uint32_t compute_capability = 0;
+  CudaDeviceOptions options;
+  std::vector<cudaStream_t> copy_streams;  // Host-to-device copies, round-robin.
+  cudaStream_t work_stream = nullptr;      // CopyToHost and Materialize.
+  std::atomic<uint64_t> next_stream{0};
+
+  mutable std::mutex mu;
+  DeviceStats stats;                                    // Guarded by mu.
+  std::vector<cudaEvent_t> free_events;                 // Guarded by mu.
+  std::unordered_map<uint64_t, PendingCopy> pending;    // Guarded by mu.
+  uint64_t next_ticket = 1;                             // Guarded by mu.
+  std::unordered_map<size_t, std::vector<void*>> staging_cache;  // Guarded by mu.
+  uint64_t staging_cache_bytes = 0;                     // Guarded by mu.
+
+  ~Impl() {
+    DeviceScope scope(index);
+    for (cudaStream_t s : copy_streams) (void)cudaStreamSynchronize(s);
+    if (work_stream != nullptr) (void)cudaStreamSynchronize(work_stream);
+    for (auto& [id, copy] : pending) (void)cudaEventDestroy(copy.event);
+    for (cudaEvent_t e : free_events) (void)cudaEventDestroy(e);
+    for (cudaStream_t s : copy_streams) (void)cudaStreamDestroy(s);
+    if (work_stream != nullptr) (void)cudaStreamDestroy(work_stream);
+    for (auto& [size, blocks] : staging_cache) {
+      for (void* p : blocks) (void)cudaFreeHost(p);
+    }
+    (void)cudaGetLastError();
+  }
+
+  // Frees a device block; called by the last DeviceBuffer of the block, on
+  // whatever thread drops it. A failure cannot be reported from here.
+  void FreeBlock(void* p, size_t nbytes) {
+    {
+      DeviceScope scope(index);
+      if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    stats.live_allocations -= 1;
+    stats.live_bytes -= nbytes;
+  }
+
+  // Takes back a staging block: into the cache, or freed beyond its bound.
+  void ReleaseStaging(void* p, size_t nbytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stats.live_staging_bytes -= nbytes;
+      if (staging_cache_bytes + nbytes <= options.staging_cache_bytes) {
+        staging_cache[nbytes].push_back(p);
+        staging_cache_bytes += nbytes;
+        return;
+      }
+    }
+    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+  // Returns a finished copy's event to the pool. REQUIRES: mu held.
+  void Recycle(std::unordered_map<uint64_t, PendingCopy>::iterator it) {
+    free_events.push_back(it->second.event);
+    pending.erase(it);
+  }
+};
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::shared_ptr<CudaDevice>> OpenCudaDevice(int index) {
+  return CudaDevice::Open(index);
+}
+
+absl::StatusOr<std::shared_ptr<CudaDevice>> CudaDevice::Open(int index,
+                                                             const CudaDeviceOptions& options) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat(
+        "no CUDA device: ", internal::CudaStatus(error, "cudaGetDeviceCount", -1).message()));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA device: cudaGetDeviceCount found 0");
+  if (index < 0 || index >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda:", index, " does not exist: ", count,
+                                                   " CUDA device(s) visible"));
+  }
+  if (options.streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaDeviceOptions::streams is ", options.streams, ": at least 1"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->index = index;
+  impl->options = options;
+  DeviceScope scope(index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  cudaDeviceProp prop;
+  std::memset(&prop, 0, sizeof(prop));
+  PTD_CUDA_RETURN_IF_ERROR(index, cudaGetDeviceProperties, &prop, index);
+  impl->compute_capability = static_cast<uint32_t>(prop.major * 10 + prop.minor);
+  prop.name[sizeof(prop.name) - 1] = '\0';
+  impl->name = absl::StrCat("cuda:", index, " (", prop.name, ", sm_", impl->compute_capability, ")");
+  // If a stream fails, ~Impl destroys the ones made so far.
+  for (int i = 0; i < options.streams; ++i) {
+    cudaStream_t stream = nullptr;
+    PTD_CUDA_RETURN_IF_ERROR(index, cudaStreamCreateWithFlags, &stream, cudaStreamNonBlocking);
+    impl->copy_streams.push_back(stream);
+  }
+  PTD_CUDA_RETURN_IF_ERROR(index, cudaStreamCreateWithFlags, &impl->work_stream,
+                           cudaStreamNonBlocking);
+  return std::shared_ptr<CudaDevice>(new CudaDevice(std::move(impl)));
+}
+
+CudaDevice::CudaDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CudaDevice::~CudaDevice() = default;  // ~Impl synchronizes and frees.
+
+int CudaDevice::index() const { return impl_->index; }
+std::string CudaDevice::name() const { return impl_->name; }
+std::optional<uint32_t> CudaDevice::compute_capability() const {
+  return impl_->compute_capability;
+}
+
+absl::StatusOr<DeviceBuffer> CudaDevice::Allocate(size_t nbytes) {
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  // A zero-byte request still gets a block of its own, so the handle is
+  // non-null and distinct (cudaMalloc(0) may return nullptr).
+  const size_t block_bytes = std::max<size_t>(nbytes, 1);
+  void* p = nullptr;
+  const cudaError_t error = cudaMalloc(&p, block_bytes);
+  if (error != cudaSuccess) {
+    absl::Status status = internal::CudaStatus(error, "cudaMalloc", impl_->index);
+    return absl::Status(status.code(), absl::StrCat(status.message(), " (", block_bytes,
+                                                    " bytes requested)"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stats.allocations += 1;
+    impl_->stats.allocated_bytes += block_bytes;
+    impl_->stats.live_allocations += 1;
+    impl_->stats.live_bytes += block_bytes;
+  }
+  Impl* impl = impl_.get();
+  std::shared_ptr<void> block(p, [impl, block_bytes](void* q) { impl->FreeBlock(q, block_bytes); });
+  return DeviceBuffer(std::move(block), p, nbytes);
+}
+
+absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
+    absl::Span<const size_t> sizes) {
+  std::vector<DeviceBuffer> buffers;
+  if (sizes.empty()) return buffers;
+  // One arena: each buffer starts at the next kDeviceAlignment boundary.
+  std::vector<uint64_t> offsets;
+  offsets.reserve(sizes.size());
+  uint64_t end = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto start = internal::AlignUp(end, kDeviceAlignment);
+    const auto next = start ? internal::CheckedAdd(*start, uint64_t{sizes[i]}) : std::nullopt;
+    if (!next) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "AllocateMany on cuda:", impl_->index, ": the total of ", sizes.size(),
+          " buffers overflows 64 bits at buffer ", i, " (", sizes[i], " bytes)"));
+    }
+    offsets.push_back(*start);
+    end = *next;
+  }
+  PTD_ASSIGN_OR_RETURN(DeviceBuffer arena, Allocate(static_cast<size_t>(end)));
+  buffers.reserve(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    buffers.push_back(arena.Slice(static_cast<size_t>(offsets[i]), sizes[i]));
+  }
+  return buffers;
+}
+
+absl::StatusOr<HostBuffer> CudaDevice::AllocateStaging(size_t nbytes) {
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->staging_cache.find(nbytes);
+    if (it != impl_->staging_cache.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      impl_->staging_cache_bytes -= nbytes;
+      impl_->stats.live_staging_bytes += nbytes;
+    }
+  }
+  if (p == nullptr) {
+    DeviceScope scope(impl_->index);
+    PTD_RETURN_IF_ERROR(scope.status());
+    const cudaError_t error = cudaHostAlloc(&p, std::max<size_t>(nbytes, 1), cudaHostAllocDefault);
+    if (error != cudaSuccess) {
+      absl::Status status = internal::CudaStatus(error, "cudaHostAlloc", impl_->index);
+      return absl::Status(status.code(), absl::StrCat(status.message(), " (", nbytes,
+                                                      " bytes of pinned staging)"));
+    }
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stats.staging_allocations += 1;
+    impl_->stats.live_staging_bytes += nbytes;
+  }
+  Impl* impl = impl_.get();
+  std::shared_ptr<void> block(p, [impl, nbytes](void* q) { impl->ReleaseStaging(q, nbytes); });
+  return HostBuffer(std::move(block), p, nbytes);
+}
+
+absl::StatusOr<CopyTicket> CudaDevice::CopyToDeviceAsync(void* dst, const void* src,
+                                                         size_t nbytes) {
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  const auto stream_index = static_cast<uint32_t>(
+      impl_->next_stream.fetch_add(1, std::memory_order_relaxed) % impl_->copy_streams.size());
+  cudaStream_t stream = impl_->copy_streams[stream_index];
+  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemcpyAsync, dst, src, nbytes,
+                           cudaMemcpyHostToDevice, stream);
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!impl_->free_events.empty()) {
+      event = impl_->free_events.back();
+      impl_->free_events.pop_back();
+    }
+  }
+  if (event == nullptr) {
+    PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaEventCreateWithFlags, &event,
+                             cudaEventDisableTiming);
+  }
+  const cudaError_t error = cudaEventRecord(event, stream);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (error != cudaSuccess) {
+    impl_->free_events.push_back(event);
+    return internal::CudaStatus(error, "cudaEventRecord", impl_->index);
+  }
+  const uint64_t id = impl_->next_ticket++;
+  impl_->pending.emplace(id, Impl::PendingCopy{event, stream_index, 0, false});
+  impl_->stats.copies += 1;
+  impl_->stats.copied_bytes += nbytes;
+  return CopyTicket{id, stream_index};
+}
+
+absl::Status CudaDevice::Wait(const CopyTicket& ticket) {
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (ticket.id == 0 || ticket.id >= impl_->next_ticket) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Wait on cuda:", impl_->index, ": copy ticket ", ticket.id, " was not issued here"));
+    }
+    auto it = impl_->pending.find(ticket.id);
+    // Issued here and gone from `pending`: already waited or synchronized.
+    if (it == impl_->pending.end()) return absl::OkStatus();
+    if (it->second.stream != ticket.stream) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Wait on cuda:", impl_->index, ": copy ticket ", ticket.id, " names stream ",
+          ticket.stream, " but was issued on stream ", it->second.stream));
+    }
+    if (it->second.done) return absl::OkStatus();
+    event = it->second.event;
+    it->second.waiters += 1;
+  }
+  const cudaError_t error = cudaEventSynchronize(event);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->pending.find(ticket.id);
+    it->second.waiters -= 1;
+    it->second.done = true;
+    if (it->second.waiters == 0) impl_->Recycle(it);
+  }
+  if (error != cudaSuccess) {
+    return internal::CudaStatus(error, "cudaEventSynchronize", impl_->index);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Synchronize() {
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  std::vector<uint64_t> issued;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    issued.reserve(impl_->pending.size());
+    for (const auto& [id, copy] : impl_->pending) issued.push_back(id);
+  }
+  for (cudaStream_t stream : impl_->copy_streams) {
+    PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaStreamSynchronize, stream);
+  }
+  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaStreamSynchronize, impl_->work_stream);
+  // Every copy issued before the streams drained is done.
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (uint64_t id : issued) {
+    auto it = impl_->pending.find(id);
+    if (it == impl_->pending.end()) continue;
+    it->second.done = true;
+    if (it->second.waiters == 0) impl_->Recycle(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::CopyToHost(void* dst, const void* src, size_t nbytes) {
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemcpyAsync, dst, src, nbytes,
+                           cudaMemcpyDeviceToHost, impl_->work_stream);
+  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaStreamSynchronize, impl_->work_stream);
+  return absl::OkStatus();
+}
+
+DeviceStats CudaDevice::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+uint64_t CudaDevice::staging_cache_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->staging_cache_bytes;
+}
+
+void CudaDevice::TrimStagingCache() {
+  std::unordered_map<size_t, std::vector<void*>> cache;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    cache.swap(impl_->staging_cache);
+    impl_->staging_cache_bytes = 0;
+  }
+  for (auto& [size, blocks] : cache) {
+    for (void* p : blocks) {
+      if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+    }
+  }
+}
+
+absl::StatusOr<DeviceBuffer> CudaDevice::Materialize(const DeviceBuffer& storage,
+                                                     const ViewSpec& view) {
+  PTD_ASSIGN_OR_RETURN(const MaterializePlan plan, PlanMaterialize(view, storage.size()));
+  PTD_ASSIGN_OR_RETURN(DeviceBuffer out, Allocate(static_cast<size_t>(plan.output_nbytes)));
+  if (plan.extent.empty()) return out;
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  const int device = impl_->index;
+  cudaStream_t stream = impl_->work_stream;
+  const void* first = static_cast<const uint8_t*>(storage.data()) + plan.extent.first_byte;
+  const internal::CollapsedView c = internal::CollapseView(view.sizes, view.strides);
+  const uint32_t word = WordSize(view.element_size, first);
+  const uint32_t words_per_element = view.element_size / word;
+  if (c.rank == 0 || (c.rank == 1 && c.strides[0] == 1)) {
+    // The view is the bytes [first_byte, first_byte + output_nbytes).
+    PTD_CUDA_RETURN_IF_ERROR(device, cudaMemcpyAsync, out.data(), first,
+                             static_cast<size_t>(plan.output_nbytes), cudaMemcpyDeviceToDevice,
+                             stream);
+  } else if (c.rank == 2 && c.strides[0] == 1 && words_per_element == 1) {
+    // A transposed matrix: rows x cols with strides (1, ld).
+    PTD_CUDA_RETURN_IF_ERROR(device, internal::LaunchTranspose, first, out.data(), c.sizes[0],
+                             c.sizes[1], c.strides[1], word, stream);
+  } else {
+    internal::GatherGeometry geometry;
+    geometry.rank = c.rank;
+    geometry.words_per_element = static_cast<int32_t>(words_per_element);
+    std::copy(c.sizes, c.sizes + c.rank, geometry.sizes);
+    std::copy(c.strides, c.strides + c.rank, geometry.strides);
+    PTD_CUDA_RETURN_IF_ERROR(device, internal::LaunchGather, first, out.data(),
+                             plan.extent.numel, word, geometry, stream);
+  }
+  PTD_CUDA_RETURN_IF_ERROR(device, cudaStreamSynchronize, stream);
+  return out;
+}
+
+}  // namespace ptd
