@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       "ptd-verify");
   app.set_version_flag("--version", std::string("ptd-verify ") + PTD_VERSION);
   app.add_option("ptd", options.ptd_path, "the .ptd file")->required();
-  auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 manifest");
+  auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest");
   auto* pte = app.add_option("--pte", "a .pte whose CUDA delegates carry manifests");
   auto* sm_opt = app.add_option("--sm", sm,
                                 "compute capability (e.g. 90): report which "

@@ -109,7 +109,11 @@ std::string FormatText(const VerifyOutcome& outcome) {
   }
 
   for (const auto& m : j["manifests"]) {
-    absl::StrAppend(&out, "\nmanifest ", m["source"].get<std::string>(), ": ",
+    absl::StrAppend(&out, "\nmanifest ", m["source"].get<std::string>(),
+                    m.contains("format")
+                        ? absl::StrCat(" (", m["format"].get<std::string>(), ")")
+                        : std::string(),
+                    ": ",
                     m["variants"].size(), " variant(s), ", m["weights"].size(),
                     " weight(s)\n");
     for (size_t i = 0; i < m["variants"].size(); ++i) {

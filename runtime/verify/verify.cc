@@ -241,6 +241,7 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
     const Source& s = manifests[m];
     json one;
     one["source"] = s.name;
+    one["format"] = std::string(ManifestFormatName(s.manifest.format));
     json variants = json::array();
     for (const Variant& v : s.manifest.variants) variants.push_back(VariantJson(v));
     one["variants"] = std::move(variants);

@@ -85,6 +85,27 @@ TEST(CliTest, JsonHasEveryPart) {
   EXPECT_EQ(j["warnings"][0]["key"], "cuda_fqn_weight:cuda:layers.0.norm.scale");
 }
 
+TEST(CliTest, JsonAndReportNameTheManifestFormat) {
+  const std::string k03 = ConformancePath("files/k03_released_fqn3.manifest");
+  for (const auto& [manifest, format] :
+       {std::pair{kK01Manifest, "ETCUDAFQN0"}, std::pair{k03, "ETCUDAFQN3"}}) {
+    auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " +
+                        manifest + " " + kK01);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(r.out);
+    const auto& m = j["manifests"][0];
+    EXPECT_EQ(m["format"], format);
+    // "format" comes right after "source" (SPEC section 6).
+    auto it = m.begin();
+    ASSERT_EQ(it.key(), "source");
+    ++it;
+    EXPECT_EQ(it.key(), "format");
+    auto text = RunCommand(Verify("--manifest " + manifest + " " + kK01));
+    EXPECT_THAT(text.out, HasSubstr(std::string("manifest manifest (") + format +
+                                    "): 1 variant(s), 12 weight(s)"));
+  }
+}
+
 TEST(CliTest, SmSelectsAVariantOrSaysNoneFits) {
   auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --sm 90 --pte " +
                       kK01Pte + " " + kK01);
