@@ -35,10 +35,6 @@ inline constexpr uint32_t kPtdVersion = 0;
 inline constexpr uint64_t kMinPtdFileSize = 64;        // H1
 inline constexpr uint32_t kPtdHeaderLength = 40;       // Written; readers need >= 40.
 inline constexpr uint64_t kPtdHeaderBlockSize = 48;    // 40 padded to 16.
-// H4: FlatBuffers handles buffers strictly smaller than this.
-inline constexpr uint64_t kMaxFlatBufferSize = (1ull << 31) - 1;
-inline constexpr uint32_t kVerifierMaxDepth = 64;      // C1
-inline constexpr uint32_t kVerifierMaxTables = 1000000;
 
 // The extended header at file offset 8 (SPEC section 1).
 struct PtdHeader {

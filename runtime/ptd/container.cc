@@ -9,6 +9,7 @@
 #include "runtime/internal/strings.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/ext_header.h"
 #include "ptd/scalar_type.h"
 #include "runtime/internal/utf8.h"
 #include "schema/flat_tensor_generated.h"
@@ -35,14 +36,14 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     return false;
   }
-  uint8_t raw[48];
+  uint8_t raw[internal::kPtdHeaderEnd];
   if (absl::Status s = source.ReadAt(0, absl::MakeSpan(raw)); !s.ok()) {
     report->Error("H1", s.code(), std::string(s.message()), where);
     return false;
   }
   const std::string_view fb_id(reinterpret_cast<const char*>(raw + 4), 4);
   const std::string_view eh_magic(reinterpret_cast<const char*>(raw + 8), 4);
-  if (fb_id != "FT01" || eh_magic != "FH01") {
+  if (fb_id != "FT01" || eh_magic != internal::kPtdHeaderMagic) {
     report->Error("H2", kDataLoss,
                   absl::StrCat("bad magic: bytes 4..12 are '",
                                internal::Escaped(fb_id), "' '",
@@ -51,11 +52,7 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     return false;
   }
-  h->header_length = internal::LoadLE<uint32_t>(raw + 12);
-  h->flatbuffer_offset = internal::LoadLE<uint64_t>(raw + 16);
-  h->flatbuffer_size = internal::LoadLE<uint64_t>(raw + 24);
-  h->segment_base_offset = internal::LoadLE<uint64_t>(raw + 32);
-  h->segment_data_size = internal::LoadLE<uint64_t>(raw + 40);
+  *h = internal::DecodePtdHeader(raw);
 
   bool ok = true;
   if (h->header_length < kPtdHeaderLength) {
@@ -81,11 +78,11 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     return false;
   }
-  if (*fb_end >= kMaxFlatBufferSize) {
+  if (*fb_end >= internal::kMaxFlatBufferSize) {
     report->Error("H4", kDataLoss,
                   absl::StrCat("FlatBuffer region is ", *fb_end,
                                " bytes, at or over FlatBuffers' limit of ",
-                               kMaxFlatBufferSize, " (2^31 - 1)"),
+                               internal::kMaxFlatBufferSize, " (2^31 - 1)"),
                   where);
     ok = false;
   }
@@ -218,8 +215,8 @@ std::unique_ptr<Container> Container::Verify(
                   where);
     return nullptr;
   }
-  flatbuffers::Verifier verifier(fb->data(), fb->size(), kVerifierMaxDepth,
-                                 kVerifierMaxTables, /*check_alignment=*/true);
+  flatbuffers::Verifier verifier(fb->data(), fb->size(), internal::kVerifierMaxDepth,
+                                 internal::kVerifierMaxTables, /*check_alignment=*/true);
   if (!fb::VerifyFlatTensorBuffer(verifier)) {
     report->Error("C1", kDataLoss,
                   absl::StrCat("the ", fb_len,

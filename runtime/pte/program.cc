@@ -11,6 +11,7 @@
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/check.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/ext_header.h"
 #include "runtime/internal/strings.h"
 #include "ptd/manifest.h"
 #include "schema/program_generated.h"
@@ -20,16 +21,13 @@ namespace {
 
 namespace fb = ::ptd::pte_fb;
 
-constexpr uint64_t kHeaderOffset = 8;  // The extended header follows 8 bytes.
-constexpr absl::string_view kHeaderMagic = "eh00";
+constexpr uint64_t kHeaderOffset = internal::kExtHeaderAt;
+constexpr absl::string_view kHeaderMagic(internal::kPteHeaderMagic.data(),
+                                         internal::kPteHeaderMagic.size());
 constexpr absl::string_view kProgramIdentifier = "ET12";
-// Header length from which segment_data_size is present.
-constexpr uint32_t kHeaderLengthWithDataSize = 32;
-// FlatBuffers offsets are 32-bit and its verifier requires a buffer smaller
-// than this (it asserts otherwise): check before handing the bytes over.
-constexpr uint64_t kMaxFlatBufferSize = FLATBUFFERS_MAX_BUFFER_SIZE;
-constexpr flatbuffers::uoffset_t kMaxDepth = 64;
-constexpr flatbuffers::uoffset_t kMaxTables = 1000000;
+using internal::kMaxFlatBufferSize;
+constexpr flatbuffers::uoffset_t kMaxDepth = internal::kVerifierMaxDepth;
+constexpr flatbuffers::uoffset_t kMaxTables = internal::kVerifierMaxTables;
 
 constexpr int kLocationInline = static_cast<int>(fb::DataLocation::INLINE);
 constexpr int kLocationSegment = static_cast<int>(fb::DataLocation::SEGMENT);
@@ -71,7 +69,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
                   At(path));
     return std::nullopt;
   }
-  std::array<uint8_t, kHeaderOffset + kHeaderLengthWithDataSize> raw{};
+  std::array<uint8_t, internal::kPteHeaderEnd> raw{};
   const uint64_t to_read = std::min<uint64_t>(raw.size(), file_size);
   if (absl::Status s = source.ReadAt(0, absl::MakeSpan(raw.data(), to_read));
       !s.ok()) {
@@ -104,8 +102,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
     return std::nullopt;  // Nothing else of the header can be trusted.
   }
 
-  PteHeader h;
-  h.header_length = internal::LoadLE<uint32_t>(raw.data() + 12);
+  PteHeader h = internal::DecodePteHeader(absl::MakeConstSpan(raw.data(), to_read));
   if (h.header_length < kMinPteHeaderLength) {
     report->Error("P1", absl::StatusCode::kDataLoss,
                   absl::StrCat("extended header length is ", h.header_length,
@@ -121,11 +118,6 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
                      "-byte file"),
         At(path));
     return std::nullopt;
-  }
-  h.program_size = internal::LoadLE<uint64_t>(raw.data() + 16);
-  h.segment_base_offset = internal::LoadLE<uint64_t>(raw.data() + 24);
-  if (h.header_length >= kHeaderLengthWithDataSize) {
-    h.segment_data_size = internal::LoadLE<uint64_t>(raw.data() + 32);
   }
   if (h.program_size > file_size) {
     report->Error(
