@@ -86,6 +86,13 @@ class Container {
   static std::unique_ptr<Container> Verify(
       std::shared_ptr<const FileSource> source, Report* report);
 
+  // Neither copyable nor movable: the key index holds views of the entries'
+  // keys, and a short key lives inside its std::string, so a copy or a move
+  // would leave the index pointing at the old object. Containers are handed
+  // out by unique_ptr; move the pointer.
+  Container(const Container&) = delete;
+  Container& operator=(const Container&) = delete;
+
   const FileSource& source() const { return *source_; }
   const std::string& path() const { return source_->name(); }
   const PtdHeader& header() const { return header_; }

@@ -3,6 +3,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -49,6 +50,30 @@ TEST(ContainerTest, OpensValidFileAndHandsOutSegmentBytes) {
   EXPECT_EQ((*c)->Find("missing"), nullptr);
   EXPECT_EQ((*c)->Get("missing").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*c)->SegmentData(2).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// The key index holds views of the entries' (short, in-object) keys: a copy
+// or a move of a Container would read the original's memory after it died.
+static_assert(!std::is_copy_constructible_v<Container>);
+static_assert(!std::is_copy_assignable_v<Container>);
+static_assert(!std::is_move_constructible_v<Container>);
+static_assert(!std::is_move_assignable_v<Container>);
+
+TEST(ContainerTest, FindKeepsWorkingWhenThePointerMovesAndTheSourceIsGone) {
+  std::unique_ptr<Container> moved;
+  {
+    auto c = Container::Open(Source(BuildRawPtd(ValidRawPtd())));
+    ASSERT_TRUE(c.ok()) << c.status();
+    moved = std::move(*c);  // The way to hand a Container on.
+  }
+  // Short keys ("a", "b", "c") live inside their std::string objects.
+  const NamedDataEntry* b = moved->Find("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->key, "b");
+  EXPECT_EQ(b->segment_index, 1u);
+  auto bytes = moved->Get("b");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(bytes->span()[0], 0xA0);
 }
 
 TEST(ContainerTest, PreadSourceReturnsOwnedCopies) {
