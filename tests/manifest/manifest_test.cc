@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/diagnostics.h"
 #include "runtime/internal/bytes_le.h"
 
 namespace ptd {
@@ -116,12 +117,9 @@ std::vector<std::string> Rules(const Report& r) {
   return {rules.begin(), rules.end()};
 }
 
-// Every error message, one per line (for failure output and substring checks).
-std::string Messages(const Report& r) {
-  std::string out;
-  for (const Diagnostic& d : r.errors()) out += d.message + "\n";
-  return out;
-}
+// Every error and warning, one per line (for failure output and substring
+// checks).
+std::string Messages(const Report& r) { return ::ptd::testing::Describe(r); }
 
 std::vector<uint8_t> ReadConformance(const std::string& name) {
   std::ifstream in(std::string(PTD_TEST_DATA_DIR) + "/conformance/files/" + name,
@@ -188,11 +186,13 @@ TEST(ManifestTest, M1TransitionalMagicIsUnimplemented) {
   const Decoded d = Decode(b.bytes());
   EXPECT_FALSE(d.manifest.has_value());
   EXPECT_THAT(Rules(d.report), ElementsAre("M1"));
-  EXPECT_EQ(d.report.errors()[0].code, absl::StatusCode::kUnimplemented);
   // Names the version found and the layouts this reader reads.
-  EXPECT_THAT(d.report.errors()[0].message,
-              AllOf(HasSubstr("'ETCUDAFQN4'"), HasSubstr("'ETCUDAFQN0'"),
-                    HasSubstr("'ETCUDAFQN3'")));
+  EXPECT_THAT(d.report,
+              ::ptd::testing::HasError(
+                  "M1", AllOf(::ptd::testing::CodeIs(absl::StatusCode::kUnimplemented),
+                              ::ptd::testing::MessageHas("'ETCUDAFQN4'"),
+                              ::ptd::testing::MessageHas("'ETCUDAFQN0'"),
+                              ::ptd::testing::MessageHas("'ETCUDAFQN3'"))));
   EXPECT_EQ(ParseManifest(b.bytes()).status().code(),
             absl::StatusCode::kUnimplemented);
 }

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/diagnostics.h"
 #include "tests/testing/raw_ptd.h"
 #include "tests/testing/test_util.h"
 
@@ -22,6 +23,11 @@ using ::ptd::testing::RawNamed;
 using ::ptd::testing::RawPtd;
 using ::ptd::testing::RawSegment;
 using ::ptd::testing::ValidRawPtd;
+using ::ptd::testing::CodeIs;
+using ::ptd::testing::FileIs;
+using ::ptd::testing::HasError;
+using ::ptd::testing::MessageHas;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kMax64 = std::numeric_limits<uint64_t>::max();
@@ -252,19 +258,10 @@ TEST_P(ContainerCorruptionTest, ReportsTheBrokenRule) {
   const Corruption& c = GetParam();
   Report report;
   Container::Verify(Source(c.make()), &report);
-  ASSERT_TRUE(report.HasError(c.rule)) << c.name;
-  const Diagnostic* found = nullptr;
-  for (const Diagnostic& d : report.errors()) {
-    if (d.rule == c.rule) {
-      found = &d;
-      break;
-    }
-  }
-  ASSERT_NE(found, nullptr);
-  EXPECT_EQ(found->code, c.code);
-  EXPECT_EQ(found->file, "test.ptd");
-  EXPECT_THAT(found->message, HasSubstr(c.message_part));
-  EXPECT_THAT(found->message, HasSubstr("(" + c.rule + ")"));
+  EXPECT_THAT(report, HasError(c.rule, AllOf(CodeIs(c.code), FileIs("test.ptd"),
+                                              MessageHas(c.message_part),
+                                              MessageHas("(" + c.rule + ")"))))
+      << c.name;
 
   // Open() fails with the first error, naming the file.
   auto opened = Container::Open(Source(c.make()));

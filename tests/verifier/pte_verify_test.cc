@@ -8,6 +8,7 @@
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
 #include "tests/pte/pte_builder.h"
+#include "tests/testing/diagnostics.h"
 #include "tests/testing/test_util.h"
 #include "ptd/verify.h"
 
@@ -18,6 +19,9 @@ using ::ptd::testing::BuildPte;
 using ::ptd::testing::PtePlanSpec;
 using ::ptd::testing::PteSpec;
 using ::ptd::testing::TempDir;
+using ::ptd::testing::HasError;
+using ::ptd::testing::MessageHas;
+using ::ptd::testing::SourceIs;
 using ::testing::HasSubstr;
 
 constexpr char kKey[] = "cuda_fqn_weight:cuda:shared.w";
@@ -89,17 +93,10 @@ TEST(PteVerifyTest, G4AcrossMethodsThatDisagree) {
   const VerifyOutcome out = RunVerify(
       VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 40)});
   EXPECT_EQ(out.exit_code(), 1);
-  ASSERT_TRUE(out.report.HasError("G4"));
-  bool named_both = false;
-  for (const Diagnostic& d : out.report.errors()) {
-    if (d.rule == "G4") {
-      named_both = d.message.find("40") != std::string::npos &&
-                   d.message.find("32") != std::string::npos &&
-                   d.message.find("pte:forward:0") != std::string::npos;
-      EXPECT_EQ(d.source, "pte:decode:1");
-    }
-  }
-  EXPECT_TRUE(named_both);
+  EXPECT_THAT(out.report,
+              HasError("G4", ::testing::AllOf(MessageHas("40"), MessageHas("32"),
+                                              MessageHas("pte:forward:0"),
+                                              SourceIs("pte:decode:1"))));
 }
 
 TEST(PteVerifyTest, P3LibraryMissingFromPteAndPtd) {
@@ -147,9 +144,10 @@ TEST(PteVerifyTest, UnsupportedManifestVersionIsM1Unimplemented) {
   const VerifyOutcome out =
       RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
   EXPECT_EQ(out.exit_code(), 1);
-  ASSERT_TRUE(out.report.HasError("M1"));
-  EXPECT_EQ(out.report.errors()[0].code, absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(out.report.errors()[0].source, "pte:forward:0");
+  EXPECT_THAT(out.report,
+              HasError("M1", ::testing::AllOf(
+                                 ::ptd::testing::CodeIs(absl::StatusCode::kUnimplemented),
+                                 SourceIs("pte:forward:0"))));
 }
 
 TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateIsVerified) {

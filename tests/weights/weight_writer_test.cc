@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/diagnostics.h"
 #include "ptd/sha256.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
@@ -424,9 +425,7 @@ TEST(WeightWriterTest, WrittenFilesPassTheVerifier) {
     options.digest = true;
     options.use_mmap = use_mmap;
     const VerifyOutcome outcome = RunVerify(options);
-    std::string diagnostics;
-    for (const Diagnostic& d : outcome.report.errors()) diagnostics += d.message + "\n";
-    EXPECT_EQ(outcome.exit_code(), 0) << diagnostics;
+    EXPECT_EQ(outcome.exit_code(), 0) << ::ptd::testing::Describe(outcome.report);
     EXPECT_EQ(outcome.json["ok"], true);
     const auto expected = model.Expected();
     const auto& weights = outcome.json["manifests"][0]["weights"];
