@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       "ptd-verify");
   app.set_version_flag("--version", std::string("ptd-verify ") + PTD_VERSION);
   app.add_option("ptd", options.ptd_path, "the .ptd file")->required();
-  auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 manifest");
+  auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest");
   auto* pte = app.add_option("--pte", "a .pte whose CUDA delegates carry manifests");
   auto* sm_opt = app.add_option("--sm", sm,
                                 "compute capability (e.g. 90): report which "
@@ -55,17 +55,19 @@ int main(int argc, char** argv) {
   options.use_mmap = !use_pread;
 
   const ptd::VerifyOutcome outcome = ptd::RunVerify(options);
+  // An unreadable input is said once: on stderr, beside the JSON object (which
+  // carries it too), or as the whole readable report.
   if (json_out) {
     // Keys and fqns come from the file and need not be UTF-8: invalid bytes
-    // become U+FFFD in JSON (the readable report escapes them).
+    // become U+FFFD in JSON (the readable report does the same).
     std::cout << outcome.json.dump(2, ' ', false,
                                    nlohmann::ordered_json::error_handler_t::replace)
               << "\n";
+    if (outcome.io_error) std::cerr << "ptd-verify: " << *outcome.io_error << "\n";
+  } else if (outcome.io_error) {
+    std::cerr << ptd::FormatText(outcome);
   } else {
     std::cout << ptd::FormatText(outcome);
-  }
-  if (outcome.io_error) {
-    std::cerr << "ptd-verify: " << *outcome.io_error << "\n";
   }
   return outcome.exit_code();
 }

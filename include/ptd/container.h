@@ -35,10 +35,6 @@ inline constexpr uint32_t kPtdVersion = 0;
 inline constexpr uint64_t kMinPtdFileSize = 64;        // H1
 inline constexpr uint32_t kPtdHeaderLength = 40;       // Written; readers need >= 40.
 inline constexpr uint64_t kPtdHeaderBlockSize = 48;    // 40 padded to 16.
-// H4: FlatBuffers handles buffers strictly smaller than this.
-inline constexpr uint64_t kMaxFlatBufferSize = (1ull << 31) - 1;
-inline constexpr uint32_t kVerifierMaxDepth = 64;      // C1
-inline constexpr uint32_t kVerifierMaxTables = 1000000;
 
 // The extended header at file offset 8 (SPEC section 1).
 struct PtdHeader {
@@ -89,6 +85,13 @@ class Container {
   // cross-checks can go on; nullptr otherwise.
   static std::unique_ptr<Container> Verify(
       std::shared_ptr<const FileSource> source, Report* report);
+
+  // Neither copyable nor movable: the key index holds views of the entries'
+  // keys, and a short key lives inside its std::string, so a copy or a move
+  // would leave the index pointing at the old object. Containers are handed
+  // out by unique_ptr; move the pointer.
+  Container(const Container&) = delete;
+  Container& operator=(const Container&) = delete;
 
   const FileSource& source() const { return *source_; }
   const std::string& path() const { return source_->name(); }

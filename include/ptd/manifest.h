@@ -1,12 +1,15 @@
-// The CUDA weight manifest (ETCUDAFQN0): decoder, encoder, variant choice.
+// The CUDA weight manifest (ETCUDAFQN0, ETCUDAFQN3): decoder, encoder,
+// variant choice.
 //
 // The ExecuTorch CUDA (AOTInductor) backend describes each weight as a
 // strided view into a stored storage. The manifest is the CUDA delegate's
 // processed bytes in a .pte, or a standalone file. Layout and rules M1-M6:
 // docs/SPEC.md section 2.
 //
-// Compatibility: only version 0 (magic "ETCUDAFQN0") is decoded; the
-// transitional magics ETCUDAFQN1..5 are reported as Unimplemented.
+// Compatibility: two layouts are decoded: "ETCUDAFQN0" (variants; upstream's
+// main branch) and "ETCUDAFQN3" (one so_blob_key, no variants; what the
+// executorch 1.5.1 release writes), read as one untargeted variant. The other
+// transitional magics (ETCUDAFQN1, 2, 4..9) are reported as Unimplemented.
 #ifndef PTD_MANIFEST_H_
 #define PTD_MANIFEST_H_
 
@@ -23,6 +26,7 @@
 namespace ptd {
 
 inline constexpr std::string_view kManifestMagic = "ETCUDAFQN0";
+inline constexpr std::string_view kManifestMagicFqn3 = "ETCUDAFQN3";
 inline constexpr std::string_view kManifestMagicPrefix = "ETCUDAFQN";
 inline constexpr uint32_t kMaxVariants = 256;
 inline constexpr uint32_t kMaxManifestEntries = 1u << 20;
@@ -53,7 +57,18 @@ struct WeightEntry {
   bool well_formed = true;
 };
 
+// The on-disk layout a manifest was read from, or is to be written in.
+enum class ManifestFormat {
+  kFqn0,  // "ETCUDAFQN0": a list of variants.
+  kFqn3,  // "ETCUDAFQN3": one so_blob_key (the executorch 1.5.1 release).
+};
+
+// "ETCUDAFQN0" or "ETCUDAFQN3": the layout's magic, as reports name it.
+std::string_view ManifestFormatName(ManifestFormat format);
+
 struct Manifest {
+  ManifestFormat format = ManifestFormat::kFqn0;
+  // An ETCUDAFQN3 manifest has exactly one, untargeted, variant.
   std::vector<Variant> variants;
   std::vector<WeightEntry> entries;
 };
@@ -70,8 +85,10 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
 absl::StatusOr<Manifest> ParseManifest(absl::Span<const uint8_t> bytes,
                                        std::string_view name = "manifest");
 
-// Encodes `manifest` byte-exactly. InvalidArgument when it breaks M4-M6 (an
-// encoder never writes what the decoder rejects).
+// Encodes `manifest` byte-exactly, in the layout `manifest.format` names.
+// InvalidArgument when it breaks M4-M6 (an encoder never writes what the
+// decoder rejects), or when the format is kFqn3 and the manifest does not
+// have exactly one untargeted variant (target_sm 0, ptx_compute 0, flags 0).
 absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest);
 
 struct VariantChoice {

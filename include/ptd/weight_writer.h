@@ -6,7 +6,7 @@
 // original buffer; decides compact clone or not (W1, W2); checks the result
 // against the bytes written (W3 = G1 + G2); and collects a .ptd (storage keys
 // as the exporter names them, alignment 1, no layout, identical storages
-// stored once) plus the ETCUDAFQN0 manifest. Rejections keep the exporter's
+// stored once) plus the manifest (ETCUDAFQN0, or ETCUDAFQN3 when asked). Rejections keep the exporter's
 // wording and add the rule ID (docs/SPEC.md section 3).
 //
 // Thread-safety: not thread-safe.
@@ -60,10 +60,13 @@ class CudaWeightWriter {
   // `variants` describe the AOTI libraries; library-local constants
   // (`_tensor_constant*`) are keyed by `so_blob_key` of the library being
   // written. With no variants, one untargeted variant of `so_blob_key` is
-  // recorded.
+  // recorded. `manifest_format` kFqn3 writes the layout the executorch 1.5.1
+  // release reads; it needs exactly one untargeted variant (else
+  // EncodedManifest() and Write() fail with InvalidArgument).
   explicit CudaWeightWriter(std::string so_blob_key,
                             std::vector<Variant> variants = {},
-                            PtdWriterOptions options = {});
+                            PtdWriterOptions options = {},
+                            ManifestFormat manifest_format = ManifestFormat::kFqn0);
 
   // Applies W1-W3 and records the weight. InvalidArgument with the
   // exporter's message and the rule when the weight is rejected; nothing is

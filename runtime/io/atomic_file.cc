@@ -4,10 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
-#include <cstdlib>
+#include <cstdint>
 #include <cstring>
-#include <vector>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/internal/strings.h"
@@ -31,6 +32,13 @@ std::string DirName(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+// A name part no other writer (thread or process) picks at the same time.
+uint64_t TempSuffix() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t seed = std::random_device{}();
+  return seed ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
 }
 
 // Removes the temporary unless released.
@@ -61,16 +69,18 @@ class TempFile {
 absl::Status WriteFileAtomically(
     const std::string& path,
     const std::function<absl::Status(const WriteFn&)>& produce) {
-  std::string tmpl = absl::StrCat(path, ".tmp.XXXXXX");
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  const int fd = ::mkstemp(name.data());
-  if (fd < 0) return Errno("cannot create a temporary file", tmpl);
-  TempFile tmp(fd, std::string(name.data()));
-  // mkstemp creates 0600; give the file the usual umask-based mode.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
+  // The kernel applies the umask (and any default ACL) to the 0666 mode, as
+  // for any new file; the process umask is neither read nor changed.
+  std::string tmp_path;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    tmp_path = absl::StrCat(path, ".tmp.", ::getpid(), ".", TempSuffix());
+    fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && (errno != EEXIST || attempt == 99)) {
+      return Errno("cannot create a temporary file", tmp_path);
+    }
+  }
+  TempFile tmp(fd, tmp_path);
 
   const WriteFn write = [&](absl::Span<const uint8_t> bytes) -> absl::Status {
     size_t done = 0;

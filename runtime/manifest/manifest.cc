@@ -153,6 +153,23 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
   return ok;
 }
 
+// ETCUDAFQN3 holds one so_blob_key and nothing else of a variant.
+absl::Status CheckReleasedVariant(const std::vector<Variant>& variants) {
+  if (variants.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an ETCUDAFQN3 manifest has exactly one untargeted variant, but this "
+        "manifest has ", variants.size()));
+  }
+  const Variant& v = variants[0];
+  if (v.target_sm != 0 || v.ptx_compute != 0 || v.flags != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an ETCUDAFQN3 manifest has one untargeted variant (target_sm 0, "
+        "ptx_compute 0, flags 0), but its variant has target_sm ",
+        v.target_sm, ", ptx_compute ", v.ptx_compute, ", flags ", v.flags));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckWeightEntry(const WeightEntry& entry) {
@@ -164,8 +181,13 @@ absl::Status CheckWeightEntry(const WeightEntry& entry) {
   return absl::OkStatus();
 }
 
-std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
-                                       const Where& where, Report* report) {
+namespace {
+
+constexpr std::string_view kReadFormats = "'ETCUDAFQN0' and 'ETCUDAFQN3'";
+
+// M1 and the M2 length check of the magic: the layout, or nullopt (reported).
+std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes,
+                                          const Where& where, Report* report) {
   if (bytes.size() < kManifestMagic.size()) {
     report->Error("M2", kDataLoss,
                   absl::StrCat("manifest is ", bytes.size(),
@@ -176,60 +198,77 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
   }
   const std::string_view magic(reinterpret_cast<const char*>(bytes.data()),
                                kManifestMagic.size());
-  if (magic != kManifestMagic) {
-    const bool transitional = magic.substr(0, 9) == kManifestMagicPrefix &&
-                              magic[9] >= '1' && magic[9] <= '9';
-    if (transitional) {
-      report->Error("M1", absl::StatusCode::kUnimplemented,
-                    absl::StrCat("manifest version '", internal::Sv(magic),
-                                 "' is not supported by this reader "
-                                 "(transitional or newer) (expected '", internal::Sv(kManifestMagic), "')"),
-                    where);
-    } else {
-      report->Error("M1", kDataLoss,
-                    absl::StrCat("bad manifest magic '", internal::Escaped(magic),
-                                 "', expected '", internal::Sv(kManifestMagic), "'"),
-                    where);
-    }
-    return std::nullopt;
+  if (magic == kManifestMagic) return ManifestFormat::kFqn0;
+  if (magic == kManifestMagicFqn3) return ManifestFormat::kFqn3;
+  const bool transitional = magic.substr(0, 9) == kManifestMagicPrefix &&
+                            magic[9] >= '1' && magic[9] <= '9';
+  if (transitional) {
+    report->Error("M1", absl::StatusCode::kUnimplemented,
+                  absl::StrCat("manifest version '", internal::Sv(magic),
+                               "' is not supported by this reader "
+                               "(transitional or newer) (it reads ",
+                               internal::Sv(kReadFormats), ")"),
+                  where);
+  } else {
+    report->Error("M1", kDataLoss,
+                  absl::StrCat("bad manifest magic '", internal::Escaped(magic),
+                               "', expected ", internal::Sv(kReadFormats)),
+                  where);
   }
+  return std::nullopt;
+}
 
-  Cursor in(bytes, kManifestMagic.size(), where, report);
-  Manifest m;
+// ETCUDAFQN0's variant list, then M4. False when the bytes cannot be framed.
+bool DecodeVariants(Cursor& in, Manifest* m, const Where& where,
+                    Report* report) {
   uint32_t num_variants;
-  if (!in.Read(&num_variants, "num_variants")) return std::nullopt;
+  if (!in.Read(&num_variants, "num_variants")) return false;
   if (num_variants < 1 || num_variants > kMaxVariants) {
     report->Error("M4", kDataLoss,
                   absl::StrCat("num_variants is ", num_variants,
                                ", outside 1..", kMaxVariants),
                   where);
-    if (num_variants > kMaxVariants) return std::nullopt;  // Untrustworthy.
+    if (num_variants > kMaxVariants) return false;  // Untrustworthy.
   }
-  m.variants.reserve(num_variants);
+  m->variants.reserve(num_variants);
   for (uint32_t i = 0; i < num_variants; ++i) {
     Variant v;
     const std::string what = absl::StrCat("variant ", i);
     if (!in.Read(&v.target_sm, what) || !in.Read(&v.ptx_compute, what) ||
         !in.Read(&v.flags, what) || !in.ReadString(&v.so_blob_key, what)) {
-      return std::nullopt;
+      return false;
     }
-    m.variants.push_back(std::move(v));
+    m->variants.push_back(std::move(v));
   }
-  CheckVariants(m.variants, where, report);
+  CheckVariants(m->variants, where, report);
+  return true;
+}
 
+// ETCUDAFQN3's single so_blob_key, read as one untargeted variant, then M4.
+bool DecodeReleasedVariant(Cursor& in, Manifest* m, const Where& where,
+                           Report* report) {
+  Variant v;  // target_sm 0, ptx_compute 0, flags 0.
+  if (!in.ReadString(&v.so_blob_key, "so_blob_key")) return false;
+  m->variants.push_back(std::move(v));
+  CheckVariants(m->variants, where, report);
+  return true;
+}
+
+// The entry list (M5 per entry). False when the bytes cannot be framed.
+bool DecodeEntries(Cursor& in, Manifest* m, const Where& where,
+                   Report* report) {
   uint32_t num_entries;
-  if (!in.Read(&num_entries, "num_entries")) return std::nullopt;
+  if (!in.Read(&num_entries, "num_entries")) return false;
   if (num_entries > kMaxManifestEntries) {
     report->Error("M5", kDataLoss,
                   absl::StrCat("num_entries is ", num_entries, ", over the limit ",
                                kMaxManifestEntries),
                   where);
-    return std::nullopt;
+    return false;
   }
   // Each entry takes at least 40 bytes; do not reserve more than could fit.
   constexpr size_t kMinEntryBytes = 4 + 4 + 8 + 4 + 4 + 8 + 4;
-  m.entries.reserve(std::min<size_t>(num_entries, in.remaining() / kMinEntryBytes));
-  absl::flat_hash_map<std::string_view, size_t> seen_fqns;
+  m->entries.reserve(std::min<size_t>(num_entries, in.remaining() / kMinEntryBytes));
   for (uint32_t i = 0; i < num_entries; ++i) {
     WeightEntry e;
     const std::string what = absl::StrCat("entry ", i);
@@ -238,7 +277,7 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
         !in.Read(&e.storage_nbytes, what) || !in.Read(&e.dtype, what) ||
         !in.Read(&e.device_type, what) || !in.Read(&e.storage_offset, what) ||
         !in.Read(&ndim, what)) {
-      return std::nullopt;
+      return false;
     }
     if (ndim > kMaxDims) {
       report->Error("M5", kDataLoss,
@@ -246,30 +285,27 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
                                  "'): ndim is ", ndim, ", over the limit ",
                                  kMaxDims),
                     Where{.file = where.file, .fqn = e.fqn, .source = where.source});
-      return std::nullopt;  // The rest of the bytes cannot be framed.
+      return false;  // The rest of the bytes cannot be framed.
     }
     e.sizes.resize(ndim);
     e.strides.resize(ndim);
     for (uint32_t d = 0; d < ndim; ++d) {
-      if (!in.Read(&e.sizes[d], what)) return std::nullopt;
+      if (!in.Read(&e.sizes[d], what)) return false;
     }
     for (uint32_t d = 0; d < ndim; ++d) {
-      if (!in.Read(&e.strides[d], what)) return std::nullopt;
+      if (!in.Read(&e.strides[d], what)) return false;
     }
     e.well_formed = CheckEntry(e, i, where, report);
-    m.entries.push_back(std::move(e));
+    m->entries.push_back(std::move(e));
   }
-  if (in.remaining() != 0) {
-    report->Error("M3", kDataLoss,
-                  absl::StrCat(in.remaining(), " trailing bytes after the last "
-                               "entry, at offset ",
-                               in.pos(), " of ",
-                               bytes.size()),
-                  where);
-  }
-  // M6, after decoding (the entries' strings no longer move).
-  for (size_t i = 0; i < m.entries.size(); ++i) {
-    WeightEntry& e = m.entries[i];
+  return true;
+}
+
+// M6, after decoding (the entries' strings no longer move).
+void CheckUniqueFqns(Manifest* m, const Where& where, Report* report) {
+  absl::flat_hash_map<std::string_view, size_t> seen_fqns;
+  for (size_t i = 0; i < m->entries.size(); ++i) {
+    WeightEntry& e = m->entries[i];
     if (e.fqn.empty()) continue;
     auto [it, inserted] = seen_fqns.emplace(e.fqn, i);
     if (!inserted) {
@@ -281,6 +317,34 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
       e.well_formed = false;
     }
   }
+}
+
+}  // namespace
+
+std::string_view ManifestFormatName(ManifestFormat format) {
+  return format == ManifestFormat::kFqn3 ? kManifestMagicFqn3 : kManifestMagic;
+}
+
+std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
+                                       const Where& where, Report* report) {
+  const std::optional<ManifestFormat> format = DecodeMagic(bytes, where, report);
+  if (!format) return std::nullopt;
+  Cursor in(bytes, kManifestMagic.size(), where, report);
+  Manifest m;
+  m.format = *format;
+  const bool framed = *format == ManifestFormat::kFqn3
+                          ? DecodeReleasedVariant(in, &m, where, report)
+                          : DecodeVariants(in, &m, where, report);
+  if (!framed || !DecodeEntries(in, &m, where, report)) return std::nullopt;
+  if (in.remaining() != 0) {
+    report->Error("M3", kDataLoss,
+                  absl::StrCat(in.remaining(), " trailing bytes after the last "
+                               "entry, at offset ",
+                               in.pos(), " of ",
+                               bytes.size()),
+                  where);
+  }
+  CheckUniqueFqns(&m, where, report);
   return m;
 }
 
@@ -293,7 +357,8 @@ absl::StatusOr<Manifest> ParseManifest(absl::Span<const uint8_t> bytes,
 }
 
 absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
-  std::vector<uint8_t> out(kManifestMagic.begin(), kManifestMagic.end());
+  const std::string_view magic = ManifestFormatName(manifest.format);
+  std::vector<uint8_t> out(magic.begin(), magic.end());
   const auto u32 = [&](uint32_t v) {
     uint8_t b[4];
     internal::StoreLE(b, v);
@@ -318,12 +383,17 @@ absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
   for (const WeightEntry& e : manifest.entries) {
     PTD_RETURN_IF_ERROR(CheckWeightEntry(e));  // The rank must frame the bytes.
   }
-  u32(static_cast<uint32_t>(manifest.variants.size()));
-  for (const Variant& v : manifest.variants) {
-    u32(v.target_sm);
-    u32(v.ptx_compute);
-    u32(v.flags);
-    str(v.so_blob_key);
+  if (manifest.format == ManifestFormat::kFqn3) {
+    PTD_RETURN_IF_ERROR(CheckReleasedVariant(manifest.variants));
+    str(manifest.variants[0].so_blob_key);
+  } else {
+    u32(static_cast<uint32_t>(manifest.variants.size()));
+    for (const Variant& v : manifest.variants) {
+      u32(v.target_sm);
+      u32(v.ptx_compute);
+      u32(v.flags);
+      str(v.so_blob_key);
+    }
   }
   u32(static_cast<uint32_t>(manifest.entries.size()));
   for (const WeightEntry& e : manifest.entries) {

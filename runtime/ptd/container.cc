@@ -9,6 +9,7 @@
 #include "runtime/internal/strings.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/ext_header.h"
 #include "ptd/scalar_type.h"
 #include "runtime/internal/utf8.h"
 #include "schema/flat_tensor_generated.h"
@@ -35,14 +36,14 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     return false;
   }
-  uint8_t raw[48];
+  uint8_t raw[internal::kPtdHeaderEnd];
   if (absl::Status s = source.ReadAt(0, absl::MakeSpan(raw)); !s.ok()) {
     report->Error("H1", s.code(), std::string(s.message()), where);
     return false;
   }
   const std::string_view fb_id(reinterpret_cast<const char*>(raw + 4), 4);
   const std::string_view eh_magic(reinterpret_cast<const char*>(raw + 8), 4);
-  if (fb_id != "FT01" || eh_magic != "FH01") {
+  if (fb_id != "FT01" || eh_magic != internal::kPtdHeaderMagic) {
     report->Error("H2", kDataLoss,
                   absl::StrCat("bad magic: bytes 4..12 are '",
                                internal::Escaped(fb_id), "' '",
@@ -51,11 +52,7 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     return false;
   }
-  h->header_length = internal::LoadLE<uint32_t>(raw + 12);
-  h->flatbuffer_offset = internal::LoadLE<uint64_t>(raw + 16);
-  h->flatbuffer_size = internal::LoadLE<uint64_t>(raw + 24);
-  h->segment_base_offset = internal::LoadLE<uint64_t>(raw + 32);
-  h->segment_data_size = internal::LoadLE<uint64_t>(raw + 40);
+  *h = internal::DecodePtdHeader(raw);
 
   bool ok = true;
   if (h->header_length < kPtdHeaderLength) {
@@ -81,11 +78,11 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
                   where);
     return false;
   }
-  if (*fb_end >= kMaxFlatBufferSize) {
+  if (*fb_end >= internal::kMaxFlatBufferSize) {
     report->Error("H4", kDataLoss,
                   absl::StrCat("FlatBuffer region is ", *fb_end,
                                " bytes, at or over FlatBuffers' limit of ",
-                               kMaxFlatBufferSize, " (2^31 - 1)"),
+                               internal::kMaxFlatBufferSize, " (2^31 - 1)"),
                   where);
     ok = false;
   }
@@ -199,6 +196,156 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   }
 }
 
+namespace {
+
+// C4, C5: the segment table, each segment marked in or out of bounds.
+std::vector<Segment> DecodeSegments(
+    const flatbuffers::Vector<flatbuffers::Offset<fb::DataSegment>>& segs,
+    const PtdHeader& h, uint64_t file_size, bool data_in_file,
+    const std::string& file, Report* report) {
+  std::vector<Segment> segments;
+  segments.reserve(segs.size());
+  std::optional<uint64_t> prev_end = 0;
+  for (uint32_t i = 0; i < segs.size(); ++i) {
+    const fb::DataSegment* s = segs.Get(i);
+    Segment seg{.offset = s->offset(), .size = s->size()};
+    const Where sw{.file = file, .segment = i};
+    if (!internal::RangeInside(seg.offset, seg.size, h.segment_data_size)) {
+      report->Error("C4", kDataLoss,
+                    absl::StrCat("segment ", i, ": offset ", seg.offset,
+                                 " + size ", seg.size,
+                                 " exceeds segment_data_size ",
+                                 h.segment_data_size),
+                    sw);
+      seg.in_bounds = false;
+    } else if (const auto abs = internal::CheckedAdd(h.segment_base_offset, seg.offset);
+               !data_in_file &&
+               (!abs || !internal::RangeInside(*abs, seg.size, file_size))) {
+      seg.in_bounds = false;  // H4 already reported the short file.
+    }
+    if (prev_end && seg.offset < *prev_end) {
+      report->Error("C5", kDataLoss,
+                    absl::StrCat("segment ", i, " starts at ", seg.offset,
+                                 ", before the end of segment ", i - 1,
+                                 " at ", *prev_end),
+                    sw);
+    }
+    prev_end = internal::CheckedAdd(seg.offset, seg.size);
+    segments.push_back(seg);
+  }
+  return segments;
+}
+
+// C6 for one entry's key: sets e->key, returns whether the key is usable.
+bool DecodeKey(const fb::NamedData& nd, uint32_t i, const Where& where,
+               NamedDataEntry* e, Report* report) {
+  if (nd.key() == nullptr) {
+    report->Error("C6", kDataLoss,
+                  absl::StrCat("named_data[", i, "] has no key"), where);
+    return false;
+  }
+  e->key = nd.key()->str();
+  if (e->key.empty()) {
+    report->Error("C6", kDataLoss,
+                  absl::StrCat("named_data[", i, "] has an empty key"),
+                  where);
+    return false;
+  }
+  if (!internal::IsValidUtf8(e->key)) {
+    report->Error("C6", kDataLoss,
+                  absl::StrCat("named_data[", i, "]: key '",
+                               internal::Escaped(e->key),
+                               "' is not valid UTF-8"),
+                  where);
+    return false;
+  }
+  return true;
+}
+
+// C8: the entry's tensor layout, decoded and checked against its segment.
+TensorLayout DecodeLayout(const fb::TensorLayout& l, const NamedDataEntry& e,
+                          std::optional<uint64_t> seg_size, const Where& kw,
+                          Report* report) {
+  TensorLayout layout;
+  layout.scalar_type = static_cast<int8_t>(l.scalar_type());
+  bool present = true;
+  if (l.sizes() == nullptr) {
+    report->Error("C8", kDataLoss,
+                  absl::StrCat("key '", e.key, "': layout has no sizes"),
+                  kw);
+    present = false;
+  } else {
+    layout.sizes.assign(l.sizes()->begin(), l.sizes()->end());
+  }
+  if (l.dim_order() == nullptr) {
+    report->Error("C8", kDataLoss,
+                  absl::StrCat("key '", e.key,
+                               "': layout has no dim_order"),
+                  kw);
+    present = false;
+  } else {
+    layout.dim_order.assign(l.dim_order()->begin(),
+                            l.dim_order()->end());
+  }
+  if (present) {
+    CheckTensorLayout(layout, e.key, e.segment_index, seg_size, kw, report);
+  }
+  return layout;
+}
+
+// C6, C7, C8 over every entry; fills `named` and the key index `index`,
+// whose keys view the strings in `named`.
+void DecodeNamedData(
+    const flatbuffers::Vector<flatbuffers::Offset<fb::NamedData>>& entries,
+    const std::vector<Segment>& segments, const std::string& file,
+    std::vector<NamedDataEntry>* named,
+    absl::flat_hash_map<std::string_view, uint32_t>* index, Report* report) {
+  const Where where{.file = file};
+  named->reserve(entries.size());
+  index->reserve(entries.size());
+  for (uint32_t i = 0; i < entries.size(); ++i) {
+    const fb::NamedData* nd = entries.Get(i);
+    NamedDataEntry e;
+    e.segment_index = nd->segment_index();
+    const bool key_ok = DecodeKey(*nd, i, where, &e, report);
+    // Built only for a diagnostic: opening allocates little per key.
+    const auto kw = [&] {
+      return Where{.file = file,
+                   .key = key_ok ? std::optional<std::string>(e.key) : std::nullopt,
+                   .segment = e.segment_index};
+    };
+    std::optional<uint64_t> seg_size;
+    if (e.segment_index >= segments.size()) {
+      report->Error("C7", kDataLoss,
+                    absl::StrCat("key '", internal::Escaped(e.key),
+                                 "': segment_index ", e.segment_index,
+                                 " is out of range (", segments.size(),
+                                 " segments)"),
+                    kw());
+    } else {
+      seg_size = segments[e.segment_index].size;
+    }
+    if (const fb::TensorLayout* l = nd->tensor_layout()) {
+      e.layout = DecodeLayout(*l, e, seg_size, kw(), report);
+    }
+    named->push_back(std::move(e));
+    if (key_ok) {
+      const auto& stored = named->back().key;
+      // Keys point into `named`, whose capacity was reserved above.
+      if (!index->emplace(stored, i).second) {
+        report->Error("C6", kDataLoss,
+                      absl::StrCat("key '", stored, "' appears more than once"
+                                   " (entries ", (*index)[stored], " and ",
+                                   i, ")"),
+                      Where{.file = file, .key = stored,
+                            .segment = named->back().segment_index});
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Container> Container::Verify(
     std::shared_ptr<const FileSource> source, Report* report) {
   std::unique_ptr<Container> c(new Container(std::move(source)));
@@ -218,8 +365,8 @@ std::unique_ptr<Container> Container::Verify(
                   where);
     return nullptr;
   }
-  flatbuffers::Verifier verifier(fb->data(), fb->size(), kVerifierMaxDepth,
-                                 kVerifierMaxTables, /*check_alignment=*/true);
+  flatbuffers::Verifier verifier(fb->data(), fb->size(), internal::kVerifierMaxDepth,
+                                 internal::kVerifierMaxTables, /*check_alignment=*/true);
   if (!fb::VerifyFlatTensorBuffer(verifier)) {
     report->Error("C1", kDataLoss,
                   absl::StrCat("the ", fb_len,
@@ -245,127 +392,15 @@ std::unique_ptr<Container> Container::Verify(
   if (root->named_data() == nullptr) {
     report->Error("C3", kDataLoss, "the named_data vector is missing", where);
   }
-
   // C4, C5.
   if (const auto* segs = root->segments()) {
-    c->segments_.reserve(segs->size());
-    std::optional<uint64_t> prev_end = 0;
-    for (uint32_t i = 0; i < segs->size(); ++i) {
-      const fb::DataSegment* s = segs->Get(i);
-      Segment seg{.offset = s->offset(), .size = s->size()};
-      const Where sw{.file = file, .segment = i};
-      if (!internal::RangeInside(seg.offset, seg.size, h.segment_data_size)) {
-        report->Error("C4", kDataLoss,
-                      absl::StrCat("segment ", i, ": offset ", seg.offset,
-                                   " + size ", seg.size,
-                                   " exceeds segment_data_size ",
-                                   h.segment_data_size),
-                      sw);
-        seg.in_bounds = false;
-      } else if (const auto abs = internal::CheckedAdd(h.segment_base_offset, seg.offset);
-                 !data_in_file &&
-                 (!abs || !internal::RangeInside(*abs, seg.size, c->source_->size()))) {
-        seg.in_bounds = false;  // H4 already reported the short file.
-      }
-      if (prev_end && seg.offset < *prev_end) {
-        report->Error("C5", kDataLoss,
-                      absl::StrCat("segment ", i, " starts at ", seg.offset,
-                                   ", before the end of segment ", i - 1,
-                                   " at ", *prev_end),
-                      sw);
-      }
-      prev_end = internal::CheckedAdd(seg.offset, seg.size);
-      c->segments_.push_back(seg);
-    }
+    c->segments_ = DecodeSegments(*segs, h, c->source_->size(), data_in_file,
+                                  file, report);
   }
-
   // C6, C7, C8.
   if (const auto* named = root->named_data()) {
-    c->named_data_.reserve(named->size());
-    c->index_.reserve(named->size());
-    for (uint32_t i = 0; i < named->size(); ++i) {
-      const fb::NamedData* nd = named->Get(i);
-      NamedDataEntry e;
-      e.segment_index = nd->segment_index();
-      bool key_ok = true;
-      if (nd->key() == nullptr) {
-        report->Error("C6", kDataLoss,
-                      absl::StrCat("named_data[", i, "] has no key"), where);
-        key_ok = false;
-      } else {
-        e.key = nd->key()->str();
-        if (e.key.empty()) {
-          report->Error("C6", kDataLoss,
-                        absl::StrCat("named_data[", i, "] has an empty key"),
-                        where);
-          key_ok = false;
-        } else if (!internal::IsValidUtf8(e.key)) {
-          report->Error("C6", kDataLoss,
-                        absl::StrCat("named_data[", i, "]: key '",
-                                     internal::Escaped(e.key),
-                                     "' is not valid UTF-8"),
-                        where);
-          key_ok = false;
-        }
-      }
-      // Built only for a diagnostic: opening allocates little per key.
-      const auto kw = [&] {
-        return Where{.file = file,
-                     .key = key_ok ? std::optional<std::string>(e.key) : std::nullopt,
-                     .segment = e.segment_index};
-      };
-      std::optional<uint64_t> seg_size;
-      if (e.segment_index >= c->segments_.size()) {
-        report->Error("C7", kDataLoss,
-                      absl::StrCat("key '", internal::Escaped(e.key),
-                                   "': segment_index ", e.segment_index,
-                                   " is out of range (", c->segments_.size(),
-                                   " segments)"),
-                      kw());
-      } else {
-        seg_size = c->segments_[e.segment_index].size;
-      }
-      if (const fb::TensorLayout* l = nd->tensor_layout()) {
-        TensorLayout layout;
-        layout.scalar_type = static_cast<int8_t>(l->scalar_type());
-        bool present = true;
-        if (l->sizes() == nullptr) {
-          report->Error("C8", kDataLoss,
-                        absl::StrCat("key '", e.key, "': layout has no sizes"),
-                        kw());
-          present = false;
-        } else {
-          layout.sizes.assign(l->sizes()->begin(), l->sizes()->end());
-        }
-        if (l->dim_order() == nullptr) {
-          report->Error("C8", kDataLoss,
-                        absl::StrCat("key '", e.key,
-                                     "': layout has no dim_order"),
-                        kw());
-          present = false;
-        } else {
-          layout.dim_order.assign(l->dim_order()->begin(),
-                                  l->dim_order()->end());
-        }
-        if (present) {
-          CheckTensorLayout(layout, e.key, e.segment_index, seg_size, kw(), report);
-        }
-        e.layout = std::move(layout);
-      }
-      c->named_data_.push_back(std::move(e));
-      if (key_ok) {
-        const auto& stored = c->named_data_.back().key;
-        // Keys point into named_data_, whose capacity was reserved above.
-        if (!c->index_.emplace(stored, i).second) {
-          report->Error("C6", kDataLoss,
-                        absl::StrCat("key '", stored, "' appears more than once"
-                                     " (entries ", c->index_[stored], " and ",
-                                     i, ")"),
-                        Where{.file = file, .key = stored,
-                              .segment = c->named_data_.back().segment_index});
-        }
-      }
-    }
+    DecodeNamedData(*named, c->segments_, file, &c->named_data_, &c->index_,
+                    report);
   }
   return c;
 }

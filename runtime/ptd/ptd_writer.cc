@@ -10,6 +10,7 @@
 #include "runtime/internal/strings.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/ext_header.h"
 #include "ptd/status_macros.h"
 #include "runtime/internal/utf8.h"
 #include "schema/flat_tensor_generated.h"
@@ -148,7 +149,7 @@ absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
   fb::FinishFlatTensorBuffer(fbb, root);
   const uint8_t* buf = fbb.GetBufferPointer();
   const uint64_t fb_size = fbb.GetSize();
-  if (kPtdHeaderBlockSize + fb_size > kMaxFlatBufferSize) {
+  if (kPtdHeaderBlockSize + fb_size > internal::kMaxFlatBufferSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("the FlatBuffer would be ", fb_size, " bytes, over 2^31"));
   }
@@ -157,16 +158,15 @@ absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
   const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
   plan.segment_base_offset = *internal::AlignUp(fb_end, options_.segment_alignment);
   plan.head.assign(fb_end, 0);
-  uint8_t* out = plan.head.data();
-  internal::StoreLE<uint32_t>(out, internal::LoadLE<uint32_t>(buf) + kPtdHeaderBlockSize);
-  std::memcpy(out + 4, buf + 4, 4);  // "FT01"
-  std::memcpy(out + 8, "FH01", 4);
-  internal::StoreLE<uint32_t>(out + 12, kPtdHeaderLength);
-  internal::StoreLE<uint64_t>(out + 16, kPtdHeaderBlockSize);
-  internal::StoreLE<uint64_t>(out + 24, fb_size);
-  internal::StoreLE<uint64_t>(out + 32, plan.segment_base_offset);
-  internal::StoreLE<uint64_t>(out + 40, plan.segment_data_size);
-  std::memcpy(out + 8 + kPtdHeaderBlockSize, buf + 8, fb_size - 8);
+  internal::SpliceFlatBuffer(absl::MakeConstSpan(buf, fb_size),
+                             static_cast<uint32_t>(kPtdHeaderBlockSize),
+                             absl::MakeSpan(plan.head));
+  internal::EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
+                                      .flatbuffer_offset = kPtdHeaderBlockSize,
+                                      .flatbuffer_size = fb_size,
+                                      .segment_base_offset = plan.segment_base_offset,
+                                      .segment_data_size = plan.segment_data_size},
+                            absl::MakeSpan(plan.head));
   return plan;
 }
 

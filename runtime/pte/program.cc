@@ -11,6 +11,7 @@
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/check.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/ext_header.h"
 #include "runtime/internal/strings.h"
 #include "ptd/manifest.h"
 #include "schema/program_generated.h"
@@ -20,16 +21,13 @@ namespace {
 
 namespace fb = ::ptd::pte_fb;
 
-constexpr uint64_t kHeaderOffset = 8;  // The extended header follows 8 bytes.
-constexpr absl::string_view kHeaderMagic = "eh00";
+constexpr uint64_t kHeaderOffset = internal::kExtHeaderAt;
+constexpr absl::string_view kHeaderMagic(internal::kPteHeaderMagic.data(),
+                                         internal::kPteHeaderMagic.size());
 constexpr absl::string_view kProgramIdentifier = "ET12";
-// Header length from which segment_data_size is present.
-constexpr uint32_t kHeaderLengthWithDataSize = 32;
-// FlatBuffers offsets are 32-bit and its verifier requires a buffer smaller
-// than this (it asserts otherwise): check before handing the bytes over.
-constexpr uint64_t kMaxFlatBufferSize = FLATBUFFERS_MAX_BUFFER_SIZE;
-constexpr flatbuffers::uoffset_t kMaxDepth = 64;
-constexpr flatbuffers::uoffset_t kMaxTables = 1000000;
+using internal::kMaxFlatBufferSize;
+constexpr flatbuffers::uoffset_t kMaxDepth = internal::kVerifierMaxDepth;
+constexpr flatbuffers::uoffset_t kMaxTables = internal::kVerifierMaxTables;
 
 constexpr int kLocationInline = static_cast<int>(fb::DataLocation::INLINE);
 constexpr int kLocationSegment = static_cast<int>(fb::DataLocation::SEGMENT);
@@ -71,7 +69,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
                   At(path));
     return std::nullopt;
   }
-  std::array<uint8_t, kHeaderOffset + kHeaderLengthWithDataSize> raw{};
+  std::array<uint8_t, internal::kPteHeaderEnd> raw{};
   const uint64_t to_read = std::min<uint64_t>(raw.size(), file_size);
   if (absl::Status s = source.ReadAt(0, absl::MakeSpan(raw.data(), to_read));
       !s.ok()) {
@@ -104,8 +102,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
     return std::nullopt;  // Nothing else of the header can be trusted.
   }
 
-  PteHeader h;
-  h.header_length = internal::LoadLE<uint32_t>(raw.data() + 12);
+  PteHeader h = internal::DecodePteHeader(absl::MakeConstSpan(raw.data(), to_read));
   if (h.header_length < kMinPteHeaderLength) {
     report->Error("P1", absl::StatusCode::kDataLoss,
                   absl::StrCat("extended header length is ", h.header_length,
@@ -121,11 +118,6 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
                      "-byte file"),
         At(path));
     return std::nullopt;
-  }
-  h.program_size = internal::LoadLE<uint64_t>(raw.data() + 16);
-  h.segment_base_offset = internal::LoadLE<uint64_t>(raw.data() + 24);
-  if (h.header_length >= kHeaderLengthWithDataSize) {
-    h.segment_data_size = internal::LoadLE<uint64_t>(raw.data() + 32);
   }
   if (h.program_size > file_size) {
     report->Error(
@@ -153,6 +145,202 @@ struct PendingPayload {
   uint64_t offset = 0;
   uint64_t size = 0;
 };
+
+}  // namespace
+
+namespace {
+
+using SegmentTable = flatbuffers::Vector<flatbuffers::Offset<fb::DataSegment>>;
+
+// P1: every segment lies inside the file. Returns, per segment, whether it
+// does.
+std::vector<bool> CheckSegments(const SegmentTable* segments,
+                                const PteHeader& header, uint64_t file_size,
+                                const std::string& path, Report* report) {
+  const uint32_t num_segments = segments == nullptr ? 0 : segments->size();
+  std::vector<bool> segment_ok(num_segments, false);
+  for (uint32_t i = 0; i < num_segments; ++i) {
+    const fb::DataSegment* seg = segments->Get(i);
+    const std::optional<uint64_t> start =
+        internal::CheckedAdd(header.segment_base_offset, seg->offset());
+    if (!start.has_value() || !internal::CheckedAdd(*start, seg->size()).has_value()) {
+      report->Error(
+          "P1", absl::StatusCode::kDataLoss,
+          absl::StrCat("segment ", i, ": segment_base_offset ",
+                       header.segment_base_offset, " + offset ", seg->offset(),
+                       " + size ", seg->size(), " overflows 64 bits"),
+          At(path, std::nullopt, i));
+    } else if (!internal::RangeInside(*start, seg->size(), file_size)) {
+      report->Error(
+          "P1", absl::StatusCode::kDataLoss,
+          absl::StrCat("segment ", i, ": bytes [", *start, ", ",
+                       *start + seg->size(), ") (segment_base_offset ",
+                       header.segment_base_offset, " + offset ", seg->offset(),
+                       ", size ", seg->size(), ") are past the end of the ",
+                       file_size, "-byte file"),
+          At(path, std::nullopt, i));
+    } else {
+      segment_ok[i] = true;
+    }
+  }
+  return segment_ok;
+}
+
+// What P2 needs to know about the program to find a payload.
+struct PayloadContext {
+  const fb::Program* program;
+  absl::Span<const uint8_t> fb_span;  // The FlatBuffer's bytes.
+  const std::vector<bool>& segment_ok;
+  const PteHeader& header;
+  uint64_t file_size;
+  const std::string& path;
+};
+
+// P2 for one CUDA delegate: where its processed bytes lie in the file, or
+// false (reported) when they are missing.
+bool LocatePayload(const fb::BackendDelegate& delegate, const PayloadContext& ctx,
+                   PendingPayload* p, Report* report) {
+  const auto* inline_data = ctx.program->backend_delegate_data();
+  const uint32_t num_inline = inline_data == nullptr ? 0 : inline_data->size();
+  const auto* segments = ctx.program->segments();
+  const uint32_t num_segments = static_cast<uint32_t>(ctx.segment_ok.size());
+  const std::string place = absl::StrCat("method '", p->delegate.method,
+                                         "' delegate ", p->delegate.delegate_index,
+                                         ": ");
+  const Where where = At(ctx.path, p->delegate.source);
+  auto missing = [&](std::string what) {
+    report->Error("P2", absl::StatusCode::kDataLoss,
+                  absl::StrCat(place, what), where);
+    return false;
+  };
+  const fb::BackendDelegateDataReference* ref = delegate.processed();
+  if (ref == nullptr) return missing("has no processed data reference");
+  const int location = static_cast<int>(ref->location());
+  const uint32_t index = ref->index();
+  if (location == kLocationInline) {
+    if (index >= num_inline) {
+      return missing(absl::StrCat("inline data ", index, " is out of range (",
+                                  num_inline, " entries)"));
+    }
+    const auto* data = inline_data->Get(index)->data();
+    if (data == nullptr || data->size() == 0) {
+      return missing(absl::StrCat("inline data ", index,
+                                  data == nullptr ? " has no data" : " is empty"));
+    }
+    // Verified to lie inside the FlatBuffer, hence inside the file.
+    p->offset = static_cast<uint64_t>(data->data() - ctx.fb_span.data());
+    p->size = data->size();
+    return true;
+  }
+  if (location == kLocationSegment) {
+    if (index >= num_segments) {
+      return missing(absl::StrCat("segment ", index, " is out of range (",
+                                  num_segments, " segments)"));
+    }
+    const fb::DataSegment* seg = segments->Get(index);
+    if (!ctx.segment_ok[index]) {
+      report->Error(
+          "P2", absl::StatusCode::kDataLoss,
+          absl::StrCat(place, "segment ", index, " (offset ",
+                       seg->offset(), ", size ", seg->size(),
+                       ") is not inside the ", ctx.file_size, "-byte file"),
+          At(ctx.path, p->delegate.source, index));
+      return false;
+    }
+    if (seg->size() == 0) return missing(absl::StrCat("segment ", index, " is empty"));
+    p->offset = ctx.header.segment_base_offset + seg->offset();
+    p->size = seg->size();
+    return true;
+  }
+  return missing(absl::StrCat("unknown processed data location ", location,
+                              " (expected ", kLocationInline, " INLINE or ",
+                              kLocationSegment, " SEGMENT)"));
+}
+
+// P2 over every CUDA delegate of every plan, and P4 when there is none.
+std::vector<PendingPayload> FindCudaPayloads(const PayloadContext& ctx,
+                                             Report* report) {
+  std::vector<PendingPayload> pending;
+  uint64_t num_cuda = 0;
+  if (const auto* plans = ctx.program->execution_plan(); plans != nullptr) {
+    for (const fb::ExecutionPlan* plan : *plans) {
+      const auto* delegates = plan->delegates();
+      if (delegates == nullptr) continue;
+      const std::string method(AsStringView(plan->name()));
+      for (uint32_t d = 0; d < delegates->size(); ++d) {
+        const fb::BackendDelegate* delegate = delegates->Get(d);
+        if (AsStringView(delegate->id()) != kCudaBackendId) continue;
+        ++num_cuda;
+        PendingPayload p;
+        p.delegate.method = method;
+        p.delegate.delegate_index = d;
+        p.delegate.source = absl::StrCat("pte:", method, ":", d);
+        if (LocatePayload(*delegate, ctx, &p, report)) pending.push_back(std::move(p));
+      }
+    }
+  }
+  if (num_cuda == 0) {
+    report->Warning("P4",
+                    absl::StrCat("program has no CUDA delegate ('",
+                                 internal::Sv(kCudaBackendId), "')"),
+                    At(ctx.path));
+  }
+  return pending;
+}
+
+// The payload bytes: views where the source has them; otherwise one copy of
+// the range covering every payload, read once into `region`. Returns the
+// delegates (none when that read fails, reported as P2), each marked manifest
+// or legacy (P4).
+std::vector<CudaDelegate> AttachPayloads(std::vector<PendingPayload> pending,
+                                         const FileSource& source,
+                                         Bytes* region, Report* report) {
+  const std::string& path = source.name();
+  bool all_views = true;
+  uint64_t lo = source.size();
+  uint64_t hi = 0;
+  for (const PendingPayload& p : pending) {
+    lo = std::min(lo, p.offset);
+    hi = std::max(hi, p.offset + p.size);
+    if (all_views && !source.View(p.offset, p.size).has_value())
+      all_views = false;
+  }
+  if (!all_views) {
+    absl::StatusOr<Bytes> read = ReadBytes(source, lo, hi - lo);
+    if (!read.ok()) {
+      report->Error("P2", read.status().code(),
+                    absl::StrCat("cannot read the CUDA payloads in bytes [", lo,
+                                 ", ", hi, "): ", read.status().message()),
+                    At(path));
+      return {};
+    }
+    *region = *std::move(read);
+  }
+  std::vector<CudaDelegate> delegates;
+  delegates.reserve(pending.size());
+  for (PendingPayload& p : pending) {
+    CudaDelegate& delegate = delegates.emplace_back(std::move(p.delegate));
+    if (all_views) {
+      delegate.payload = Bytes::Borrowed(*source.View(p.offset, p.size));
+    } else {
+      delegate.payload =
+          Bytes::Borrowed(region->span().subspan(p.offset - lo, p.size));
+    }
+    delegate.is_manifest =
+        StartsWith(delegate.payload.span(), kManifestMagicPrefix);
+    if (!delegate.is_manifest) {
+      report->Warning("P4",
+                      absl::StrCat("method '", delegate.method, "' delegate ",
+                                   delegate.delegate_index, ": the ",
+                                   delegate.payload.size(),
+                                   "-byte CUDA payload does not start with '",
+                                   internal::Sv(kManifestMagicPrefix),
+                                   "' (legacy payload), not verified"),
+                      At(path, delegate.source));
+    }
+  }
+  return delegates;
+}
 
 }  // namespace
 
@@ -195,33 +383,8 @@ std::unique_ptr<Program> Program::Verify(
   program->header_ = *header;
 
   // P1: every segment lies inside the file.
-  const auto* segments = fb_program->segments();
-  const uint32_t num_segments = segments == nullptr ? 0 : segments->size();
-  std::vector<bool> segment_ok(num_segments, false);
-  for (uint32_t i = 0; i < num_segments; ++i) {
-    const fb::DataSegment* seg = segments->Get(i);
-    const std::optional<uint64_t> start =
-        internal::CheckedAdd(header->segment_base_offset, seg->offset());
-    if (!start.has_value() || !internal::CheckedAdd(*start, seg->size()).has_value()) {
-      report->Error(
-          "P1", absl::StatusCode::kDataLoss,
-          absl::StrCat("segment ", i, ": segment_base_offset ",
-                       header->segment_base_offset, " + offset ", seg->offset(),
-                       " + size ", seg->size(), " overflows 64 bits"),
-          At(path, std::nullopt, i));
-    } else if (!internal::RangeInside(*start, seg->size(), file_size)) {
-      report->Error(
-          "P1", absl::StatusCode::kDataLoss,
-          absl::StrCat("segment ", i, ": bytes [", *start, ", ",
-                       *start + seg->size(), ") (segment_base_offset ",
-                       header->segment_base_offset, " + offset ", seg->offset(),
-                       ", size ", seg->size(), ") are past the end of the ",
-                       file_size, "-byte file"),
-          At(path, std::nullopt, i));
-    } else {
-      segment_ok[i] = true;
-    }
-  }
+  const std::vector<bool> segment_ok = CheckSegments(
+      fb_program->segments(), *header, file_size, path, report);
 
   if (const auto* named = fb_program->named_data(); named != nullptr) {
     program->named_data_keys_.reserve(named->size());
@@ -231,137 +394,15 @@ std::unique_ptr<Program> Program::Verify(
     }
   }
 
-  // P2: find every CUDA delegate's payload.
-  const auto* inline_data = fb_program->backend_delegate_data();
-  const uint32_t num_inline = inline_data == nullptr ? 0 : inline_data->size();
-  std::vector<PendingPayload> pending;
-  uint64_t num_cuda = 0;
-  if (const auto* plans = fb_program->execution_plan(); plans != nullptr) {
-    for (const fb::ExecutionPlan* plan : *plans) {
-      const auto* delegates = plan->delegates();
-      if (delegates == nullptr) continue;
-      const std::string method(AsStringView(plan->name()));
-      for (uint32_t d = 0; d < delegates->size(); ++d) {
-        const fb::BackendDelegate* delegate = delegates->Get(d);
-        if (AsStringView(delegate->id()) != kCudaBackendId) continue;
-        ++num_cuda;
-        PendingPayload p;
-        p.delegate.method = method;
-        p.delegate.delegate_index = d;
-        p.delegate.source = absl::StrCat("pte:", method, ":", d);
-        const std::string place =
-            absl::StrCat("method '", method, "' delegate ", d, ": ");
-        const Where where = At(path, p.delegate.source);
-        auto missing = [&](std::string what) {
-          report->Error("P2", absl::StatusCode::kDataLoss,
-                        absl::StrCat(place, what), where);
-        };
-        const fb::BackendDelegateDataReference* ref = delegate->processed();
-        if (ref == nullptr) {
-          missing("has no processed data reference");
-          continue;
-        }
-        const int location = static_cast<int>(ref->location());
-        const uint32_t index = ref->index();
-        if (location == kLocationInline) {
-          if (index >= num_inline) {
-            missing(absl::StrCat("inline data ", index, " is out of range (",
-                                 num_inline, " entries)"));
-            continue;
-          }
-          const auto* data = inline_data->Get(index)->data();
-          if (data == nullptr || data->size() == 0) {
-            missing(absl::StrCat("inline data ", index,
-                                 data == nullptr ? " has no data" : " is empty"));
-            continue;
-          }
-          // Verified to lie inside the FlatBuffer, hence inside the file.
-          p.offset = static_cast<uint64_t>(data->data() - fb_span.data());
-          p.size = data->size();
-        } else if (location == kLocationSegment) {
-          if (index >= num_segments) {
-            missing(absl::StrCat("segment ", index, " is out of range (",
-                                 num_segments, " segments)"));
-            continue;
-          }
-          const fb::DataSegment* seg = segments->Get(index);
-          if (!segment_ok[index]) {
-            report->Error(
-                "P2", absl::StatusCode::kDataLoss,
-                absl::StrCat(place, "segment ", index, " (offset ",
-                             seg->offset(), ", size ", seg->size(),
-                             ") is not inside the ", file_size, "-byte file"),
-                At(path, p.delegate.source, index));
-            continue;
-          }
-          if (seg->size() == 0) {
-            missing(absl::StrCat("segment ", index, " is empty"));
-            continue;
-          }
-          p.offset = header->segment_base_offset + seg->offset();
-          p.size = seg->size();
-        } else {
-          missing(absl::StrCat("unknown processed data location ", location,
-                               " (expected ", kLocationInline, " INLINE or ",
-                               kLocationSegment, " SEGMENT)"));
-          continue;
-        }
-        pending.push_back(std::move(p));
-      }
-    }
-  }
-  if (num_cuda == 0) {
-    report->Warning("P4",
-                    absl::StrCat("program has no CUDA delegate ('",
-                                 internal::Sv(kCudaBackendId), "')"),
-                    At(path));
-  }
-
-  // The payload bytes: views where the source has them; otherwise one copy
-  // of the range covering every payload, read once.
-  bool all_views = true;
-  uint64_t lo = file_size;
-  uint64_t hi = 0;
-  for (const PendingPayload& p : pending) {
-    lo = std::min(lo, p.offset);
-    hi = std::max(hi, p.offset + p.size);
-    if (all_views && !source->View(p.offset, p.size).has_value())
-      all_views = false;
-  }
-  if (!all_views) {
-    absl::StatusOr<Bytes> region = ReadBytes(*source, lo, hi - lo);
-    if (!region.ok()) {
-      report->Error("P2", region.status().code(),
-                    absl::StrCat("cannot read the CUDA payloads in bytes [", lo,
-                                 ", ", hi, "): ", region.status().message()),
-                    At(path));
-      return program;
-    }
-    program->payload_region_ = *std::move(region);
-  }
-  program->delegates_.reserve(pending.size());
-  for (PendingPayload& p : pending) {
-    CudaDelegate& delegate =
-        program->delegates_.emplace_back(std::move(p.delegate));
-    if (all_views) {
-      delegate.payload = Bytes::Borrowed(*source->View(p.offset, p.size));
-    } else {
-      delegate.payload = Bytes::Borrowed(
-          program->payload_region_.span().subspan(p.offset - lo, p.size));
-    }
-    delegate.is_manifest =
-        StartsWith(delegate.payload.span(), kManifestMagicPrefix);
-    if (!delegate.is_manifest) {
-      report->Warning("P4",
-                      absl::StrCat("method '", delegate.method, "' delegate ",
-                                   delegate.delegate_index, ": the ",
-                                   delegate.payload.size(),
-                                   "-byte CUDA payload does not start with '",
-                                   internal::Sv(kManifestMagicPrefix),
-                                   "' (legacy payload), not verified"),
-                      At(path, delegate.source));
-    }
-  }
+  // P2: find every CUDA delegate's payload; P4 for legacy payloads.
+  const PayloadContext ctx{.program = fb_program,
+                           .fb_span = fb_span,
+                           .segment_ok = segment_ok,
+                           .header = *header,
+                           .file_size = file_size,
+                           .path = path};
+  program->delegates_ = AttachPayloads(FindCudaPayloads(ctx, report), *source,
+                                       &program->payload_region_, report);
   return program;
 }
 

@@ -9,12 +9,19 @@
 #include "absl/strings/str_join.h"
 #include "ptd/scalar_type.h"
 #include "runtime/internal/strings.h"
+#include "runtime/internal/utf8.h"
 #include "ptd/verify.h"
 
 namespace ptd {
 namespace {
 
 using json = nlohmann::ordered_json;
+
+// A string of the report, printable: keys, fqns and messages come from the
+// file and need not be UTF-8 (the JSON output replaces bad bytes the same way).
+std::string Str(const json& v) {
+  return internal::PrintableUtf8(v.get<std::string>());
+}
 
 std::string Num(const json& v) {
   if (v.is_null()) return "-";
@@ -32,13 +39,15 @@ void Table(const std::vector<std::vector<std::string>>& rows, std::string* out) 
   if (rows.empty()) return;
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows) {
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+    for (size_t i = 0; i < r.size(); ++i) {
+      width[i] = std::max(width[i], internal::CodePointCount(r[i]));
+    }
   }
   for (const auto& r : rows) {
     std::string line = "   ";
     for (size_t i = 0; i < r.size(); ++i) {
       absl::StrAppend(&line, " ", r[i]);
-      if (i + 1 < r.size()) line.append(width[i] - r[i].size(), ' ');
+      if (i + 1 < r.size()) line.append(width[i] - internal::CodePointCount(r[i]), ' ');
     }
     absl::StrAppend(out, line, "\n");
   }
@@ -49,10 +58,10 @@ void Diagnostics(const json& list, std::string_view title, std::string* out) {
   absl::StrAppend(out, internal::Sv(title), " (", list.size(), "):\n");
   for (const auto& d : list) {
     std::string where;
-    if (d.contains("file")) where = d["file"].get<std::string>();
-    if (d.contains("source")) absl::StrAppend(&where, " [", d["source"].get<std::string>(), "]");
-    absl::StrAppend(out, "  ", d["rule"].get<std::string>(), "  ",
-                    d["message"].get<std::string>());
+    if (d.contains("file")) where = Str(d["file"]);
+    if (d.contains("source")) absl::StrAppend(&where, " [", Str(d["source"]), "]");
+    absl::StrAppend(out, "  ", Str(d["rule"]), "  ",
+                    Str(d["message"]));
     if (!where.empty()) absl::StrAppend(out, "\n      in ", where);
     absl::StrAppend(out, "\n");
   }
@@ -67,7 +76,7 @@ std::string FormatText(const VerifyOutcome& outcome) {
     return absl::StrCat("ptd-verify: cannot read input: ", *outcome.io_error, "\n");
   }
   const size_t ne = j["errors"].size(), nw = j["warnings"].size();
-  absl::StrAppend(&out, j["ptd"]["path"].get<std::string>(), ": ",
+  absl::StrAppend(&out, Str(j["ptd"]["path"]), ": ",
                   j["ok"].get<bool>() ? "OK" : "FAILED", " (", ne,
                   ne == 1 ? " error, " : " errors, ", nw,
                   nw == 1 ? " warning)\n" : " warnings)\n");
@@ -98,18 +107,22 @@ std::string FormatText(const VerifyOutcome& outcome) {
       const std::string offset = seg < p["segments"].size()
                                      ? Num(p["segments"][seg]["offset"])
                                      : "-";
-      rows.push_back({n["key"].get<std::string>(), Num(n["segment_index"]), offset,
+      rows.push_back({Str(n["key"]), Num(n["segment_index"]), offset,
                       Num(n["size"]), layout,
                       n.contains("sha256") ? (n["sha256"].is_null()
                                                   ? "-"
-                                                  : n["sha256"].get<std::string>())
+                                                  : Str(n["sha256"]))
                                            : ""});
     }
     Table(rows, &out);
   }
 
   for (const auto& m : j["manifests"]) {
-    absl::StrAppend(&out, "\nmanifest ", m["source"].get<std::string>(), ": ",
+    absl::StrAppend(&out, "\nmanifest ", Str(m["source"]),
+                    m.contains("format")
+                        ? absl::StrCat(" (", Str(m["format"]), ")")
+                        : std::string(),
+                    ": ",
                     m["variants"].size(), " variant(s), ", m["weights"].size(),
                     " weight(s)\n");
     for (size_t i = 0; i < m["variants"].size(); ++i) {
@@ -117,13 +130,13 @@ std::string FormatText(const VerifyOutcome& outcome) {
       absl::StrAppend(&out, "    variant ", i, ": target_sm ", Num(v["target_sm"]),
                       ", ptx_compute ", Num(v["ptx_compute"]),
                       v["fallback_only"].get<bool>() ? ", fallback only" : "",
-                      ", library '", v["so_blob_key"].get<std::string>(), "'\n");
+                      ", library '", Str(v["so_blob_key"]), "'\n");
     }
     if (m.contains("selection")) {
       const auto& s = m["selection"];
       if (s["variant"].is_null()) {
         absl::StrAppend(&out, "    on sm ", Num(s["sm"]), ": ",
-                        s["message"].get<std::string>(), "\n");
+                        Str(s["message"]), "\n");
       } else {
         absl::StrAppend(&out, "    on sm ", Num(s["sm"]), ": runs variant ",
                         Num(s["variant"]),
@@ -135,13 +148,13 @@ std::string FormatText(const VerifyOutcome& outcome) {
          "sha256"}};
     for (const auto& w : m["weights"]) {
       rows.push_back(
-          {w["fqn"].get<std::string>(),
+          {Str(w["fqn"]),
            std::string(ScalarTypeName(w["dtype"].get<int64_t>())), Dims(w["sizes"]),
            Dims(w["strides"]), Num(w["storage_offset"]),
-           w["storage_key"].get<std::string>(),
+           Str(w["storage_key"]),
            absl::StrCat(Num(w["required_nbytes"]), "/", Num(w["storage_nbytes"])),
            w.contains("sha256")
-               ? (w["sha256"].is_null() ? "-" : w["sha256"].get<std::string>())
+               ? (w["sha256"].is_null() ? "-" : Str(w["sha256"]))
                : ""});
     }
     Table(rows, &out);

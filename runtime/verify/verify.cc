@@ -141,6 +141,7 @@ json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
                   Report* report) {
   json one;
   one["source"] = s.source;
+  one["format"] = std::string(ManifestFormatName(s.manifest.format));
   json variants = json::array();
   for (const Variant& v : s.manifest.variants) variants.push_back(VariantJson(v));
   one["variants"] = std::move(variants);

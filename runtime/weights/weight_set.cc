@@ -30,6 +30,176 @@ struct Reach {
   bool any_view = false;  // Some view (maybe empty) names the segment.
 };
 
+// One resolution run: the state the rules share across manifests.
+class Resolver {
+ public:
+  Resolver(const Container* container, Report* report)
+      : container_(container),
+        report_(report),
+        file_(container ? container->path() : std::string()),
+        reach_(container ? container->segments().size() : 0) {}
+
+  // Every check of one entry of the manifest from `source`.
+  ResolvedWeight ResolveEntry(const WeightEntry& e, const std::string& source) {
+    ResolvedWeight w{.entry = &e};
+    // A malformed entry still references its key (no X3 for it).
+    if (!e.storage_key.empty()) referenced_.insert(e.storage_key);
+    if (!e.well_formed) return w;  // The decoder reported it (M5/M6).
+    bool ok = CheckGeometry(e, source, &w);
+    ok &= CheckSharedStorage(e, source);
+    // X1, G3: only with a container.
+    if (container_ == nullptr) {
+      w.ok = false;
+      return w;
+    }
+    ok &= LocateStorage(e, source, &w);
+    w.ok = ok;
+    return w;
+  }
+
+  // G5: per segment, the bytes before the first and after the last byte any
+  // view reaches. One warning per segment, naming one key behind it.
+  void ReportUnreachedBytes() const {
+    std::vector<const NamedDataEntry*> seg_key(container_->segments().size(), nullptr);
+    for (const NamedDataEntry& nd : container_->named_data()) {
+      if (nd.segment_index < seg_key.size() && seg_key[nd.segment_index] == nullptr &&
+          referenced_.contains(nd.key)) {
+        seg_key[nd.segment_index] = &nd;
+      }
+    }
+    for (size_t i = 0; i < reach_.size(); ++i) {
+      const Reach& r = reach_[i];
+      const uint64_t size = container_->segments()[i].size;
+      if (!r.any_view || size == 0) continue;
+      const Where where{.file = file_,
+                        .key = seg_key[i] ? std::optional(seg_key[i]->key) : std::nullopt,
+                        .segment = i};
+      const std::string key = seg_key[i] ? absl::StrCat(" ('", seg_key[i]->key, "')") : "";
+      if (r.end == 0) {
+        report_->Warning("G5",
+                         absl::StrCat("segment ", i, key, ": none of its ", size,
+                                      " bytes is reached by any view"),
+                         where);
+      } else if (r.first > 0 || r.end < size) {
+        report_->Warning("G5",
+                         absl::StrCat("segment ", i, key, ": views reach bytes [",
+                                      r.first, ", ", r.end, ") of ", size, "; ",
+                                      r.first, " bytes before and ", size - r.end,
+                                      " bytes after are unused"),
+                         where);
+      }
+    }
+  }
+
+  // X3: weight storages that no manifest references.
+  void ReportOrphans() const {
+    for (const NamedDataEntry& nd : container_->named_data()) {
+      if (absl::StartsWith(nd.key, internal::Sv(kCudaWeightKeyPrefix)) &&
+          !referenced_.contains(nd.key)) {
+        report_->Warning("X3",
+                         absl::StrCat("storage key '", nd.key,
+                                      "' is referenced by no manifest"),
+                         Where{.file = file_, .key = nd.key,
+                               .segment = nd.segment_index});
+      }
+    }
+  }
+
+ private:
+  // Built only for a diagnostic: resolution allocates nothing per entry.
+  Where At(const WeightEntry& e, const std::string& source,
+           std::optional<uint64_t> segment = std::nullopt) const {
+    return Where{.file = file_, .key = e.storage_key, .fqn = e.fqn,
+                 .segment = segment, .source = source};
+  }
+  static std::string Name(const WeightEntry& e) {
+    return absl::StrCat("weight '", e.fqn, "'");
+  }
+
+  // G1, G2.
+  bool CheckGeometry(const WeightEntry& e, const std::string& source,
+                     ResolvedWeight* w) {
+    const GeometryResult g = ComputeExtent(w->view());
+    if (!g.ok()) {
+      report_->Error("G1", kDataLoss,
+                     absl::StrCat(Name(e), ": view span arithmetic fails: ", g.detail),
+                     At(e, source));
+      return false;
+    }
+    w->extent = g.extent;
+    if (g.extent.required_nbytes > e.storage_nbytes) {
+      report_->Error("G2", kDataLoss,
+                     absl::StrCat(Name(e), ": view requires ",
+                                  g.extent.required_nbytes, " bytes from a ",
+                                  e.storage_nbytes, "-byte storage"),
+                     At(e, source));
+      return false;
+    }
+    return true;
+  }
+
+  // G4, across every manifest of the run.
+  bool CheckSharedStorage(const WeightEntry& e, const std::string& source) {
+    auto [it, inserted] = owners_.try_emplace(
+        e.storage_key, KeyOwner{e.storage_nbytes, e.device_type, &e.fqn, &source});
+    if (inserted) return true;
+    const KeyOwner& o = it->second;
+    bool ok = true;
+    const auto disagree = [&](std::string_view field, auto mine, auto theirs) {
+      if (mine == theirs) return;
+      report_->Error("G4", kDataLoss,
+                     absl::StrCat(Name(e), ": storage '", e.storage_key, "' has ",
+                                  internal::Sv(field), " ", mine, ", but weight '", *o.fqn,
+                                  "' (", *o.source, ") says ", theirs),
+                     At(e, source));
+      ok = false;
+    };
+    disagree("storage_nbytes", e.storage_nbytes, o.storage_nbytes);
+    disagree("device_type", e.device_type, o.device_type);
+    return ok;
+  }
+
+  // X1, G3, and the bytes the view reaches (for G5). REQUIRES: a container.
+  bool LocateStorage(const WeightEntry& e, const std::string& source,
+                     ResolvedWeight* w) {
+    w->named = container_->Find(e.storage_key);
+    if (w->named == nullptr) {
+      report_->Error("X1", absl::StatusCode::kNotFound,
+                     absl::StrCat(Name(e), ": storage key '", e.storage_key,
+                                  "' is not in the .ptd"),
+                     At(e, source));
+      return false;
+    }
+    const auto seg_size = container_->SegmentSize(*w->named);
+    if (!seg_size) return false;  // C7 was reported by the container.
+    bool ok = true;
+    if (*seg_size != e.storage_nbytes) {
+      report_->Error("G3", kDataLoss,
+                     absl::StrCat(Name(e), ": segment ", w->named->segment_index,
+                                  " behind '", e.storage_key, "' holds ",
+                                  *seg_size, " bytes, manifest says ",
+                                  e.storage_nbytes),
+                     At(e, source, w->named->segment_index));
+      ok = false;
+    }
+    if (!container_->segments()[w->named->segment_index].in_bounds) ok = false;
+    Reach& r = reach_[w->named->segment_index];
+    r.any_view = true;
+    if (w->extent && !w->extent->empty() && w->extent->required_nbytes <= *seg_size) {
+      r.first = std::min(r.first, w->extent->first_byte);
+      r.end = std::max(r.end, w->extent->required_nbytes);
+    }
+    return ok;
+  }
+
+  const Container* container_;
+  Report* report_;
+  const std::string file_;
+  absl::flat_hash_map<std::string_view, KeyOwner> owners_;
+  absl::flat_hash_set<std::string_view> referenced_;
+  std::vector<Reach> reach_;
+};
+
 }  // namespace
 
 ViewSpec ResolvedWeight::view() const {
@@ -54,153 +224,18 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
                                  absl::Span<const ManifestInput> manifests,
                                  Report* report) {
   WeightSet set;
-  const std::string file = container ? container->path() : std::string();
-  absl::flat_hash_map<std::string_view, KeyOwner> owners;
-  absl::flat_hash_set<std::string_view> referenced;
-  std::vector<Reach> reach(container ? container->segments().size() : 0);
-
+  Resolver resolver(container, report);
   for (const ManifestInput& in : manifests) {
     ResolvedManifest rm{.source = in.source, .manifest = in.manifest};
     rm.weights.reserve(in.manifest->entries.size());
     for (const WeightEntry& e : in.manifest->entries) {
-      ResolvedWeight w{.entry = &e};
-      // Built only for a diagnostic: resolution allocates nothing per entry.
-      const auto where = [&](std::optional<uint64_t> segment = std::nullopt) {
-        return Where{.file = file, .key = e.storage_key, .fqn = e.fqn,
-                     .segment = segment, .source = in.source};
-      };
-      const auto name = [&] { return absl::StrCat("weight '", e.fqn, "'"); };
-      // A malformed entry still references its key (no X3 for it).
-      if (!e.storage_key.empty()) referenced.insert(e.storage_key);
-      if (!e.well_formed) {  // The decoder reported it (M5/M6).
-        rm.weights.push_back(w);
-        continue;
-      }
-      bool ok = true;
-
-      // G1, G2.
-      const GeometryResult g = ComputeExtent(w.view());
-      if (!g.ok()) {
-        report->Error("G1", kDataLoss,
-                      absl::StrCat(name(), ": view span arithmetic fails: ", g.detail),
-                      where());
-        ok = false;
-      } else {
-        w.extent = g.extent;
-        if (g.extent.required_nbytes > e.storage_nbytes) {
-          report->Error("G2", kDataLoss,
-                        absl::StrCat(name(), ": view requires ",
-                                     g.extent.required_nbytes, " bytes from a ",
-                                     e.storage_nbytes, "-byte storage"),
-                        where());
-          ok = false;
-        }
-      }
-
-      // G4, across every manifest of the run.
-      auto [it, inserted] = owners.try_emplace(
-          e.storage_key, KeyOwner{e.storage_nbytes, e.device_type, &e.fqn, &in.source});
-      if (!inserted) {
-        const KeyOwner& o = it->second;
-        const auto disagree = [&](std::string_view field, auto mine, auto theirs) {
-          if (mine == theirs) return;
-          report->Error("G4", kDataLoss,
-                        absl::StrCat(name(), ": storage '", e.storage_key, "' has ",
-                                     internal::Sv(field), " ", mine, ", but weight '", *o.fqn,
-                                     "' (", *o.source, ") says ", theirs),
-                        where());
-          ok = false;
-        };
-        disagree("storage_nbytes", e.storage_nbytes, o.storage_nbytes);
-        disagree("device_type", e.device_type, o.device_type);
-      }
-
-      // X1, G3: only with a container.
-      if (container == nullptr) {
-        w.ok = false;
-        rm.weights.push_back(w);
-        continue;
-      }
-      w.named = container->Find(e.storage_key);
-      if (w.named == nullptr) {
-        report->Error("X1", absl::StatusCode::kNotFound,
-                      absl::StrCat(name(), ": storage key '", e.storage_key,
-                                   "' is not in the .ptd"),
-                      where());
-        ok = false;
-      } else if (const auto seg_size = container->SegmentSize(*w.named)) {
-        if (*seg_size != e.storage_nbytes) {
-          report->Error("G3", kDataLoss,
-                        absl::StrCat(name(), ": segment ", w.named->segment_index,
-                                     " behind '", e.storage_key, "' holds ",
-                                     *seg_size, " bytes, manifest says ",
-                                     e.storage_nbytes),
-                        where(w.named->segment_index));
-          ok = false;
-        }
-        if (!container->segments()[w.named->segment_index].in_bounds) ok = false;
-        Reach& r = reach[w.named->segment_index];
-        r.any_view = true;
-        if (w.extent && !w.extent->empty() &&
-            w.extent->required_nbytes <= *seg_size) {
-          r.first = std::min(r.first, w.extent->first_byte);
-          r.end = std::max(r.end, w.extent->required_nbytes);
-        }
-      } else {
-        ok = false;  // C7 was reported by the container.
-      }
-      w.ok = ok;
-      rm.weights.push_back(w);
+      rm.weights.push_back(resolver.ResolveEntry(e, in.source));
     }
     set.manifests_.push_back(std::move(rm));
   }
   if (container == nullptr) return set;
-
-  // G5: per segment, the bytes before the first and after the last byte any
-  // view reaches. One warning per segment, naming one key behind it.
-  std::vector<const NamedDataEntry*> seg_key(container->segments().size(), nullptr);
-  for (const NamedDataEntry& nd : container->named_data()) {
-    if (nd.segment_index < seg_key.size() && seg_key[nd.segment_index] == nullptr &&
-        referenced.contains(nd.key)) {
-      seg_key[nd.segment_index] = &nd;
-    }
-  }
-  for (size_t i = 0; i < reach.size(); ++i) {
-    const Reach& r = reach[i];
-    const uint64_t size = container->segments()[i].size;
-    if (!r.any_view || size == 0) continue;
-    const Where where{.file = file,
-                      .key = seg_key[i] ? std::optional(seg_key[i]->key) : std::nullopt,
-                      .segment = i};
-    const std::string key = seg_key[i] ? absl::StrCat(" ('", seg_key[i]->key, "')") : "";
-    if (r.end == 0) {
-      report->Warning("G5",
-                      absl::StrCat("segment ", i, key, ": none of its ", size,
-                                   " bytes is reached by any view"),
-                      where);
-    } else if (r.first > 0 || r.end < size) {
-      report->Warning("G5",
-                      absl::StrCat("segment ", i, key, ": views reach bytes [",
-                                   r.first, ", ", r.end, ") of ", size, "; ",
-                                   r.first, " bytes before and ", size - r.end,
-                                   " bytes after are unused"),
-                      where);
-    }
-  }
-
-  // X3: weight storages that no manifest references.
-  if (!manifests.empty()) {
-    for (const NamedDataEntry& nd : container->named_data()) {
-      if (absl::StartsWith(nd.key, internal::Sv(kCudaWeightKeyPrefix)) &&
-          !referenced.contains(nd.key)) {
-        report->Warning("X3",
-                        absl::StrCat("storage key '", nd.key,
-                                     "' is referenced by no manifest"),
-                        Where{.file = file, .key = nd.key,
-                              .segment = nd.segment_index});
-      }
-    }
-  }
+  resolver.ReportUnreachedBytes();
+  if (!manifests.empty()) resolver.ReportOrphans();
   return set;
 }
 

@@ -32,11 +32,13 @@ std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
 
 CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
                                    std::vector<Variant> variants,
-                                   PtdWriterOptions options)
+                                   PtdWriterOptions options,
+                                   ManifestFormat manifest_format)
     : so_blob_key_(std::move(so_blob_key)), ptd_(options) {
   if (variants.empty()) {
     variants.push_back(Variant{.so_blob_key = so_blob_key_});
   }
+  manifest_.format = manifest_format;
   manifest_.variants = std::move(variants);
 }
 

@@ -1,4 +1,4 @@
-// Fuzz target: DecodeManifest over arbitrary ETCUDAFQN0 bytes.
+// Fuzz target: DecodeManifest over arbitrary manifest bytes.
 //
 // Invariants (a violation traps):
 //   - a manifest decoded without errors encodes back to exactly the input

@@ -1,4 +1,4 @@
-// Tests of the ETCUDAFQN0 manifest decoder, encoder and variant choice
+// Tests of the ETCUDAFQN0/ETCUDAFQN3 manifest decoder, encoder and variant choice
 // (docs/SPEC.md section 2, rules M1-M6). Corrupt manifests are built byte by
 // byte with ManifestBytes; each test asserts the specific rule it breaks.
 #include "ptd/manifest.h"
@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/diagnostics.h"
 #include "runtime/internal/bytes_le.h"
 
 namespace ptd {
@@ -116,12 +117,9 @@ std::vector<std::string> Rules(const Report& r) {
   return {rules.begin(), rules.end()};
 }
 
-// Every error message, one per line (for failure output and substring checks).
-std::string Messages(const Report& r) {
-  std::string out;
-  for (const Diagnostic& d : r.errors()) out += d.message + "\n";
-  return out;
-}
+// Every error and warning, one per line (for failure output and substring
+// checks).
+std::string Messages(const Report& r) { return ::ptd::testing::Describe(r); }
 
 std::vector<uint8_t> ReadConformance(const std::string& name) {
   std::ifstream in(std::string(PTD_TEST_DATA_DIR) + "/conformance/files/" + name,
@@ -184,26 +182,177 @@ TEST(ManifestTest, M1BadMagicIsDataLoss) {
 
 TEST(ManifestTest, M1TransitionalMagicIsUnimplemented) {
   ManifestBytes b;
-  b.Raw("ETCUDAFQN3").U32(1).Variant(0, 0, 0, "so").U32(0);
+  b.Raw("ETCUDAFQN4").U32(1).Variant(0, 0, 0, "so").U32(0);
   const Decoded d = Decode(b.bytes());
   EXPECT_FALSE(d.manifest.has_value());
   EXPECT_THAT(Rules(d.report), ElementsAre("M1"));
-  EXPECT_EQ(d.report.errors()[0].code, absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(d.report.errors()[0].message, HasSubstr("ETCUDAFQN3"));
+  // Names the version found and the layouts this reader reads.
+  EXPECT_THAT(d.report,
+              ::ptd::testing::HasError(
+                  "M1", AllOf(::ptd::testing::CodeIs(absl::StatusCode::kUnimplemented),
+                              ::ptd::testing::MessageHas("'ETCUDAFQN4'"),
+                              ::ptd::testing::MessageHas("'ETCUDAFQN0'"),
+                              ::ptd::testing::MessageHas("'ETCUDAFQN3'"))));
   EXPECT_EQ(ParseManifest(b.bytes()).status().code(),
             absl::StatusCode::kUnimplemented);
 }
 
 TEST(ManifestTest, M1EveryTransitionalVersionIsUnimplemented) {
-  for (char v = '1'; v <= '5'; ++v) {
+  for (char v : {'1', '2', '4', '5', '6', '7', '8', '9'}) {
     std::string magic = "ETCUDAFQN";
     magic += v;
     ManifestBytes b;
     b.Raw(magic).U32(1).Variant(0, 0, 0, "so").U32(0);
+    const Decoded d = Decode(b.bytes());
+    EXPECT_FALSE(d.manifest.has_value()) << magic;
+    EXPECT_THAT(Rules(d.report), ElementsAre("M1")) << magic;
     EXPECT_EQ(ParseManifest(b.bytes()).status().code(),
               absl::StatusCode::kUnimplemented)
         << magic;
   }
+}
+
+// --- ETCUDAFQN3, the released layout ----------------------------------------
+
+// "ETCUDAFQN3", the so_blob_key, then the entries as in ETCUDAFQN0.
+ManifestBytes Released(std::string_view so_blob_key,
+                       const std::vector<EntryFields>& es) {
+  ManifestBytes b;
+  b.Raw("ETCUDAFQN3").Str(so_blob_key).U32(static_cast<uint32_t>(es.size()));
+  for (const EntryFields& e : es) b.Entry(e);
+  return b;
+}
+
+TEST(ManifestTest, Fqn3ReadsAsOneUntargetedVariant) {
+  EntryFields e;
+  e.offset = 2;
+  const Decoded d = Decode(Released("so_blob", {e}).bytes());
+  ASSERT_TRUE(d.report.ok()) << Messages(d.report);
+  ASSERT_TRUE(d.manifest.has_value());
+  EXPECT_EQ(d.manifest->format, ManifestFormat::kFqn3);
+  ASSERT_EQ(d.manifest->variants.size(), 1u);
+  const Variant& v = d.manifest->variants[0];
+  EXPECT_EQ(v.target_sm, 0u);
+  EXPECT_EQ(v.ptx_compute, 0u);
+  EXPECT_EQ(v.flags, 0u);
+  EXPECT_EQ(v.so_blob_key, "so_blob");
+  ASSERT_EQ(d.manifest->entries.size(), 1u);
+  EXPECT_EQ(d.manifest->entries[0].storage_offset, 2);
+  EXPECT_THAT(d.manifest->entries[0].sizes, ElementsAre(3, 4));
+  // The same manifest in ETCUDAFQN0 decodes to the same variant and entries.
+  const Decoded fqn0 = Decode(ManifestBytes::WithEntries({e}));
+  EXPECT_EQ(fqn0.manifest->format, ManifestFormat::kFqn0);
+  EXPECT_EQ(fqn0.manifest->variants[0].so_blob_key, v.so_blob_key);
+  EXPECT_EQ(fqn0.manifest->entries[0].sizes, d.manifest->entries[0].sizes);
+}
+
+TEST(ManifestTest, FormatNames) {
+  EXPECT_EQ(ManifestFormatName(ManifestFormat::kFqn0), "ETCUDAFQN0");
+  EXPECT_EQ(ManifestFormatName(ManifestFormat::kFqn3), "ETCUDAFQN3");
+}
+
+TEST(ManifestTest, Fqn3EmptySoBlobKeyIsM4) {
+  const Decoded d = Decode(Released("", {EntryFields{}}).bytes());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M4"));
+  EXPECT_THAT(d.report.errors()[0].message, HasSubstr("so_blob_key is empty"));
+}
+
+TEST(ManifestTest, Fqn3TruncatedInSoBlobKeyIsM2) {
+  std::vector<uint8_t> bytes = Released("so_blob", {}).bytes();
+  bytes.resize(10 + 4 + 3);  // Magic, length, 3 of the 7 key bytes.
+  const Decoded d = Decode(bytes);
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M2"));
+  EXPECT_THAT(d.report.errors()[0].message, HasSubstr("so_blob_key"));
+}
+
+TEST(ManifestTest, Fqn3EveryProperPrefixIsTruncated) {
+  const std::vector<uint8_t> full = Released("so", {EntryFields{}}).bytes();
+  for (size_t n = 0; n < full.size(); ++n) {
+    const Decoded d = Decode(std::vector<uint8_t>(full.begin(), full.begin() + n));
+    EXPECT_FALSE(d.manifest.has_value()) << n;
+    EXPECT_THAT(Rules(d.report), ElementsAre("M2")) << n;
+  }
+}
+
+TEST(ManifestTest, Fqn3EntryRulesApplyUnchanged) {
+  EntryFields bad;
+  bad.dtype = 99;
+  EntryFields dup;
+  ManifestBytes b = Released("so", {dup, dup, bad});
+  b.Raw("x");
+  const Decoded d = Decode(b.bytes());
+  ASSERT_TRUE(d.manifest.has_value());
+  EXPECT_THAT(Rules(d.report), ElementsAre("M3", "M5", "M6"));
+}
+
+TEST(ManifestTest, Fqn3K03RoundTripsByteExactlyAndMatchesK01) {
+  const std::vector<uint8_t> k03 = ReadConformance("k03_released_fqn3.manifest");
+  ASSERT_FALSE(k03.empty());
+  absl::StatusOr<Manifest> m = ParseManifest(k03, "k03");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->format, ManifestFormat::kFqn3);
+  absl::StatusOr<std::vector<uint8_t>> encoded = EncodeManifest(*m);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  EXPECT_EQ(*encoded, k03);
+
+  absl::StatusOr<Manifest> k01 =
+      ParseManifest(ReadConformance("k01_view_geometry.manifest"), "k01");
+  ASSERT_TRUE(k01.ok()) << k01.status();
+  EXPECT_EQ(k01->format, ManifestFormat::kFqn0);
+  ASSERT_EQ(k01->variants.size(), 1u);
+  EXPECT_EQ(k01->variants[0].so_blob_key, m->variants[0].so_blob_key);
+  ASSERT_EQ(k01->entries.size(), m->entries.size());
+  for (size_t i = 0; i < m->entries.size(); ++i) {
+    EXPECT_EQ(k01->entries[i].fqn, m->entries[i].fqn);
+    EXPECT_EQ(k01->entries[i].sizes, m->entries[i].sizes);
+    EXPECT_EQ(k01->entries[i].strides, m->entries[i].strides);
+    EXPECT_EQ(k01->entries[i].storage_offset, m->entries[i].storage_offset);
+  }
+  // k01 re-encoded as ETCUDAFQN3 is k03.
+  k01->format = ManifestFormat::kFqn3;
+  absl::StatusOr<std::vector<uint8_t>> as_fqn3 = EncodeManifest(*k01);
+  ASSERT_TRUE(as_fqn3.ok()) << as_fqn3.status();
+  EXPECT_EQ(*as_fqn3, k03);
+}
+
+TEST(ManifestTest, Fqn3EncoderWritesTheWireLayout) {
+  Manifest m{.format = ManifestFormat::kFqn3, .variants = {V(0, 0, 0, "so_blob")}};
+  m.entries.push_back(WeightEntry{.fqn = "layers.0.w",
+                                  .storage_key = "cuda_fqn_weight:cuda:layers.0.w",
+                                  .storage_nbytes = 48,
+                                  .dtype = 6,
+                                  .device_type = 1,
+                                  .storage_offset = 0,
+                                  .sizes = {3, 4},
+                                  .strides = {4, 1}});
+  absl::StatusOr<std::vector<uint8_t>> encoded = EncodeManifest(m);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  EXPECT_EQ(*encoded, Released("so_blob", {EntryFields{}}).bytes());
+}
+
+TEST(ManifestTest, Fqn3EncoderNeedsOneUntargetedVariant) {
+  const struct {
+    std::vector<Variant> variants;
+    const char* why;
+  } cases[] = {
+      {{}, "has 0"},
+      {{V(80, 0, 0, "a"), V(90, 0, 0, "b")}, "has 2"},
+      {{V(80, 0, 0, "a")}, "target_sm 80"},
+      {{V(0, 70, 0, "a")}, "ptx_compute 70"},
+      {{V(0, 0, 1, "a")}, "flags 1"},
+  };
+  for (const auto& c : cases) {
+    const Manifest m{.format = ManifestFormat::kFqn3, .variants = c.variants};
+    const absl::Status s = EncodeManifest(m).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.why;
+    EXPECT_THAT(std::string(s.message()),
+                AllOf(HasSubstr("ETCUDAFQN3"), HasSubstr(c.why)));
+  }
+  // An empty key is still M4, as the decoder says.
+  const Manifest empty_key{.format = ManifestFormat::kFqn3, .variants = {V(0, 0, 0, "")}};
+  EXPECT_THAT(std::string(EncodeManifest(empty_key).status().message()),
+              HasSubstr("so_blob_key is empty"));
 }
 
 // --- M2 -------------------------------------------------------------------

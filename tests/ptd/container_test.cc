@@ -3,10 +3,12 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/diagnostics.h"
 #include "tests/testing/raw_ptd.h"
 #include "tests/testing/test_util.h"
 
@@ -21,6 +23,11 @@ using ::ptd::testing::RawNamed;
 using ::ptd::testing::RawPtd;
 using ::ptd::testing::RawSegment;
 using ::ptd::testing::ValidRawPtd;
+using ::ptd::testing::CodeIs;
+using ::ptd::testing::FileIs;
+using ::ptd::testing::HasError;
+using ::ptd::testing::MessageHas;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kMax64 = std::numeric_limits<uint64_t>::max();
@@ -49,6 +56,30 @@ TEST(ContainerTest, OpensValidFileAndHandsOutSegmentBytes) {
   EXPECT_EQ((*c)->Find("missing"), nullptr);
   EXPECT_EQ((*c)->Get("missing").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*c)->SegmentData(2).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// The key index holds views of the entries' (short, in-object) keys: a copy
+// or a move of a Container would read the original's memory after it died.
+static_assert(!std::is_copy_constructible_v<Container>);
+static_assert(!std::is_copy_assignable_v<Container>);
+static_assert(!std::is_move_constructible_v<Container>);
+static_assert(!std::is_move_assignable_v<Container>);
+
+TEST(ContainerTest, FindKeepsWorkingWhenThePointerMovesAndTheSourceIsGone) {
+  std::unique_ptr<Container> moved;
+  {
+    auto c = Container::Open(Source(BuildRawPtd(ValidRawPtd())));
+    ASSERT_TRUE(c.ok()) << c.status();
+    moved = std::move(*c);  // The way to hand a Container on.
+  }
+  // Short keys ("a", "b", "c") live inside their std::string objects.
+  const NamedDataEntry* b = moved->Find("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->key, "b");
+  EXPECT_EQ(b->segment_index, 1u);
+  auto bytes = moved->Get("b");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(bytes->span()[0], 0xA0);
 }
 
 TEST(ContainerTest, PreadSourceReturnsOwnedCopies) {
@@ -227,19 +258,10 @@ TEST_P(ContainerCorruptionTest, ReportsTheBrokenRule) {
   const Corruption& c = GetParam();
   Report report;
   Container::Verify(Source(c.make()), &report);
-  ASSERT_TRUE(report.HasError(c.rule)) << c.name;
-  const Diagnostic* found = nullptr;
-  for (const Diagnostic& d : report.errors()) {
-    if (d.rule == c.rule) {
-      found = &d;
-      break;
-    }
-  }
-  ASSERT_NE(found, nullptr);
-  EXPECT_EQ(found->code, c.code);
-  EXPECT_EQ(found->file, "test.ptd");
-  EXPECT_THAT(found->message, HasSubstr(c.message_part));
-  EXPECT_THAT(found->message, HasSubstr("(" + c.rule + ")"));
+  EXPECT_THAT(report, HasError(c.rule, AllOf(CodeIs(c.code), FileIs("test.ptd"),
+                                              MessageHas(c.message_part),
+                                              MessageHas("(" + c.rule + ")"))))
+      << c.name;
 
   // Open() fails with the first error, naming the file.
   auto opened = Container::Open(Source(c.make()));

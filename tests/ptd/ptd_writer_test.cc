@@ -8,7 +8,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ptd/atomic_file.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -201,47 +200,6 @@ TEST(PtdWriterTest, WritesAtomically) {
   auto c = Container::Open(std::shared_ptr<const FileSource>(*OpenMmapFile(path)));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(CountEntries(dir.path()), 1);  // No temporary left behind.
-}
-
-TEST(AtomicFileTest, FailureLeavesTargetUntouchedAndNoTemporary) {
-  TempDir dir;
-  const std::string path = dir.File("keep.bin");
-  ::ptd::testing::WriteFileBytes(path, Bytes({7, 7, 7}));
-  const absl::Status s = WriteFileAtomically(path, [](const WriteFn& write) {
-    if (absl::Status st = write(Bytes({1, 2})); !st.ok()) return st;
-    return absl::DataLossError("producer failed half way");
-  });
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ReadFileBytes(path), Bytes({7, 7, 7}));
-  EXPECT_EQ(CountEntries(dir.path()), 1);
-}
-
-TEST(AtomicFileTest, MissingDirectoryIsNotFound) {
-  TempDir dir;
-  const absl::Status s = WriteFileAtomically(dir.File("no/such/x.ptd"), Bytes({1}));
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-}
-
-TEST(AtomicFileTest, FailedRenameLeavesNoTemporary) {
-  TempDir dir;
-  // The target is a non-empty directory: rename(2) fails at the last step.
-  const std::string target = dir.File("model.ptd");
-  std::filesystem::create_directory(target);
-  ::ptd::testing::WriteFileBytes(target + "/inside", Bytes({5}));
-  const absl::Status s = WriteFileAtomically(target, Bytes({1, 2, 3}));
-  EXPECT_FALSE(s.ok());
-  EXPECT_THAT(std::string(s.message()), HasSubstr("model.ptd"));
-  EXPECT_TRUE(std::filesystem::is_directory(target));
-  EXPECT_EQ(ReadFileBytes(target + "/inside"), Bytes({5}));
-  EXPECT_EQ(CountEntries(dir.path()), 1);
-}
-
-TEST(AtomicFileTest, ReplacesExistingTarget) {
-  TempDir dir;
-  const std::string path = dir.File("x.bin");
-  ::ptd::testing::WriteFileBytes(path, Bytes({5}));
-  ASSERT_TRUE(WriteFileAtomically(path, Bytes({1, 2})).ok());
-  EXPECT_EQ(ReadFileBytes(path), Bytes({1, 2}));
 }
 
 }  // namespace

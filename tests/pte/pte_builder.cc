@@ -74,15 +74,14 @@ std::vector<uint8_t> BuildPte(const PteSpec& spec) {
   const uint64_t program_size = fb_size + block;
   const uint64_t base = RoundUp(program_size, spec.segment_alignment);
   std::vector<uint8_t> out(base + data_size, 0);
-  std::memcpy(out.data(), fb_data, 8);
-  std::memcpy(out.data() + 8 + block, fb_data + 8, fb_size - 8);
-  PatchU32(out, 0, internal::LoadLE<uint32_t>(fb_data) + static_cast<uint32_t>(block));
-  std::memcpy(out.data() + kPteMagicOffset, "eh00", 4);
-  PatchU32(out, kPteHeaderLengthOffset, spec.header_length);
-  PatchU64(out, kPteProgramSizeOffset, program_size);
-  PatchU64(out, kPteSegmentBaseOffset, base);
-  if (spec.header_length >= 32)
-    PatchU64(out, kPteSegmentDataSizeOffset, data_size);
+  internal::SpliceFlatBuffer(absl::MakeConstSpan(fb_data, fb_size),
+                             static_cast<uint32_t>(block), absl::MakeSpan(out));
+  PteHeader header;
+  header.header_length = spec.header_length;
+  header.program_size = program_size;
+  header.segment_base_offset = base;
+  header.segment_data_size = data_size;
+  internal::EncodePteHeader(header, absl::MakeSpan(out));
   for (size_t i = 0; i < spec.segments.size(); ++i) {
     if (spec.segments[i].empty()) continue;
     std::memcpy(out.data() + base + placed[i].offset, spec.segments[i].data(),

@@ -14,16 +14,17 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/internal/ext_header.h"
 #include "tests/testing/patch.h"
 
 namespace ptd::testing {
 
-// Offsets of the extended header's fields in a built file.
-inline constexpr size_t kPteMagicOffset = 8;
-inline constexpr size_t kPteHeaderLengthOffset = 12;
-inline constexpr size_t kPteProgramSizeOffset = 16;
-inline constexpr size_t kPteSegmentBaseOffset = 24;
-inline constexpr size_t kPteSegmentDataSizeOffset = 32;
+// Offsets of the extended header's fields in a built file (the codec's own).
+inline constexpr size_t kPteMagicOffset = internal::kExtHeaderAt;
+inline constexpr size_t kPteHeaderLengthOffset = internal::kPteHeaderLengthAt;
+inline constexpr size_t kPteProgramSizeOffset = internal::kPteProgramSizeAt;
+inline constexpr size_t kPteSegmentBaseOffset = internal::kPteSegmentBaseAt;
+inline constexpr size_t kPteSegmentDataSizeOffset = internal::kPteSegmentDataSizeAt;
 
 struct PteDelegateSpec {
   std::string id = "CudaBackend";

@@ -39,22 +39,19 @@ std::vector<uint8_t> BuildRawPtd(const RawPtd& spec) {
   fb::FinishFlatTensorBuffer(fbb, fb::CreateFlatTensor(fbb, spec.version, segs, named));
   const uint8_t* buf = fbb.GetBufferPointer();
   const uint64_t fb_size = fbb.GetSize();
-  const uint64_t fb_end = 48 + fb_size;
+  const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
   const uint64_t base = (fb_end + spec.segment_alignment - 1) / spec.segment_alignment *
                         spec.segment_alignment;
   std::vector<uint8_t> out(base + spec.data.size(), 0);
-  uint32_t root;
-  std::memcpy(&root, buf, 4);
-  root += 48;
-  std::memcpy(out.data(), &root, 4);
-  std::memcpy(out.data() + 4, buf + 4, 4);
-  std::memcpy(out.data() + 8, "FH01", 4);
-  PatchU32(out, kHeaderLengthAt, 40);
-  PatchU64(out, kFlatbufferOffsetAt, 48);
-  PatchU64(out, kFlatbufferSizeAt, fb_size);
-  PatchU64(out, kSegmentBaseAt, base);
-  PatchU64(out, kSegmentDataSizeAt, spec.data.size());
-  std::memcpy(out.data() + 56, buf + 8, fb_size - 8);
+  internal::SpliceFlatBuffer(absl::MakeConstSpan(buf, fb_size),
+                             static_cast<uint32_t>(kPtdHeaderBlockSize),
+                             absl::MakeSpan(out));
+  internal::EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
+                                      .flatbuffer_offset = kPtdHeaderBlockSize,
+                                      .flatbuffer_size = fb_size,
+                                      .segment_base_offset = base,
+                                      .segment_data_size = spec.data.size()},
+                            absl::MakeSpan(out));
   if (!spec.data.empty()) std::memcpy(out.data() + base, spec.data.data(), spec.data.size());
   return out;
 }

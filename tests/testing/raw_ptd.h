@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/internal/ext_header.h"
 #include "tests/testing/patch.h"
 
 namespace ptd::testing {
@@ -44,12 +45,12 @@ std::vector<uint8_t> BuildRawPtd(const RawPtd& spec);
 // layout) and "c" sharing a's segment; segments at 0 and 128.
 RawPtd ValidRawPtd();
 
-// Header field offsets, for patching.
-inline constexpr size_t kHeaderLengthAt = 12;
-inline constexpr size_t kFlatbufferOffsetAt = 16;
-inline constexpr size_t kFlatbufferSizeAt = 24;
-inline constexpr size_t kSegmentBaseAt = 32;
-inline constexpr size_t kSegmentDataSizeAt = 40;
+// Header field offsets, for patching (the codec's own).
+inline constexpr size_t kHeaderLengthAt = internal::kPtdHeaderLengthAt;
+inline constexpr size_t kFlatbufferOffsetAt = internal::kPtdFlatbufferOffsetAt;
+inline constexpr size_t kFlatbufferSizeAt = internal::kPtdFlatbufferSizeAt;
+inline constexpr size_t kSegmentBaseAt = internal::kPtdSegmentBaseAt;
+inline constexpr size_t kSegmentDataSizeAt = internal::kPtdSegmentDataSizeAt;
 
 
 }  // namespace ptd::testing

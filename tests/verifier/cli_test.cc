@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ptd/weight_writer.h"
+#include "runtime/internal/utf8.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -59,6 +60,40 @@ TEST(CliTest, UnreadableFilesExitTwo) {
   EXPECT_EQ(parsed["errors"][0]["rule"], "IO");
 }
 
+size_t Count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(CliTest, MissingFileErrorIsPrintedOnce) {
+  // Readable mode: one line, on stderr (stdout and stderr together here).
+  auto r = RunCommand(Verify("/nonexistent/model.ptd"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(Count(r.out, "/nonexistent/model.ptd"), 1u) << r.out;
+  EXPECT_EQ(Count(r.out, "ptd-verify:"), 1u) << r.out;
+  auto stdout_only = RunCommand(std::string(PTD_VERIFY_BINARY) +
+                                " /nonexistent/model.ptd 2>/dev/null");
+  EXPECT_EQ(stdout_only.out, "");
+  // JSON mode: the JSON object on stdout, the message once on stderr.
+  auto err_only = RunCommand(std::string(PTD_VERIFY_BINARY) +
+                             " --json /nonexistent/model.ptd 2>&1 >/dev/null");
+  EXPECT_EQ(err_only.exit_code, 2);
+  EXPECT_EQ(Count(err_only.out, "/nonexistent/model.ptd"), 1u) << err_only.out;
+}
+
+TEST(CliTest, ReadableReportEscapesNonUtf8Keys) {
+  // C6: a key that is not UTF-8 (a raw 0x8c byte).
+  auto r = RunCommand(Verify(
+      ::ptd::testing::DataPath("../fuzz/corpus/container/s02_invalid_utf8_key.ptd")));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(internal::IsValidUtf8(r.out)) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\xEF\xBF\xBD"));  // U+FFFD, as in the JSON.
+}
+
 TEST(CliTest, JsonHasEveryPart) {
   auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " +
                       kK01Manifest + " " + kK01);
@@ -83,6 +118,27 @@ TEST(CliTest, JsonHasEveryPart) {
   ASSERT_EQ(j["warnings"].size(), 1u);
   EXPECT_EQ(j["warnings"][0]["rule"], "G5");
   EXPECT_EQ(j["warnings"][0]["key"], "cuda_fqn_weight:cuda:layers.0.norm.scale");
+}
+
+TEST(CliTest, JsonAndReportNameTheManifestFormat) {
+  const std::string k03 = ConformancePath("files/k03_released_fqn3.manifest");
+  for (const auto& [manifest, format] :
+       {std::pair{kK01Manifest, "ETCUDAFQN0"}, std::pair{k03, "ETCUDAFQN3"}}) {
+    auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " +
+                        manifest + " " + kK01);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(r.out);
+    const auto& m = j["manifests"][0];
+    EXPECT_EQ(m["format"], format);
+    // "format" comes right after "source" (SPEC section 6).
+    auto it = m.begin();
+    ASSERT_EQ(it.key(), "source");
+    ++it;
+    EXPECT_EQ(it.key(), "format");
+    auto text = RunCommand(Verify("--manifest " + manifest + " " + kK01));
+    EXPECT_THAT(text.out, HasSubstr(std::string("manifest manifest (") + format +
+                                    "): 1 variant(s), 12 weight(s)"));
+  }
 }
 
 TEST(CliTest, SmSelectsAVariantOrSaysNoneFits) {

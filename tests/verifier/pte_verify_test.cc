@@ -8,6 +8,7 @@
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
 #include "tests/pte/pte_builder.h"
+#include "tests/testing/diagnostics.h"
 #include "tests/testing/test_util.h"
 #include "ptd/verify.h"
 
@@ -18,13 +19,18 @@ using ::ptd::testing::BuildPte;
 using ::ptd::testing::PtePlanSpec;
 using ::ptd::testing::PteSpec;
 using ::ptd::testing::TempDir;
+using ::ptd::testing::HasError;
+using ::ptd::testing::MessageHas;
+using ::ptd::testing::SourceIs;
 using ::testing::HasSubstr;
 
 constexpr char kKey[] = "cuda_fqn_weight:cuda:shared.w";
 
 std::vector<uint8_t> ManifestBytes(const std::string& so_key, const std::string& fqn,
-                                   uint64_t storage_nbytes) {
+                                   uint64_t storage_nbytes,
+                                   ManifestFormat format = ManifestFormat::kFqn0) {
   Manifest m;
+  m.format = format;
   m.variants.push_back(Variant{.so_blob_key = so_key});
   m.entries.push_back(WeightEntry{.fqn = fqn,
                                   .storage_key = kKey,
@@ -87,17 +93,10 @@ TEST(PteVerifyTest, G4AcrossMethodsThatDisagree) {
   const VerifyOutcome out = RunVerify(
       VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 40)});
   EXPECT_EQ(out.exit_code(), 1);
-  ASSERT_TRUE(out.report.HasError("G4"));
-  bool named_both = false;
-  for (const Diagnostic& d : out.report.errors()) {
-    if (d.rule == "G4") {
-      named_both = d.message.find("40") != std::string::npos &&
-                   d.message.find("32") != std::string::npos &&
-                   d.message.find("pte:forward:0") != std::string::npos;
-      EXPECT_EQ(d.source, "pte:decode:1");
-    }
-  }
-  EXPECT_TRUE(named_both);
+  EXPECT_THAT(out.report,
+              HasError("G4", ::testing::AllOf(MessageHas("40"), MessageHas("32"),
+                                              MessageHas("pte:forward:0"),
+                                              SourceIs("pte:decode:1"))));
 }
 
 TEST(PteVerifyTest, P3LibraryMissingFromPteAndPtd) {
@@ -136,18 +135,48 @@ TEST(PteVerifyTest, LegacyPayloadIsWarningP4AndNoManifest) {
 TEST(PteVerifyTest, UnsupportedManifestVersionIsM1Unimplemented) {
   TempDir dir;
   std::vector<uint8_t> manifest = ManifestBytes("lib_so", "w", 32);
-  manifest[9] = '3';  // ETCUDAFQN3.
+  manifest[9] = '4';  // ETCUDAFQN4.
   PteSpec spec;
   spec.plans = {PtePlanSpec{"forward", {{.index = 0}}}};
   spec.segments = {manifest};
-  const std::string pte = dir.File("v3.pte");
+  const std::string pte = dir.File("v4.pte");
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
       RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
   EXPECT_EQ(out.exit_code(), 1);
-  ASSERT_TRUE(out.report.HasError("M1"));
-  EXPECT_EQ(out.report.errors()[0].code, absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(out.report.errors()[0].source, "pte:forward:0");
+  EXPECT_THAT(out.report,
+              HasError("M1", ::testing::AllOf(
+                                 ::ptd::testing::CodeIs(absl::StatusCode::kUnimplemented),
+                                 SourceIs("pte:forward:0"))));
+}
+
+TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateIsVerified) {
+  TempDir dir;
+  PteSpec spec;
+  spec.plans = {PtePlanSpec{"forward", {{.index = 0}}}};
+  spec.segments = {ManifestBytes("lib_so", "w", 32, ManifestFormat::kFqn3)};
+  const std::string pte = dir.File("fqn3.pte");
+  ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
+  const VerifyOutcome out =
+      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+  EXPECT_EQ(out.exit_code(), 0) << out.json["errors"].dump(1);
+  ASSERT_EQ(out.json["manifests"].size(), 1u);
+  EXPECT_EQ(out.json["manifests"][0]["format"], "ETCUDAFQN3");
+  EXPECT_EQ(out.json["manifests"][0]["variants"][0]["so_blob_key"], "lib_so");
+}
+
+TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateGetsGeometryRules) {
+  TempDir dir;
+  PteSpec spec;
+  spec.plans = {PtePlanSpec{"forward", {{.index = 0}}}};
+  // 64 bytes claimed for a 32-byte segment: G3.
+  spec.segments = {ManifestBytes("lib_so", "w", 64, ManifestFormat::kFqn3)};
+  const std::string pte = dir.File("fqn3.pte");
+  ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
+  const VerifyOutcome out =
+      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+  EXPECT_EQ(out.exit_code(), 1);
+  EXPECT_TRUE(out.report.HasError("G3")) << out.json["errors"].dump(1);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/diagnostics.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
 #include "ptd/container.h"
@@ -21,6 +22,11 @@
 
 namespace ptd {
 namespace {
+
+using ::ptd::testing::ErrorRules;
+using ::ptd::testing::HasError;
+using ::ptd::testing::MessageHas;
+using ::ptd::testing::SourceIs;
 
 using ::testing::Contains;
 using ::testing::Not;
@@ -87,24 +93,13 @@ Resolved Resolve(const Container& c, const std::vector<const Manifest*>& ms) {
   return r;
 }
 
-std::vector<std::string> ErrorRules(const Report& r) {
-  std::vector<std::string> rules;
-  for (const Diagnostic& d : r.errors()) rules.push_back(d.rule);
-  return rules;
-}
-
 std::vector<std::string> WarningRules(const Report& r) {
   std::vector<std::string> rules;
   for (const Diagnostic& d : r.warnings()) rules.push_back(d.rule);
   return rules;
 }
 
-std::string All(const Report& r) {
-  std::string out;
-  for (const Diagnostic& d : r.errors()) out += "error " + d.message + "\n";
-  for (const Diagnostic& d : r.warnings()) out += "warning " + d.message + "\n";
-  return out;
-}
+std::string All(const Report& r) { return ::ptd::testing::Describe(r); }
 
 constexpr char kRows[] = "cuda_fqn_weight:cuda:layers.0.attn.rows";
 constexpr char kQkv[] = "cuda_fqn_weight:cuda:layers.0.attn.qkv";
@@ -217,12 +212,9 @@ TEST(WeightSetTest, G4StorageNbytesDisagreeAcrossManifests) {
   const Manifest b = OneVariant({Entry("q", kQkv, 128, 0, {4, 4}, {4, 1})});
   const Resolved r = Resolve(*c, {&a, &b});
   // b's entry also disagrees with the segment (G3); G4 names both numbers.
-  EXPECT_TRUE(r.report.HasError("G4")) << All(r.report);
-  for (const Diagnostic& d : r.report.errors()) {
-    if (d.rule != "G4") continue;
-    EXPECT_THAT(d.message, AllOf(HasSubstr("128"), HasSubstr("192"), HasSubstr(kQkv)));
-    EXPECT_EQ(d.source, "pte:forward:1");
-  }
+  EXPECT_THAT(r.report, HasError("G4", AllOf(MessageHas("128"), MessageHas("192"),
+                                             MessageHas(kQkv), SourceIs("pte:forward:1"))))
+      << All(r.report);
   EXPECT_TRUE(r.set.manifests()[0].weights[0].ok);
   EXPECT_FALSE(r.set.manifests()[1].weights[0].ok);
 }

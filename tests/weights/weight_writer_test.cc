@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/diagnostics.h"
 #include "ptd/sha256.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
@@ -279,6 +280,37 @@ TEST(WeightWriterTest, DefaultVariantIsUntargetedSoBlobKey) {
   EXPECT_EQ(w.manifest().variants[0].so_blob_key, "so_blob");
 }
 
+TEST(WeightWriterTest, ReleasedFormatWritesEtcudafqn3) {
+  const std::vector<uint8_t> qkv = Floats(48);
+  CudaWeightWriter w("so_blob", {}, {}, ManifestFormat::kFqn3);
+  ASSERT_TRUE(w.Add(QkvSlice("q", qkv, 0)).ok());
+  absl::StatusOr<std::vector<uint8_t>> bytes = w.EncodedManifest();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(std::string(bytes->begin(), bytes->begin() + 10), "ETCUDAFQN3");
+  absl::StatusOr<Manifest> m = ParseManifest(*bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->format, ManifestFormat::kFqn3);
+  EXPECT_EQ(m->variants[0].so_blob_key, "so_blob");
+  ASSERT_EQ(m->entries.size(), 1u);
+  EXPECT_EQ(m->entries[0].fqn, "q");
+  // The default stays ETCUDAFQN0.
+  CudaWeightWriter plain("so_blob");
+  ASSERT_TRUE(plain.Add(QkvSlice("q", qkv, 0)).ok());
+  absl::StatusOr<std::vector<uint8_t>> plain_bytes = plain.EncodedManifest();
+  ASSERT_TRUE(plain_bytes.ok()) << plain_bytes.status();
+  EXPECT_EQ(std::string(plain_bytes->begin(), plain_bytes->begin() + 10), "ETCUDAFQN0");
+}
+
+TEST(WeightWriterTest, ReleasedFormatNeedsOneUntargetedVariant) {
+  CudaWeightWriter w("a", {Variant{.target_sm = 80, .so_blob_key = "a"},
+                           Variant{.target_sm = 90, .so_blob_key = "b"}},
+                     {}, ManifestFormat::kFqn3);
+  const absl::Status s = w.EncodedManifest().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("ETCUDAFQN3"), HasSubstr("has 2")));
+}
+
 TEST(WeightWriterTest, DuplicateFqnRejected) {
   const std::vector<uint8_t> qkv = Floats(48);
   CudaWeightWriter w("so_blob");
@@ -393,9 +425,7 @@ TEST(WeightWriterTest, WrittenFilesPassTheVerifier) {
     options.digest = true;
     options.use_mmap = use_mmap;
     const VerifyOutcome outcome = RunVerify(options);
-    std::string diagnostics;
-    for (const Diagnostic& d : outcome.report.errors()) diagnostics += d.message + "\n";
-    EXPECT_EQ(outcome.exit_code(), 0) << diagnostics;
+    EXPECT_EQ(outcome.exit_code(), 0) << ::ptd::testing::Describe(outcome.report);
     EXPECT_EQ(outcome.json["ok"], true);
     const auto expected = model.Expected();
     const auto& weights = outcome.json["manifests"][0]["weights"];
