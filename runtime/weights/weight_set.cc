@@ -42,15 +42,21 @@ ViewSpec ResolvedWeight::view() const {
 WeightSet WeightSet::Resolve(const Container& container,
                              absl::Span<const ManifestInput> manifests,
                              Report* report) {
-  return ResolveImpl(&container, manifests, report);
+  return ResolveImpl(&container, nullptr, manifests, report);
 }
 
 WeightSet WeightSet::CheckWithoutContainer(absl::Span<const ManifestInput> manifests,
                                            Report* report) {
-  return ResolveImpl(nullptr, manifests, report);
+  return ResolveImpl(nullptr, nullptr, manifests, report);
+}
+
+WeightSet WeightSet::ResolveSizes(absl::Span<const ManifestInput> manifests,
+                                  const StorageSizeFn& storage_size, Report* report) {
+  return ResolveImpl(nullptr, &storage_size, manifests, report);
 }
 
 WeightSet WeightSet::ResolveImpl(const Container* container,
+                                 const StorageSizeFn* storage_size,
                                  absl::Span<const ManifestInput> manifests,
                                  Report* report) {
   WeightSet set;
@@ -115,9 +121,26 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
         disagree("device_type", e.device_type, o.device_type);
       }
 
-      // X1, G3: only with a container.
+      // X1, G3: with a container, or with the sizes of a storage source.
       if (container == nullptr) {
-        w.ok = false;
+        if (storage_size == nullptr) {
+          w.ok = false;
+        } else if (const auto size = (*storage_size)(e.storage_key); !size) {
+          report->Error("X1", absl::StatusCode::kNotFound,
+                        absl::StrCat(name(), ": storage key '", e.storage_key,
+                                     "' is not in the weight source"),
+                        where());
+          w.ok = false;
+        } else if (*size != e.storage_nbytes) {
+          report->Error("G3", kDataLoss,
+                        absl::StrCat(name(), ": the bytes behind '", e.storage_key,
+                                     "' are ", *size, " bytes, manifest says ",
+                                     e.storage_nbytes),
+                        where());
+          w.ok = false;
+        } else {
+          w.ok = ok;
+        }
         rm.weights.push_back(w);
         continue;
       }

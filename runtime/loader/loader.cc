@@ -1,0 +1,411 @@
+#include "ptd/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ptd/host_device.h"
+#include "ptd/scalar_type.h"
+#include "ptd/status_macros.h"
+#include "runtime/internal/strings.h"
+#include "runtime/loader/transfer.h"
+
+namespace ptd {
+
+using Clock = std::chrono::steady_clock;
+using internal::Sv;
+
+namespace {
+
+constexpr uint64_t kHostPackLimit = uint64_t{256} << 10;
+constexpr std::string_view kLibraryConstantPrefix = "_tensor_constant";
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct ManifestRef {
+  std::string source;
+  const Manifest* manifest;
+};
+
+// The variant library that a library-local constant belongs to: the
+// so_blob_key L of one of the manifest's variants when the entry's storage
+// key is "cuda_fqn_weight:<device>:L:<fqn>" (the exporter's naming) or its
+// fqn is "L:<name>"; nullopt for every other entry (shared by all variants).
+std::optional<size_t> LibraryOf(const WeightEntry& e, const Manifest& m) {
+  std::optional<size_t> best;
+  size_t best_len = 0;
+  const std::string_view key = e.storage_key;
+  for (size_t v = 0; v < m.variants.size(); ++v) {
+    const std::string& lib = m.variants[v].so_blob_key;
+    bool match = false;
+    if (absl::StartsWith(Sv(e.fqn), Sv(kLibraryConstantPrefix))) {
+      for (std::string_view dev : {"cuda:", "cpu:"}) {
+        const std::string prefix = absl::StrCat(Sv(kCudaWeightKeyPrefix), Sv(dev), lib, ":");
+        match |= absl::StartsWith(Sv(key), prefix);
+      }
+    }
+    match |= absl::StartsWith(e.fqn, absl::StrCat(lib, ":"));
+    if (match && lib.size() >= best_len) {
+      best = v;
+      best_len = lib.size();
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+// Builds LoadedWeights (its constructor and fields are private).
+class LoaderAccess {
+ public:
+  static absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests,
+                                            bool all_keys, const ByteSource& source,
+                                            std::shared_ptr<Device> device,
+                                            const LoadOptions& options,
+                                            Clock::time_point start, double verify_s);
+  static LoadTimings& MutableTimings(LoadedWeights& w) { return w.timings_; }
+};
+
+namespace {
+
+// Storage requests, deduplicated per (segment or key, destination).
+class StoragePlanner {
+ public:
+  StoragePlanner(const ByteSource& source) : source_(source) {}
+
+  // The storage for `key` in destination group `group`; adds it on first use.
+  absl::StatusOr<uint32_t> Add(const std::string& key, int group) {
+    if (auto it = by_key_.find({key, group}); it != by_key_.end()) return it->second;
+    const std::optional<ByteSource::Location> loc = source_.Locate(key);
+    uint32_t index;
+    bool fresh = true;
+    if (loc) {
+      auto [it, inserted] = by_segment_.try_emplace({loc->segment, group},
+                                                    static_cast<uint32_t>(jobs.size()));
+      index = it->second;
+      fresh = inserted;
+    } else {
+      index = static_cast<uint32_t>(jobs.size());
+    }
+    if (fresh) {
+      PTD_ASSIGN_OR_RETURN(const uint64_t size, source_.Size(key));
+      jobs.push_back(internal::StorageJob{.key = key, .nbytes = size, .location = loc});
+      keys.push_back({});
+      groups.push_back(group);
+    }
+    keys[index].push_back(key);
+    by_key_.emplace(std::make_pair(key, group), index);
+    return index;
+  }
+
+  std::vector<internal::StorageJob> jobs;
+  std::vector<std::vector<std::string>> keys;  // Per job.
+  std::vector<int> groups;                     // Per job: 0 device, 1 host.
+
+ private:
+  const ByteSource& source_;
+  absl::flat_hash_map<std::pair<std::string, int>, uint32_t> by_key_;
+  absl::flat_hash_map<std::pair<uint64_t, int>, uint32_t> by_segment_;
+};
+
+}  // namespace
+
+absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> manifests,
+                                                 bool all_keys, const ByteSource& source,
+                                                 std::shared_ptr<Device> device,
+                                                 const LoadOptions& options,
+                                                 Clock::time_point start, double verify_s) {
+  if (device == nullptr) return absl::InvalidArgumentError("LoadWeights: no device");
+  LoadedWeights out;
+  out.device_ = device;
+  out.timings_.verify_s = verify_s;
+  const auto plan_t0 = Clock::now();
+  // CPU weights go to host memory: the device itself when it is the host.
+  const bool device_is_host = device->kind() == DeviceKind::kHost;
+
+  StoragePlanner planner(source);
+  if (all_keys) {
+    for (const std::string& key : source.Keys()) {
+      PTD_RETURN_IF_ERROR(planner.Add(key, 0).status());
+    }
+  } else {
+    // Variants: the capability decides; a single untargeted variant wins.
+    const std::optional<uint32_t> sm = options.sm ? options.sm : device->compute_capability();
+    const absl::flat_hash_set<std::string_view> wanted(options.fqns.begin(),
+                                                       options.fqns.end());
+    absl::flat_hash_set<std::string_view> found;
+    absl::flat_hash_map<std::string_view, std::string> skipped;  // fqn -> why.
+    for (const ManifestRef& m : manifests) {
+      std::optional<size_t> chosen;
+      const auto& variants = m.manifest->variants;
+      if (sm) {
+        auto c = SelectVariant(variants, *sm);
+        if (!c.ok()) {
+          return absl::Status(c.status().code(),
+                              absl::StrCat("manifest ", m.source, ": ", c.status().message()));
+        }
+        chosen = c->index;
+      } else if (variants.size() == 1 && variants[0].target_sm == 0) {
+        chosen = 0;
+      }
+      out.chosen_.push_back(chosen);
+      for (const WeightEntry& e : m.manifest->entries) {
+        if (!wanted.empty() && !wanted.contains(e.fqn)) continue;
+        if (chosen) {
+          const std::optional<size_t> lib = LibraryOf(e, *m.manifest);
+          if (lib && variants[*lib].so_blob_key != variants[*chosen].so_blob_key) {
+            skipped.try_emplace(e.fqn, absl::StrCat("a constant of library '",
+                                                    variants[*lib].so_blob_key,
+                                                    "', not of the chosen variant's '",
+                                                    variants[*chosen].so_blob_key, "'"));
+            continue;
+          }
+        }
+        found.insert(e.fqn);
+        const int group = (e.device_type == 0 && !device_is_host) ? 1 : 0;
+        PTD_ASSIGN_OR_RETURN(const uint32_t s, planner.Add(e.storage_key, group));
+        const auto elem = ElementSize(e.dtype);
+        if (!elem) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("weight '", e.fqn, "': unknown dtype ", e.dtype, " (M5)"));
+        }
+        out.weights_.push_back(LoadedWeight{
+            .fqn = e.fqn,
+            .storage_key = e.storage_key,
+            .source = m.source,
+            .dtype = e.dtype,
+            .element_size = *elem,
+            .sizes = e.sizes,
+            .strides = e.strides,
+            .storage_offset = e.storage_offset,
+            .device = group == 1 ? DeviceKind::kHost : device->kind(),
+            .storage = s});
+      }
+    }
+    for (const std::string& fqn : options.fqns) {
+      if (found.contains(fqn)) continue;
+      if (auto it = skipped.find(fqn); it != skipped.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("weight '", fqn, "' is ", it->second));
+      }
+      return absl::NotFoundError(absl::StrCat("weight '", fqn, "' is in no manifest"));
+    }
+  }
+  std::vector<internal::StorageJob>& jobs = planner.jobs;
+  std::vector<uint32_t> which[2];
+  uint64_t total_bytes = 0;
+  for (uint32_t i = 0; i < jobs.size(); ++i) {
+    which[planner.groups[i]].push_back(i);
+    total_bytes += jobs[i].nbytes;
+  }
+  out.timings_.plan_s = Since(plan_t0);
+
+  // One AllocateMany per device.
+  const auto alloc_t0 = Clock::now();
+  if (!which[1].empty()) out.host_device_ = std::make_shared<HostDevice>();
+  std::vector<DeviceBuffer> buffers(jobs.size());
+  for (int g = 0; g < 2; ++g) {
+    if (which[g].empty()) continue;
+    Device& dev = g == 0 ? *device : *out.host_device_;
+    std::vector<size_t> sizes;
+    sizes.reserve(which[g].size());
+    for (uint32_t s : which[g]) sizes.push_back(static_cast<size_t>(jobs[s].nbytes));
+    auto got = dev.AllocateMany(sizes);
+    ++out.stats_.allocations;
+    if (!got.ok()) {
+      std::string what = absl::StrCat(which[g].size(), " storages");
+      size_t index = 0;
+      const auto payload = got.status().GetPayload(kAllocateManyIndexPayload);
+      if (payload && absl::SimpleAtoi(std::string(*payload), &index) &&
+          index < which[g].size()) {
+        const internal::StorageJob& j = jobs[which[g][index]];
+        what = absl::StrCat("storage '", j.key, "' (", j.nbytes, " bytes)");
+      }
+      return absl::Status(got.status().code(),
+                          absl::StrCat(what, ": allocate on ", dev.name(), ": ",
+                                       got.status().message()));
+    }
+    for (size_t k = 0; k < which[g].size(); ++k) {
+      const uint32_t s = which[g][k];
+      buffers[s] = std::move((*got)[k]);
+      jobs[s].dest = static_cast<uint8_t*>(buffers[s].data());
+    }
+  }
+  out.timings_.allocate_s = Since(alloc_t0);
+
+  // Reads: the device's group first (staged or direct), then CPU weights.
+  const auto read_t0 = Clock::now();
+  internal::Transfer transfer(source, &jobs, options, start, total_bytes);
+  absl::Status st;
+  if (!which[0].empty()) {
+    if (device->host_accessible()) {
+      const auto plan = internal::PlanReads(
+          jobs, which[0], options.max_read_bytes,
+          std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
+      st = transfer.RunDirect(plan);
+    } else {
+      const uint64_t slot = std::max<uint64_t>(1, options.ring_slot_bytes);
+      const auto plan =
+          internal::PlanReads(jobs, which[0], slot, slot, options.max_gap_bytes);
+      st = transfer.RunStaged(*device, plan);
+    }
+  }
+  if (st.ok() && !which[1].empty()) {
+    const auto plan = internal::PlanReads(
+        jobs, which[1], options.max_read_bytes,
+        std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
+    st = transfer.RunDirect(plan);
+  }
+  // On error, `buffers` and the result go here: everything allocated is freed.
+  PTD_RETURN_IF_ERROR(st);
+  out.timings_.read_s = Since(read_t0);
+  transfer.AddTo(&out.stats_, &out.timings_);
+
+  out.storages_.resize(jobs.size());
+  for (uint32_t i = 0; i < jobs.size(); ++i) {
+    LoadedStorage& s = out.storages_[i];
+    s.keys = std::move(planner.keys[i]);
+    s.nbytes = jobs[i].nbytes;
+    const bool host_group = planner.groups[i] == 1;
+    s.device = host_group ? DeviceKind::kHost : device->kind();
+    s.host_accessible = host_group || device->host_accessible();
+    s.buffer = std::move(buffers[i]);
+  }
+  for (size_t i = 0; i < out.weights_.size(); ++i) {
+    LoadedWeight& w = out.weights_[i];
+    // storage_offset * element_size <= required_nbytes <= nbytes (G2), so
+    // this stays inside the storage for a non-empty view.
+    w.data = static_cast<uint8_t*>(out.storages_[w.storage].buffer.data()) +
+             static_cast<uint64_t>(w.storage_offset) * w.element_size;
+    out.by_fqn_.try_emplace(w.fqn, static_cast<uint32_t>(i));
+    out.by_source_fqn_.try_emplace(absl::StrCat(w.source, std::string(1, '\0'), w.fqn),
+                                   static_cast<uint32_t>(i));
+  }
+  for (uint32_t i = 0; i < out.storages_.size(); ++i) {
+    for (const std::string& k : out.storages_[i].keys) out.by_key_.try_emplace(k, i);
+  }
+  out.stats_.weights = out.weights_.size();
+  out.stats_.storages = out.storages_.size();
+  out.stats_.bytes = total_bytes;
+  out.timings_.total_s = Since(start);
+  if (out.timings_.first_weight_s == 0) out.timings_.first_weight_s = out.timings_.total_s;
+  return out;
+}
+
+const LoadedWeight* LoadedWeights::Find(std::string_view fqn) const {
+  auto it = by_fqn_.find(fqn);
+  return it == by_fqn_.end() ? nullptr : &weights_[it->second];
+}
+
+const LoadedWeight* LoadedWeights::Find(std::string_view source, std::string_view fqn) const {
+  auto it = by_source_fqn_.find(absl::StrCat(Sv(source), std::string(1, '\0'), Sv(fqn)));
+  return it == by_source_fqn_.end() ? nullptr : &weights_[it->second];
+}
+
+const LoadedStorage* LoadedWeights::FindStorage(std::string_view key) const {
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : &storages_[it->second];
+}
+
+Device& LoadedWeights::DeviceOf(const LoadedStorage& s) const {
+  if (s.device == DeviceKind::kHost && device_->kind() != DeviceKind::kHost && host_device_) {
+    return *host_device_;
+  }
+  return *device_;
+}
+
+absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  const auto start = Clock::now();
+  const Container* c = bundle.container();
+  if (c == nullptr || bundle.io_error()) {
+    return absl::FailedPreconditionError("LoadWeights: the bundle has no readable container");
+  }
+  if (bundle.weights()) {
+    for (const ResolvedManifest& m : bundle.weights()->manifests()) {
+      for (const ResolvedWeight& w : m.weights) {
+        if (!w.ok) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "LoadWeights: weight '", w.entry->fqn, "' (", m.source,
+              ") failed verification; open the bundle with WeightBundle::Open"));
+        }
+      }
+    }
+  }
+  // Never read through a mapping: a file truncated under it would SIGBUS.
+  std::shared_ptr<const FileSource> data;
+  if (c->source().View(0, 0)) {
+    auto reopened = OpenPreadFile(c->path());
+    if (reopened.ok()) {
+      if ((*reopened)->size() != c->source().size()) {
+        return absl::DataLossError(absl::StrCat(c->path(), ": the file is ",
+                                                (*reopened)->size(), " bytes now, ",
+                                                c->source().size(), " when verified"));
+      }
+      data = std::move(*reopened);
+    }
+    // Else an in-memory source (no path to reopen): read it as it is.
+  }
+  const std::unique_ptr<ByteSource> source = MakeContainerByteSource(*c, std::move(data));
+  std::vector<ManifestRef> refs;
+  for (const SourcedManifest& m : bundle.manifests()) refs.push_back({m.source, &m.manifest});
+  return LoaderAccess::Load(refs, refs.empty(), *source, std::move(device), options, start, 0);
+}
+
+absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  const auto start = Clock::now();
+  BundlePaths p = paths;
+  p.use_mmap = false;
+  PTD_ASSIGN_OR_RETURN(WeightBundle bundle, WeightBundle::Open(p));
+  const double verify_s = Since(start);
+  PTD_ASSIGN_OR_RETURN(LoadedWeights w, LoadWeights(bundle, std::move(device), options));
+  // Account the verification to this load.
+  LoadTimings& t = LoaderAccess::MutableTimings(w);
+  t.verify_s = verify_s;
+  t.total_s = Since(start);
+  t.first_weight_s += verify_s;
+  return w;
+}
+
+absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
+                                          const ByteSource& source,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  const auto start = Clock::now();
+  PTD_ASSIGN_OR_RETURN(const Manifest m, ParseManifest(manifest, "manifest"));
+  const ManifestInput input{"manifest", &m};
+  Report report;
+  (void)WeightSet::ResolveSizes(
+      absl::MakeConstSpan(&input, 1),
+      [&](std::string_view key) -> std::optional<uint64_t> {
+        auto size = source.Size(key);
+        if (!size.ok()) return std::nullopt;
+        return *size;
+      },
+      &report);
+  if (!report.ok()) {
+    const absl::Status first = report.FirstError();
+    return absl::Status(first.code(), absl::StrCat(source.name(), ": ", first.message()));
+  }
+  const ManifestRef ref{"manifest", &m};
+  return LoaderAccess::Load(absl::MakeConstSpan(&ref, 1), false, source, std::move(device),
+                            options, start, Since(start));
+}
+
+absl::StatusOr<LoadedWeights> LoadAllKeys(const ByteSource& source,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  return LoaderAccess::Load({}, true, source, std::move(device), options, Clock::now(), 0);
+}
+
+}  // namespace ptd
