@@ -44,6 +44,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -111,25 +112,26 @@ struct LoadStats {
   uint64_t copies = 0;       // Host-to-device copies issued.
 };
 
-// One stored storage in memory.
+// One stored storage in memory. Names are views into the LoadedWeights.
 struct LoadedStorage {
-  std::vector<std::string> keys;  // Every loaded key that names it.
+  std::vector<std::string_view> keys;  // Every loaded key that names it.
   uint64_t nbytes = 0;
   DeviceKind device = DeviceKind::kHost;
-  bool host_accessible = true;    // data() can be read by the host.
+  bool host_accessible = true;         // data() can be read by the host.
   DeviceBuffer buffer;
 };
 
-// One weight: a strided view over a loaded storage.
+// One weight: a strided view over a loaded storage. Strings and dims are
+// views into the LoadedWeights that holds it.
 struct LoadedWeight {
-  std::string fqn;
-  std::string storage_key;
-  std::string source;  // The manifest's: "manifest" or "pte:<method>:<i>".
+  std::string_view fqn;
+  std::string_view storage_key;
+  std::string_view source;  // The manifest's: "manifest" or "pte:<method>:<i>".
   int32_t dtype = 0;
   uint32_t element_size = 1;
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;  // Elements.
-  int64_t storage_offset = 0;    // Elements.
+  absl::Span<const int64_t> sizes;
+  absl::Span<const int64_t> strides;  // Elements.
+  int64_t storage_offset = 0;         // Elements.
   DeviceKind device = DeviceKind::kHost;
   // Storage base + storage_offset * element_size (device memory).
   void* data = nullptr;
@@ -183,8 +185,12 @@ class LoadedWeights {
   std::vector<LoadedStorage> storages_;
   std::vector<LoadedWeight> weights_;
   std::vector<std::optional<size_t>> chosen_;
+  // Names and dims the views point into: sized once, never reallocated.
+  std::unique_ptr<char[]> names_;
+  std::unique_ptr<int64_t[]> dims_;
+  std::vector<std::string_view> sources_;
   absl::flat_hash_map<std::string_view, uint32_t> by_fqn_;  // First manifest's.
-  absl::flat_hash_map<std::string, uint32_t> by_source_fqn_;  // "source\0fqn".
+  absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn_;
   absl::flat_hash_map<std::string_view, uint32_t> by_key_;
   LoadTimings timings_;
   LoadStats stats_;

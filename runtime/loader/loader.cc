@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -75,44 +76,70 @@ class LoaderAccess {
 
 namespace {
 
-// Storage requests, deduplicated per (segment or key, destination).
+// Storage requests, deduplicated per (segment or key, destination). Keys
+// are views into strings that outlive the load (the manifests, the source's
+// key list).
 class StoragePlanner {
  public:
-  StoragePlanner(const ByteSource& source) : source_(source) {}
+  explicit StoragePlanner(const ByteSource& source) : source_(source) {}
 
   // The storage for `key` in destination group `group`; adds it on first use.
-  absl::StatusOr<uint32_t> Add(const std::string& key, int group) {
-    if (auto it = by_key_.find({key, group}); it != by_key_.end()) return it->second;
+  absl::StatusOr<uint32_t> Add(std::string_view key, int group) {
+    auto& by_key = by_key_[group];
+    if (auto it = by_key.find(key); it != by_key.end()) return it->second;
     const std::optional<ByteSource::Location> loc = source_.Locate(key);
-    uint32_t index;
+    uint32_t index = static_cast<uint32_t>(jobs.size());
     bool fresh = true;
     if (loc) {
-      auto [it, inserted] = by_segment_.try_emplace({loc->segment, group},
-                                                    static_cast<uint32_t>(jobs.size()));
+      auto [it, inserted] = by_segment_[group].try_emplace(loc->segment, index);
       index = it->second;
       fresh = inserted;
-    } else {
-      index = static_cast<uint32_t>(jobs.size());
     }
     if (fresh) {
       PTD_ASSIGN_OR_RETURN(const uint64_t size, source_.Size(key));
       jobs.push_back(internal::StorageJob{.key = key, .nbytes = size, .location = loc});
-      keys.push_back({});
+      keys.emplace_back();
       groups.push_back(group);
     }
     keys[index].push_back(key);
-    by_key_.emplace(std::make_pair(key, group), index);
+    by_key.emplace(key, index);
     return index;
   }
 
   std::vector<internal::StorageJob> jobs;
-  std::vector<std::vector<std::string>> keys;  // Per job.
-  std::vector<int> groups;                     // Per job: 0 device, 1 host.
+  std::vector<std::vector<std::string_view>> keys;  // Per job.
+  std::vector<int> groups;                          // Per job: 0 device, 1 host.
 
  private:
   const ByteSource& source_;
-  absl::flat_hash_map<std::pair<std::string, int>, uint32_t> by_key_;
-  absl::flat_hash_map<std::pair<uint64_t, int>, uint32_t> by_segment_;
+  absl::flat_hash_map<std::string_view, uint32_t> by_key_[2];
+  absl::flat_hash_map<uint64_t, uint32_t> by_segment_[2];
+};
+
+// A weight chosen for loading.
+struct Selected {
+  const WeightEntry* entry;
+  uint32_t manifest;
+  uint32_t storage;
+  uint32_t element_size;
+  int group;
+};
+
+// Copies strings into one preallocated buffer and hands out views of them.
+class NameArena {
+ public:
+  explicit NameArena(size_t bytes) : data_(new char[std::max<size_t>(bytes, 1)]) {}
+  std::string_view Add(std::string_view s) {
+    std::memcpy(data_.get() + used_, s.data(), s.size());
+    const std::string_view v(data_.get() + used_, s.size());
+    used_ += s.size();
+    return v;
+  }
+  std::unique_ptr<char[]> Release() { return std::move(data_); }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t used_ = 0;
 };
 
 }  // namespace
@@ -131,10 +158,11 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   const bool device_is_host = device->kind() == DeviceKind::kHost;
 
   StoragePlanner planner(source);
+  std::vector<std::string> all;  // The source's keys, without a manifest.
+  std::vector<Selected> selected;
   if (all_keys) {
-    for (const std::string& key : source.Keys()) {
-      PTD_RETURN_IF_ERROR(planner.Add(key, 0).status());
-    }
+    all = source.Keys();
+    for (const std::string& key : all) PTD_RETURN_IF_ERROR(planner.Add(key, 0).status());
   } else {
     // Variants: the capability decides; a single untargeted variant wins.
     const std::optional<uint32_t> sm = options.sm ? options.sm : device->compute_capability();
@@ -142,7 +170,8 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
                                                        options.fqns.end());
     absl::flat_hash_set<std::string_view> found;
     absl::flat_hash_map<std::string_view, std::string> skipped;  // fqn -> why.
-    for (const ManifestRef& m : manifests) {
+    for (uint32_t mi = 0; mi < manifests.size(); ++mi) {
+      const ManifestRef& m = manifests[mi];
       std::optional<size_t> chosen;
       const auto& variants = m.manifest->variants;
       if (sm) {
@@ -156,9 +185,11 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
         chosen = 0;
       }
       out.chosen_.push_back(chosen);
+      const bool filter_constants = chosen && variants.size() > 1;
+      selected.reserve(selected.size() + m.manifest->entries.size());
       for (const WeightEntry& e : m.manifest->entries) {
         if (!wanted.empty() && !wanted.contains(e.fqn)) continue;
-        if (chosen) {
+        if (filter_constants) {
           const std::optional<size_t> lib = LibraryOf(e, *m.manifest);
           if (lib && variants[*lib].so_blob_key != variants[*chosen].so_blob_key) {
             skipped.try_emplace(e.fqn, absl::StrCat("a constant of library '",
@@ -168,7 +199,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
             continue;
           }
         }
-        found.insert(e.fqn);
+        if (!wanted.empty()) found.insert(e.fqn);
         const int group = (e.device_type == 0 && !device_is_host) ? 1 : 0;
         PTD_ASSIGN_OR_RETURN(const uint32_t s, planner.Add(e.storage_key, group));
         const auto elem = ElementSize(e.dtype);
@@ -176,17 +207,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
           return absl::InvalidArgumentError(
               absl::StrCat("weight '", e.fqn, "': unknown dtype ", e.dtype, " (M5)"));
         }
-        out.weights_.push_back(LoadedWeight{
-            .fqn = e.fqn,
-            .storage_key = e.storage_key,
-            .source = m.source,
-            .dtype = e.dtype,
-            .element_size = *elem,
-            .sizes = e.sizes,
-            .strides = e.strides,
-            .storage_offset = e.storage_offset,
-            .device = group == 1 ? DeviceKind::kHost : device->kind(),
-            .storage = s});
+        selected.push_back(Selected{&e, mi, s, *elem, group});
       }
     }
     for (const std::string& fqn : options.fqns) {
@@ -226,7 +247,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
       if (payload && absl::SimpleAtoi(std::string(*payload), &index) &&
           index < which[g].size()) {
         const internal::StorageJob& j = jobs[which[g][index]];
-        what = absl::StrCat("storage '", j.key, "' (", j.nbytes, " bytes)");
+        what = absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes)");
       }
       return absl::Status(got.status().code(),
                           absl::StrCat(what, ": allocate on ", dev.name(), ": ",
@@ -268,29 +289,66 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   out.timings_.read_s = Since(read_t0);
   transfer.AddTo(&out.stats_, &out.timings_);
 
+  // The result's names and dims, each in one buffer.
+  size_t name_bytes = 0, num_dims = 0;
+  for (const ManifestRef& m : manifests) name_bytes += m.source.size();
+  for (const auto& ks : planner.keys) {
+    for (std::string_view k : ks) name_bytes += k.size();
+  }
+  for (const Selected& w : selected) {
+    name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
+    num_dims += w.entry->sizes.size() + w.entry->strides.size();
+  }
+  NameArena names(name_bytes);
+  out.dims_.reset(new int64_t[std::max<size_t>(num_dims, 1)]);
+  for (const ManifestRef& m : manifests) out.sources_.push_back(names.Add(m.source));
   out.storages_.resize(jobs.size());
+  out.by_key_.reserve(jobs.size());
   for (uint32_t i = 0; i < jobs.size(); ++i) {
     LoadedStorage& s = out.storages_[i];
-    s.keys = std::move(planner.keys[i]);
+    s.keys.reserve(planner.keys[i].size());
+    for (std::string_view k : planner.keys[i]) {
+      s.keys.push_back(names.Add(k));
+      out.by_key_.try_emplace(s.keys.back(), i);
+    }
     s.nbytes = jobs[i].nbytes;
     const bool host_group = planner.groups[i] == 1;
     s.device = host_group ? DeviceKind::kHost : device->kind();
     s.host_accessible = host_group || device->host_accessible();
     s.buffer = std::move(buffers[i]);
   }
-  for (size_t i = 0; i < out.weights_.size(); ++i) {
-    LoadedWeight& w = out.weights_[i];
+  out.weights_.reserve(selected.size());
+  out.by_fqn_.reserve(selected.size());
+  out.by_source_fqn_.reserve(selected.size());
+  int64_t* dims = out.dims_.get();
+  for (const Selected& sel : selected) {
+    const WeightEntry& e = *sel.entry;
+    const auto copy_dims = [&](const std::vector<int64_t>& v) {
+      std::copy(v.begin(), v.end(), dims);
+      const absl::Span<const int64_t> span(dims, v.size());
+      dims += v.size();
+      return span;
+    };
+    LoadedWeight w{.fqn = names.Add(e.fqn),
+                   .storage_key = names.Add(e.storage_key),
+                   .source = out.sources_[sel.manifest],
+                   .dtype = e.dtype,
+                   .element_size = sel.element_size,
+                   .sizes = copy_dims(e.sizes),
+                   .strides = copy_dims(e.strides),
+                   .storage_offset = e.storage_offset,
+                   .device = sel.group == 1 ? DeviceKind::kHost : device->kind(),
+                   .storage = sel.storage};
     // storage_offset * element_size <= required_nbytes <= nbytes (G2), so
     // this stays inside the storage for a non-empty view.
     w.data = static_cast<uint8_t*>(out.storages_[w.storage].buffer.data()) +
              static_cast<uint64_t>(w.storage_offset) * w.element_size;
-    out.by_fqn_.try_emplace(w.fqn, static_cast<uint32_t>(i));
-    out.by_source_fqn_.try_emplace(absl::StrCat(w.source, std::string(1, '\0'), w.fqn),
-                                   static_cast<uint32_t>(i));
+    const auto index = static_cast<uint32_t>(out.weights_.size());
+    out.by_fqn_.try_emplace(w.fqn, index);
+    out.by_source_fqn_.try_emplace(std::make_pair(sel.manifest, w.fqn), index);
+    out.weights_.push_back(w);
   }
-  for (uint32_t i = 0; i < out.storages_.size(); ++i) {
-    for (const std::string& k : out.storages_[i].keys) out.by_key_.try_emplace(k, i);
-  }
+  out.names_ = names.Release();
   out.stats_.weights = out.weights_.size();
   out.stats_.storages = out.storages_.size();
   out.stats_.bytes = total_bytes;
@@ -305,8 +363,12 @@ const LoadedWeight* LoadedWeights::Find(std::string_view fqn) const {
 }
 
 const LoadedWeight* LoadedWeights::Find(std::string_view source, std::string_view fqn) const {
-  auto it = by_source_fqn_.find(absl::StrCat(Sv(source), std::string(1, '\0'), Sv(fqn)));
-  return it == by_source_fqn_.end() ? nullptr : &weights_[it->second];
+  for (uint32_t i = 0; i < sources_.size(); ++i) {
+    if (sources_[i] != source) continue;
+    auto it = by_source_fqn_.find(std::make_pair(i, fqn));
+    return it == by_source_fqn_.end() ? nullptr : &weights_[it->second];
+  }
+  return nullptr;
 }
 
 const LoadedStorage* LoadedWeights::FindStorage(std::string_view key) const {

@@ -109,7 +109,7 @@ absl::Status Transfer::Fail(const ReadPlan& plan, const ReadItem& item,
                             std::string_view phase, const absl::Status& cause) const {
   const Piece& first = plan.pieces[item.first_piece];
   const StorageJob& j = storages_[first.storage];
-  std::string what = absl::StrCat("storage '", j.key, "' (", j.nbytes, " bytes");
+  std::string what = absl::StrCat("storage '", internal::Sv(j.key), "' (", j.nbytes, " bytes");
   if (item.num_pieces > 1) {
     absl::StrAppend(&what, ", read with ", item.num_pieces - 1, " neighbouring storage(s)");
   }

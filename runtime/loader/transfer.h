@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,7 +28,9 @@ namespace ptd::internal {
 
 // One distinct storage to load.
 struct StorageJob {
-  std::string key;  // The key its bytes are read through (the first named).
+  // The key its bytes are read through (the first named); a view into
+  // strings that outlive the load.
+  std::string_view key;
   uint64_t nbytes = 0;
   std::optional<ByteSource::Location> location;
   uint8_t* dest = nullptr;  // Set once allocated.

@@ -400,7 +400,7 @@ TEST(LoaderTest, LibraryLocalConstantsFollowTheChosenVariant) {
   const auto source = MakeContainerByteSource(*container);
   const auto names = [](const LoadedWeights& w) {
     std::set<std::string> out;
-    for (const LoadedWeight& x : w.weights()) out.insert(x.fqn);
+    for (const LoadedWeight& x : w.weights()) out.insert(std::string(x.fqn));
     return out;
   };
   auto on90 = LoadWeights(f.manifest, *source, std::make_shared<FakeCudaDevice>(90));
