@@ -67,6 +67,10 @@ class DeviceBuffer {
 // Host memory handed out by a device for staging (pinned for CUDA).
 using HostBuffer = DeviceBuffer;
 
+// Status payload (type URL) set by AllocateMany on failure: the index of the
+// buffer that could not be allocated, in decimal ASCII.
+inline constexpr char kAllocateManyIndexPayload[] = "ptd.device/allocate_many_index";
+
 // Identifies an asynchronous copy; Wait() on it.
 struct CopyTicket {
   uint64_t id = 0;
@@ -106,7 +110,9 @@ class Device {
 
   // One buffer per size, each aligned to kDeviceAlignment. The default
   // allocates each separately; a device may carve them out of one arena.
-  // On failure nothing stays allocated.
+  // On failure nothing stays allocated; when one buffer's allocation failed,
+  // the Status should carry payload kAllocateManyIndexPayload (the default
+  // sets it) so that callers can name what that buffer was for.
   virtual absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(
       absl::Span<const size_t> sizes);
 

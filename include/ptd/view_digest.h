@@ -40,6 +40,13 @@ absl::StatusOr<std::string> DigestView(const FileSource& source,
                                        uint64_t storage_nbytes,
                                        const ViewSpec& view);
 
+// The same two over a storage already in memory (a loaded storage): `storage`
+// is the whole storage; the view is gathered from it without copying it.
+absl::Status GatherView(absl::Span<const uint8_t> storage, const ViewSpec& view,
+                        const std::function<void(absl::Span<const uint8_t>)>& sink);
+absl::StatusOr<std::string> DigestView(absl::Span<const uint8_t> storage,
+                                       const ViewSpec& view);
+
 }  // namespace ptd
 
 #endif  // PTD_VIEW_DIGEST_H_

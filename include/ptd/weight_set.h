@@ -14,8 +14,10 @@
 #define PTD_WEIGHT_SET_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -67,10 +69,22 @@ class WeightSet {
   static absl::StatusOr<WeightSet> Open(const Container& container,
                                         absl::Span<const ManifestInput> manifests);
 
+  // The size of the bytes stored under a key, nullopt when there is no such
+  // key: what a source other than a Container (a loader's ByteSource) knows.
+  using StorageSizeFn = std::function<std::optional<uint64_t>(std::string_view key)>;
+
+  // Resolves against storage sizes alone: G1, G2, G4 as Resolve does, X1
+  // and G3 through `storage_size`. Without segments there is no G5 and no
+  // X3 (nothing lists the keys no manifest names), and `named` stays null;
+  // a weight is ok when every check passed.
+  static WeightSet ResolveSizes(absl::Span<const ManifestInput> manifests,
+                                const StorageSizeFn& storage_size, Report* report);
+
   const std::vector<ResolvedManifest>& manifests() const { return manifests_; }
 
  private:
   static WeightSet ResolveImpl(const Container* container,
+                               const StorageSizeFn* storage_size,
                                absl::Span<const ManifestInput> manifests,
                                Report* report);
 

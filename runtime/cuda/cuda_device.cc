@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "ptd/open_device.h"
 #include "ptd/status_macros.h"
 #include "ptd/view_materialize.h"
 #include "runtime/cuda/internal/cuda_status.h"
@@ -150,6 +151,13 @@ int CudaDeviceCount() {
 
 absl::StatusOr<std::shared_ptr<CudaDevice>> OpenCudaDevice(int index) {
   return CudaDevice::Open(index);
+}
+
+void RegisterCudaDevice() {
+  RegisterDeviceFactory("cuda", [](int index) -> absl::StatusOr<std::shared_ptr<Device>> {
+    PTD_ASSIGN_OR_RETURN(std::shared_ptr<CudaDevice> device, CudaDevice::Open(index));
+    return std::shared_ptr<Device>(std::move(device));
+  });
 }
 
 absl::StatusOr<std::shared_ptr<CudaDevice>> CudaDevice::Open(int index,

@@ -89,7 +89,44 @@ class StorageReader {
   std::vector<uint8_t> scratch_;
 };
 
+// A FileSource over bytes it does not own, so that the gather above runs
+// over memory through its zero-copy path.
+class SpanSource final : public FileSource {
+ public:
+  explicit SpanSource(absl::Span<const uint8_t> bytes) : bytes_(bytes) {}
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return bytes_.size(); }
+  absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> dst) const override {
+    if (!internal::RangeInside(offset, dst.size(), bytes_.size())) {
+      return absl::OutOfRangeError("read past the end of the storage");
+    }
+    if (!dst.empty()) std::memcpy(dst.data(), bytes_.data() + offset, dst.size());
+    return absl::OkStatus();
+  }
+  std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
+                                                uint64_t len) const override {
+    if (!internal::RangeInside(offset, len, bytes_.size())) return std::nullopt;
+    return bytes_.subspan(offset, len);
+  }
+
+ private:
+  std::string name_ = "<memory>";
+  absl::Span<const uint8_t> bytes_;
+};
+
 }  // namespace
+
+absl::Status GatherView(absl::Span<const uint8_t> storage, const ViewSpec& view,
+                        const std::function<void(absl::Span<const uint8_t>)>& sink) {
+  const SpanSource source(storage);
+  return GatherView(source, 0, storage.size(), view, sink);
+}
+
+absl::StatusOr<std::string> DigestView(absl::Span<const uint8_t> storage,
+                                       const ViewSpec& view) {
+  const SpanSource source(storage);
+  return DigestView(source, 0, storage.size(), view);
+}
 
 absl::StatusOr<std::string> DigestRange(const FileSource& source, uint64_t offset,
                                         uint64_t len) {

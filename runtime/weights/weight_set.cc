@@ -33,8 +33,10 @@ struct Reach {
 // One resolution run: the state the rules share across manifests.
 class Resolver {
  public:
-  Resolver(const Container* container, Report* report)
+  Resolver(const Container* container, const WeightSet::StorageSizeFn* storage_size,
+           Report* report)
       : container_(container),
+        storage_size_(storage_size),
         report_(report),
         file_(container ? container->path() : std::string()),
         reach_(container ? container->segments().size() : 0) {}
@@ -47,12 +49,14 @@ class Resolver {
     if (!e.well_formed) return w;  // The decoder reported it (M5/M6).
     bool ok = CheckGeometry(e, source, &w);
     ok &= CheckSharedStorage(e, source);
-    // X1, G3: only with a container.
-    if (container_ == nullptr) {
-      w.ok = false;
-      return w;
+    // X1, G3: with a container, or with the sizes of a storage source.
+    if (container_ != nullptr) {
+      ok &= LocateStorage(e, source, &w);
+    } else if (storage_size_ != nullptr) {
+      ok &= CheckStorageSize(e, source);
+    } else {
+      ok = false;
     }
-    ok &= LocateStorage(e, source, &w);
     w.ok = ok;
     return w;
   }
@@ -192,7 +196,29 @@ class Resolver {
     return ok;
   }
 
+  // X1, G3 against a source that knows only the size behind each key.
+  bool CheckStorageSize(const WeightEntry& e, const std::string& source) const {
+    const std::optional<uint64_t> size = (*storage_size_)(e.storage_key);
+    if (!size) {
+      report_->Error("X1", absl::StatusCode::kNotFound,
+                     absl::StrCat(Name(e), ": storage key '", e.storage_key,
+                                  "' is not in the weight source"),
+                     At(e, source));
+      return false;
+    }
+    if (*size != e.storage_nbytes) {
+      report_->Error("G3", kDataLoss,
+                     absl::StrCat(Name(e), ": the bytes behind '", e.storage_key,
+                                  "' are ", *size, " bytes, manifest says ",
+                                  e.storage_nbytes),
+                     At(e, source));
+      return false;
+    }
+    return true;
+  }
+
   const Container* container_;
+  const WeightSet::StorageSizeFn* storage_size_;
   Report* report_;
   const std::string file_;
   absl::flat_hash_map<std::string_view, KeyOwner> owners_;
@@ -212,19 +238,25 @@ ViewSpec ResolvedWeight::view() const {
 WeightSet WeightSet::Resolve(const Container& container,
                              absl::Span<const ManifestInput> manifests,
                              Report* report) {
-  return ResolveImpl(&container, manifests, report);
+  return ResolveImpl(&container, nullptr, manifests, report);
 }
 
 WeightSet WeightSet::CheckWithoutContainer(absl::Span<const ManifestInput> manifests,
                                            Report* report) {
-  return ResolveImpl(nullptr, manifests, report);
+  return ResolveImpl(nullptr, nullptr, manifests, report);
+}
+
+WeightSet WeightSet::ResolveSizes(absl::Span<const ManifestInput> manifests,
+                                  const StorageSizeFn& storage_size, Report* report) {
+  return ResolveImpl(nullptr, &storage_size, manifests, report);
 }
 
 WeightSet WeightSet::ResolveImpl(const Container* container,
+                                 const StorageSizeFn* storage_size,
                                  absl::Span<const ManifestInput> manifests,
                                  Report* report) {
   WeightSet set;
-  Resolver resolver(container, report);
+  Resolver resolver(container, storage_size, report);
   for (const ManifestInput& in : manifests) {
     ResolvedManifest rm{.source = in.source, .manifest = in.manifest};
     rm.weights.reserve(in.manifest->entries.size());

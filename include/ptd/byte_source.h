@@ -1,0 +1,79 @@
+// ByteSource: where the loader gets the bytes of a storage key.
+//
+// The loader asks a ByteSource for "the bytes of key K at offset O, into
+// this buffer". Two implementations: over a .ptd container read with
+// pread(2) (MakeContainerByteSource, here), and over an ExecuTorch
+// NamedDataMap (ptd::executorch, later). A source that knows where keys sit
+// (Locate) lets the loader share one copy among keys that name one stored
+// segment and read neighbouring segments in one call (ReadLocated).
+//
+// Thread-safety: implementations must allow concurrent const calls (the
+// loader reads from several threads).
+#ifndef PTD_BYTE_SOURCE_H_
+#define PTD_BYTE_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ptd/container.h"
+#include "ptd/file_source.h"
+
+namespace ptd {
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+
+  // For messages: the file name, or what the source reads from.
+  virtual std::string name() const = 0;
+
+  // Every key, in the source's order (for loading without a manifest).
+  virtual std::vector<std::string> Keys() const = 0;
+
+  // Number of bytes stored under `key`; NotFound when there is no such key.
+  virtual absl::StatusOr<uint64_t> Size(std::string_view key) const = 0;
+
+  // Reads dst.size() bytes of `key`'s bytes starting at `offset`. DataLoss
+  // when the underlying file ended early (it shrank), OutOfRange for a range
+  // outside the key's bytes, NotFound for an unknown key.
+  virtual absl::Status ReadAt(std::string_view key, uint64_t offset,
+                              absl::Span<uint8_t> dst) const = 0;
+
+  // Where a key's bytes sit, when the source knows: `segment` identifies the
+  // stored bytes (keys with equal segments share them) and `offset` is their
+  // position in one address space shared by all keys (the file offset), in
+  // which ReadLocated reads. nullopt (the default): each key is read alone
+  // through ReadAt.
+  struct Location {
+    uint64_t segment = 0;
+    uint64_t offset = 0;
+  };
+  virtual std::optional<Location> Locate(std::string_view key) const {
+    (void)key;
+    return std::nullopt;
+  }
+
+  // Reads dst.size() bytes at `offset` of Locate's address space (spanning
+  // several keys and the padding between them). Only called for ranges
+  // between located keys. Default: Unimplemented.
+  virtual absl::Status ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) const;
+};
+
+// A ByteSource over `container`'s keys that reads bytes through `data` (a
+// pread source of the same file: the loader never reads through a mapping,
+// so a file truncated under it is a DataLoss, not SIGBUS). With `data` null,
+// reads go through the container's own source. The container must outlive
+// the returned source.
+std::unique_ptr<ByteSource> MakeContainerByteSource(
+    const Container& container, std::shared_ptr<const FileSource> data = nullptr);
+
+}  // namespace ptd
+
+#endif  // PTD_BYTE_SOURCE_H_

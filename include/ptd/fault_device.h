@@ -1,0 +1,109 @@
+// FaultDevice: a Device for tests that wraps another device, counts what is
+// asked of it, and fails the Nth allocation, staging allocation, copy or wait
+// with a chosen status.
+//
+// It can also pose as a device the host cannot address (host_accessible
+// false) while using host memory underneath, so that the loader's staging
+// path runs without a GPU; and it can defer copies until Wait() (as a real
+// asynchronous copy may), so that a loader reusing a staging buffer before
+// waiting on its ticket loads wrong bytes, which digests then catch.
+//
+// Example:
+//   auto dev = std::make_shared<FaultDevice>(std::make_shared<HostDevice>(),
+//       FaultPlan{.fail_copy = 3, .host_accessible = false});
+//   auto w = LoadWeights(bundle, dev, {});   // Fails at the third copy.
+//   dev->counts().peak_live_staging_bytes;
+//
+// Thread-safety: every method may be called concurrently.
+#ifndef PTD_FAULT_DEVICE_H_
+#define PTD_FAULT_DEVICE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "ptd/device.h"
+
+namespace ptd {
+
+struct FaultPlan {
+  // 1-based index of the call that fails; 0 never fails. Allocations count
+  // blocks: each buffer of AllocateMany (the base class's default, which
+  // FaultDevice keeps) is one.
+  uint64_t fail_allocation = 0;
+  uint64_t fail_staging = 0;
+  uint64_t fail_copy = 0;
+  uint64_t fail_wait = 0;
+  // What a failing call returns.
+  absl::Status status = absl::ResourceExhaustedError("injected fault");
+  // Overrides the wrapped device's host_accessible() when set.
+  std::optional<bool> host_accessible;
+  // Copies happen at Wait()/Synchronize()/CopyToHost() rather than at
+  // CopyToDeviceAsync(), in issue order.
+  bool defer_copies = false;
+};
+
+struct FaultCounts {
+  uint64_t allocations = 0;          // Allocate calls, failed ones included.
+  uint64_t staging_allocations = 0;
+  uint64_t copies = 0;
+  uint64_t waits = 0;
+  uint64_t live_staging_bytes = 0;   // Staging bytes handed out, not freed.
+  uint64_t peak_live_staging_bytes = 0;
+  uint64_t live_allocations = 0;     // Device blocks handed out, not freed.
+};
+
+class FaultDevice final : public Device {
+ public:
+  explicit FaultDevice(std::shared_ptr<Device> inner, FaultPlan plan = {});
+  ~FaultDevice() override;
+
+  void set_plan(FaultPlan plan);
+  FaultCounts counts() const;
+  Device& inner() const { return *inner_; }
+
+  DeviceKind kind() const override { return inner_->kind(); }
+  int index() const override { return inner_->index(); }
+  std::string name() const override { return "fault(" + inner_->name() + ")"; }
+  std::optional<uint32_t> compute_capability() const override {
+    return inner_->compute_capability();
+  }
+  bool host_accessible() const override;
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override;
+  absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
+                                               size_t nbytes) override;
+  absl::Status Wait(const CopyTicket& ticket) override;
+  absl::Status Synchronize() override;
+  absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) override;
+  DeviceStats stats() const override { return inner_->stats(); }
+
+ private:
+  struct Pending {
+    uint64_t id;
+    void* dst;
+    const void* src;
+    size_t nbytes;
+  };
+  struct Shared;  // Counters shared with the deleters of wrapped blocks.
+
+  // Runs deferred copies up to ticket `id` (all when ~0). REQUIRES: mu_ held.
+  absl::Status FlushLocked(uint64_t id);
+  DeviceBuffer Wrap(DeviceBuffer inner, bool staging);
+
+  std::shared_ptr<Device> inner_;
+  mutable std::mutex mu_;
+  FaultPlan plan_;
+  std::shared_ptr<Shared> shared_;
+  std::deque<Pending> pending_;
+  uint64_t next_ticket_ = 0;
+};
+
+}  // namespace ptd
+
+#endif  // PTD_FAULT_DEVICE_H_

@@ -1,0 +1,242 @@
+// The loader: verified weights into device memory, each stored storage once,
+// each weight handed out as a strided view over its storage.
+//
+//   auto bundle = WeightBundle::Open(BundlePaths{.ptd = "m.ptd", .manifest = "m.manifest"});
+//   auto device = std::make_shared<HostDevice>();
+//   auto weights = LoadWeights(*bundle, device);
+//   const LoadedWeight* w = weights->Find("layers.0.attn.q_proj.weight");
+//   // w->data, w->sizes, w->strides, w->dtype: a tensor over device memory.
+//
+// What a load does, in order (docs/SPEC.md sections 2, 3, 5):
+//   verify    the bundle, or the manifest against the source's sizes; a
+//             file that breaks a rule allocates nothing;
+//   plan      the weights wanted (a subset by fqn; library-local constants
+//             of the variant chosen for the device), one storage per
+//             distinct stored segment (keys and entries naming one segment
+//             share it), and the reads: neighbouring small storages
+//             coalesced into one read, large ones split into chunks;
+//   allocate  one Device::AllocateMany per device (one size per storage);
+//   read      from the ByteSource (pread; never through a mapping). On a
+//             host-accessible device, several threads read straight into
+//             the destinations. Otherwise reader threads fill a bounded
+//             ring of staging buffers that the calling thread copies to the
+//             device (CopyToDeviceAsync) and waits on before reuse: host
+//             memory beyond the destinations is the ring plus metadata,
+//             whatever the file size.
+// A failure anywhere (allocation, read, copy, wait, a file that shrank,
+// cancellation) waits for copies in flight, frees everything the load
+// allocated and returns a Status naming the storage key and the phase.
+//
+// Weights whose device_type is CPU (0) go to host memory whichever device
+// is chosen (the result keeps a HostDevice for them).
+//
+// Lifetime: LoadedWeights holds its storages and a shared_ptr to each device
+// they live on; views stay valid as long as it does. Movable, not copyable.
+// Thread-safety: LoadWeights may run concurrently; a LoadedWeights is
+// immutable after return.
+#ifndef PTD_LOADER_H_
+#define PTD_LOADER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ptd/byte_source.h"
+#include "ptd/device.h"
+#include "ptd/view_geometry.h"
+#include "ptd/weight_bundle.h"
+
+namespace ptd {
+
+inline constexpr size_t kDefaultLoadThreads = 4;
+inline constexpr size_t kDefaultRingSlots = 4;
+inline constexpr size_t kDefaultRingSlotBytes = size_t{16} << 20;
+inline constexpr size_t kDefaultMaxReadBytes = size_t{4} << 20;
+inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
+
+struct LoadOptions {
+  // Load only these weights (by fqn, in any manifest); empty loads all.
+  // Only the storages they need are read. NotFound for an unknown fqn.
+  std::vector<std::string> fqns;
+  // Compute capability for choosing each manifest's variant; overrides the
+  // device's. Without either (the host), a single untargeted variant is
+  // chosen and otherwise none: then no library-local constant is filtered.
+  std::optional<uint32_t> sm;
+  // Reader threads, the calling thread included (>= 1).
+  size_t threads = kDefaultLoadThreads;
+  // The staging ring of a device that is not host-accessible: slots of
+  // ring_slot_bytes each (default 4 x 16 MiB). Every staged read fits a slot.
+  size_t ring_slots = kDefaultRingSlots;
+  size_t ring_slot_bytes = kDefaultRingSlotBytes;
+  // Largest single read on the host path: neighbouring small storages are
+  // read together up to this size, larger storages in chunks of it.
+  size_t max_read_bytes = kDefaultMaxReadBytes;
+  // Padding bytes between two storages that a coalesced read may carry.
+  size_t max_gap_bytes = kDefaultMaxGapBytes;
+  // Called as bytes arrive (done, total), one call at a time, from a loader
+  // thread. Returning false cancels the load: Cancelled.
+  std::function<bool(uint64_t done, uint64_t total)> progress;
+};
+
+// Seconds per phase. read is the wall time of the transfer phase, in which
+// reads, copies and waits overlap; copy and wait are the time the calling
+// thread spent issuing copies and waiting on them (0 on the host path).
+struct LoadTimings {
+  double verify_s = 0;
+  double plan_s = 0;
+  double allocate_s = 0;
+  double read_s = 0;
+  double copy_s = 0;
+  double wait_s = 0;
+  double total_s = 0;
+  // From the start until the first storage was complete in memory.
+  double first_weight_s = 0;
+};
+
+struct LoadStats {
+  uint64_t weights = 0;      // Views handed out.
+  uint64_t storages = 0;     // Distinct storages loaded (= buffers allocated).
+  uint64_t bytes = 0;        // Bytes of those storages.
+  uint64_t allocations = 0;  // AllocateMany calls (one per device used).
+  uint64_t reads = 0;        // Calls into the ByteSource.
+  uint64_t bytes_read = 0;   // Bytes those calls read (padding included).
+  uint64_t copies = 0;       // Host-to-device copies issued.
+};
+
+// One stored storage in memory. Names are views into the LoadedWeights.
+struct LoadedStorage {
+  std::vector<std::string_view> keys;  // Every loaded key that names it.
+  uint64_t nbytes = 0;
+  DeviceKind device = DeviceKind::kHost;
+  bool host_accessible = true;         // data() can be read by the host.
+  DeviceBuffer buffer;
+};
+
+// One weight: a strided view over a loaded storage. Strings and dims are
+// views into the LoadedWeights that holds it.
+struct LoadedWeight {
+  std::string_view fqn;
+  std::string_view storage_key;
+  std::string_view source;  // The manifest's: "manifest" or "pte:<method>:<i>".
+  int32_t dtype = 0;
+  uint32_t element_size = 1;
+  absl::Span<const int64_t> sizes;
+  absl::Span<const int64_t> strides;  // Elements.
+  int64_t storage_offset = 0;         // Elements.
+  DeviceKind device = DeviceKind::kHost;
+  // Storage base + storage_offset * element_size (device memory).
+  void* data = nullptr;
+  uint32_t storage = 0;  // Index into LoadedWeights::storages().
+
+  // The view relative to its storage (storage_offset included).
+  ViewSpec view() const {
+    ViewSpec v;  // No designated initializers: this header is C++17.
+    v.element_size = element_size;
+    v.storage_offset = storage_offset;
+    v.sizes = sizes;
+    v.strides = strides;
+    return v;
+  }
+};
+
+class LoadedWeights {
+ public:
+  LoadedWeights(LoadedWeights&&) = default;
+  LoadedWeights& operator=(LoadedWeights&&) = default;
+  LoadedWeights(const LoadedWeights&) = delete;
+  LoadedWeights& operator=(const LoadedWeights&) = delete;
+
+  // Every loaded weight, manifest by manifest in entry order.
+  const std::vector<LoadedWeight>& weights() const { return weights_; }
+  const std::vector<LoadedStorage>& storages() const { return storages_; }
+
+  // The weight named `fqn` (of the first manifest that has it), or null. O(1).
+  const LoadedWeight* Find(std::string_view fqn) const;
+  // The weight of one manifest (`source` as in LoadedWeight::source).
+  const LoadedWeight* Find(std::string_view source, std::string_view fqn) const;
+  // The storage a key's bytes were loaded into, or null. O(1).
+  const LoadedStorage* FindStorage(std::string_view key) const;
+  const LoadedStorage& storage(const LoadedWeight& w) const { return storages_[w.storage]; }
+
+  // The variant chosen for each manifest (parallel to the bundle's
+  // manifests); nullopt when none was chosen (no capability, several
+  // variants).
+  const std::vector<std::optional<size_t>>& chosen_variants() const { return chosen_; }
+
+  const std::shared_ptr<Device>& device() const { return device_; }
+  // The device a storage lives on: device(), or the host device that holds
+  // CPU weights.
+  Device& DeviceOf(const LoadedStorage& s) const;
+
+  const LoadTimings& timings() const { return timings_; }
+  const LoadStats& stats() const { return stats_; }
+
+ private:
+  friend class LoaderAccess;
+  LoadedWeights() = default;
+
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<Device> host_device_;  // For CPU weights when device_ is not the host.
+  std::vector<LoadedStorage> storages_;
+  std::vector<LoadedWeight> weights_;
+  std::vector<std::optional<size_t>> chosen_;
+  // Names and dims the views point into: sized once, never reallocated.
+  std::unique_ptr<char[]> names_;
+  std::unique_ptr<int64_t[]> dims_;
+  std::vector<std::string_view> sources_;
+  absl::flat_hash_map<std::string_view, uint32_t> by_fqn_;  // First manifest's.
+  absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn_;
+  absl::flat_hash_map<std::string_view, uint32_t> by_key_;
+  LoadTimings timings_;
+  LoadStats stats_;
+};
+
+// Loads a bundle opened with WeightBundle::Open (a bundle that holds errors
+// is FailedPrecondition). Without manifests, every key's bytes are loaded
+// (one storage per distinct segment) and found with FindStorage. Reads go
+// through a pread source: the bundle's own when it has no mapping, else the
+// file reopened by path (DataLoss when its size changed since verification).
+absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options = {});
+
+// Opens (pread throughout), verifies and loads.
+absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options = {});
+
+// The ExecuTorch backend's entry point: a manifest's bytes and a source of
+// its storages. Verifies first (M*, then G1-G4 and X1 against the source's
+// sizes: WeightSet::ResolveSizes), then loads. The manifest's source name in
+// the result is "manifest".
+absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
+                                          const ByteSource& source,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options = {});
+
+// Every key of `source`, without a manifest.
+absl::StatusOr<LoadedWeights> LoadAllKeys(const ByteSource& source,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options = {});
+
+// SHA-256 of a weight's view gathered in row-major order from loaded memory
+// (read back with Device::CopyToHost, in bounded pieces, when the memory is
+// not host-accessible): equals the verifier's digest of the same view.
+absl::StatusOr<std::string> DigestLoadedWeight(const LoadedWeights& weights,
+                                               const LoadedWeight& weight);
+// SHA-256 of a storage's bytes in memory.
+absl::StatusOr<std::string> DigestLoadedStorage(const LoadedWeights& weights,
+                                                const LoadedStorage& storage);
+
+}  // namespace ptd
+
+#endif  // PTD_LOADER_H_

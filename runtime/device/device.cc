@@ -1,0 +1,28 @@
+#include "ptd/device.h"
+
+#include <string>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+
+namespace ptd {
+
+absl::StatusOr<std::vector<DeviceBuffer>> Device::AllocateMany(
+    absl::Span<const size_t> sizes) {
+  std::vector<DeviceBuffer> out;
+  out.reserve(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto b = Allocate(sizes[i]);
+    if (!b.ok()) {
+      absl::Status s(b.status().code(),
+                     absl::StrCat("buffer ", i, " of ", sizes.size(), " (",
+                                  sizes[i], " bytes): ", b.status().message()));
+      s.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(i)));
+      return s;  // `out` goes: nothing stays allocated.
+    }
+    out.push_back(*std::move(b));
+  }
+  return out;
+}
+
+}  // namespace ptd

@@ -1,0 +1,159 @@
+#include "ptd/fault_device.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ptd {
+
+struct FaultDevice::Shared {
+  std::mutex mu;
+  FaultCounts counts;
+};
+
+FaultDevice::FaultDevice(std::shared_ptr<Device> inner, FaultPlan plan)
+    : inner_(std::move(inner)), plan_(std::move(plan)),
+      shared_(std::make_shared<Shared>()) {}
+
+FaultDevice::~FaultDevice() {
+  std::lock_guard<std::mutex> lock(mu_);
+  (void)FlushLocked(~uint64_t{0});
+}
+
+void FaultDevice::set_plan(FaultPlan plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = std::move(plan);
+}
+
+FaultCounts FaultDevice::counts() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->counts;
+}
+
+bool FaultDevice::host_accessible() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_.host_accessible.value_or(inner_->host_accessible());
+}
+
+DeviceBuffer FaultDevice::Wrap(DeviceBuffer inner, bool staging) {
+  const size_t n = inner.size();
+  void* data = inner.data();
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    FaultCounts& c = shared_->counts;
+    if (staging) {
+      c.live_staging_bytes += n;
+      c.peak_live_staging_bytes = std::max(c.peak_live_staging_bytes, c.live_staging_bytes);
+    } else {
+      ++c.live_allocations;
+    }
+  }
+  // The wrapper block holds the inner one and updates the live counters
+  // when the last handle goes.
+  auto holder = new DeviceBuffer(std::move(inner));
+  std::shared_ptr<void> block(holder, [shared = shared_, staging, n](void* p) {
+    delete static_cast<DeviceBuffer*>(p);
+    std::lock_guard<std::mutex> lock(shared->mu);
+    if (staging) {
+      shared->counts.live_staging_bytes -= n;
+    } else {
+      --shared->counts.live_allocations;
+    }
+  });
+  return DeviceBuffer(std::move(block), data, n);
+}
+
+absl::StatusOr<DeviceBuffer> FaultDevice::Allocate(size_t nbytes) {
+  uint64_t n;
+  absl::Status fail;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    n = ++shared_->counts.allocations;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n == plan_.fail_allocation) fail = plan_.status;
+  }
+  if (!fail.ok()) return fail;
+  auto b = inner_->Allocate(nbytes);
+  if (!b.ok()) return b.status();
+  return Wrap(*std::move(b), /*staging=*/false);
+}
+
+absl::StatusOr<HostBuffer> FaultDevice::AllocateStaging(size_t nbytes) {
+  uint64_t n;
+  absl::Status fail;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    n = ++shared_->counts.staging_allocations;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n == plan_.fail_staging) fail = plan_.status;
+  }
+  if (!fail.ok()) return fail;
+  auto b = inner_->AllocateStaging(nbytes);
+  if (!b.ok()) return b.status();
+  return Wrap(*std::move(b), /*staging=*/true);
+}
+
+absl::StatusOr<CopyTicket> FaultDevice::CopyToDeviceAsync(void* dst, const void* src,
+                                                          size_t nbytes) {
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    n = ++shared_->counts.copies;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n == plan_.fail_copy) return plan_.status;
+  const uint64_t id = ++next_ticket_;
+  if (plan_.defer_copies) {
+    pending_.push_back({id, dst, src, nbytes});
+    return CopyTicket{.id = id, .stream = 0};
+  }
+  auto t = inner_->CopyToDeviceAsync(dst, src, nbytes);
+  if (!t.ok()) return t.status();
+  // Our ids are issue order; the inner ticket is waited on at once, which
+  // keeps Wait() simple (a wrapped asynchronous device becomes synchronous).
+  auto st = inner_->Wait(*t);
+  if (!st.ok()) return st;
+  return CopyTicket{.id = id, .stream = 0};
+}
+
+absl::Status FaultDevice::FlushLocked(uint64_t id) {
+  while (!pending_.empty() && pending_.front().id <= id) {
+    const Pending p = pending_.front();
+    pending_.pop_front();
+    auto t = inner_->CopyToDeviceAsync(p.dst, p.src, p.nbytes);
+    if (!t.ok()) return t.status();
+    auto st = inner_->Wait(*t);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FaultDevice::Wait(const CopyTicket& ticket) {
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    n = ++shared_->counts.waits;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n == plan_.fail_wait) return plan_.status;
+  return FlushLocked(ticket.id);
+}
+
+absl::Status FaultDevice::Synchronize() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FlushLocked(~uint64_t{0});
+}
+
+absl::Status FaultDevice::CopyToHost(void* dst, const void* src, size_t nbytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = FlushLocked(~uint64_t{0});
+    if (!st.ok()) return st;
+  }
+  return inner_->CopyToHost(dst, src, nbytes);
+}
+
+}  // namespace ptd

@@ -1,0 +1,69 @@
+#include "ptd/open_device.h"
+
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ptd/host_device.h"
+#include "runtime/internal/strings.h"
+
+namespace ptd {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  absl::flat_hash_map<std::string, DeviceFactory> factories;
+};
+
+Registry& GetRegistry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+DeviceFactory FindFactory(const std::string& kind) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.factories.find(kind);
+  return it == r.factories.end() ? DeviceFactory() : it->second;
+}
+
+}  // namespace
+
+bool RegisterDeviceFactory(std::string kind, DeviceFactory factory) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.factories[std::move(kind)] = std::move(factory);
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<Device>> OpenDevice(std::string_view spec) {
+  if (spec == "host") return std::make_shared<HostDevice>();
+  if (spec.empty() || spec == "auto") {
+    if (DeviceFactory cuda = FindFactory("cuda")) {
+      auto d = cuda(0);
+      if (d.ok()) return d;
+    }
+    return std::make_shared<HostDevice>();
+  }
+  if (spec.substr(0, 4) == "cuda") {
+    int index = 0;
+    const std::string_view rest = spec.substr(4);
+    if (!rest.empty() &&
+        (rest[0] != ':' || !absl::SimpleAtoi(internal::Sv(rest.substr(1)), &index) ||
+         index < 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad device '", internal::Sv(spec), "': expected cuda or cuda:N"));
+    }
+    DeviceFactory cuda = FindFactory("cuda");
+    if (!cuda) {
+      return absl::UnavailableError(absl::StrCat(
+          "device '", internal::Sv(spec), "': built without CUDA (no cuda device factory)"));
+    }
+    return cuda(index);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown device '", internal::Sv(spec), "': expected host, cuda or cuda:N"));
+}
+
+}  // namespace ptd

@@ -1,0 +1,473 @@
+#include "ptd/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ptd/host_device.h"
+#include "ptd/scalar_type.h"
+#include "ptd/status_macros.h"
+#include "runtime/internal/strings.h"
+#include "runtime/loader/transfer.h"
+
+namespace ptd {
+
+using Clock = std::chrono::steady_clock;
+using internal::Sv;
+
+namespace {
+
+constexpr uint64_t kHostPackLimit = uint64_t{256} << 10;
+constexpr std::string_view kLibraryConstantPrefix = "_tensor_constant";
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct ManifestRef {
+  std::string source;
+  const Manifest* manifest;
+};
+
+// The variant library that a library-local constant belongs to: the
+// so_blob_key L of one of the manifest's variants when the entry's storage
+// key is "cuda_fqn_weight:<device>:L:<fqn>" (the exporter's naming) or its
+// fqn is "L:<name>"; nullopt for every other entry (shared by all variants).
+std::optional<size_t> LibraryOf(const WeightEntry& e, const Manifest& m) {
+  std::optional<size_t> best;
+  size_t best_len = 0;
+  const std::string_view key = e.storage_key;
+  for (size_t v = 0; v < m.variants.size(); ++v) {
+    const std::string& lib = m.variants[v].so_blob_key;
+    bool match = false;
+    if (absl::StartsWith(Sv(e.fqn), Sv(kLibraryConstantPrefix))) {
+      for (std::string_view dev : {"cuda:", "cpu:"}) {
+        const std::string prefix = absl::StrCat(Sv(kCudaWeightKeyPrefix), Sv(dev), lib, ":");
+        match |= absl::StartsWith(Sv(key), prefix);
+      }
+    }
+    match |= absl::StartsWith(e.fqn, absl::StrCat(lib, ":"));
+    if (match && lib.size() >= best_len) {
+      best = v;
+      best_len = lib.size();
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+// Builds LoadedWeights (its constructor and fields are private).
+class LoaderAccess {
+ public:
+  static absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests,
+                                            bool all_keys, const ByteSource& source,
+                                            std::shared_ptr<Device> device,
+                                            const LoadOptions& options,
+                                            Clock::time_point start, double verify_s);
+  static LoadTimings& MutableTimings(LoadedWeights& w) { return w.timings_; }
+};
+
+namespace {
+
+// Storage requests, deduplicated per (segment or key, destination). Keys
+// are views into strings that outlive the load (the manifests, the source's
+// key list).
+class StoragePlanner {
+ public:
+  explicit StoragePlanner(const ByteSource& source) : source_(source) {}
+
+  // The storage for `key` in destination group `group`; adds it on first use.
+  absl::StatusOr<uint32_t> Add(std::string_view key, int group) {
+    auto& by_key = by_key_[group];
+    if (auto it = by_key.find(key); it != by_key.end()) return it->second;
+    const std::optional<ByteSource::Location> loc = source_.Locate(key);
+    uint32_t index = static_cast<uint32_t>(jobs.size());
+    bool fresh = true;
+    if (loc) {
+      auto [it, inserted] = by_segment_[group].try_emplace(loc->segment, index);
+      index = it->second;
+      fresh = inserted;
+    }
+    if (fresh) {
+      PTD_ASSIGN_OR_RETURN(const uint64_t size, source_.Size(key));
+      jobs.push_back(internal::StorageJob{.key = key, .nbytes = size, .location = loc});
+      keys.emplace_back();
+      groups.push_back(group);
+    }
+    keys[index].push_back(key);
+    by_key.emplace(key, index);
+    return index;
+  }
+
+  std::vector<internal::StorageJob> jobs;
+  std::vector<std::vector<std::string_view>> keys;  // Per job.
+  std::vector<int> groups;                          // Per job: 0 device, 1 host.
+
+ private:
+  const ByteSource& source_;
+  absl::flat_hash_map<std::string_view, uint32_t> by_key_[2];
+  absl::flat_hash_map<uint64_t, uint32_t> by_segment_[2];
+};
+
+// A weight chosen for loading.
+struct Selected {
+  const WeightEntry* entry;
+  uint32_t manifest;
+  uint32_t storage;
+  uint32_t element_size;
+  int group;
+};
+
+// Copies strings into one preallocated buffer and hands out views of them.
+class NameArena {
+ public:
+  explicit NameArena(size_t bytes) : data_(new char[std::max<size_t>(bytes, 1)]) {}
+  std::string_view Add(std::string_view s) {
+    std::memcpy(data_.get() + used_, s.data(), s.size());
+    const std::string_view v(data_.get() + used_, s.size());
+    used_ += s.size();
+    return v;
+  }
+  std::unique_ptr<char[]> Release() { return std::move(data_); }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> manifests,
+                                                 bool all_keys, const ByteSource& source,
+                                                 std::shared_ptr<Device> device,
+                                                 const LoadOptions& options,
+                                                 Clock::time_point start, double verify_s) {
+  if (device == nullptr) return absl::InvalidArgumentError("LoadWeights: no device");
+  LoadedWeights out;
+  out.device_ = device;
+  out.timings_.verify_s = verify_s;
+  const auto plan_t0 = Clock::now();
+  // CPU weights go to host memory: the device itself when it is the host.
+  const bool device_is_host = device->kind() == DeviceKind::kHost;
+
+  StoragePlanner planner(source);
+  std::vector<std::string> all;  // The source's keys, without a manifest.
+  std::vector<Selected> selected;
+  if (all_keys) {
+    all = source.Keys();
+    for (const std::string& key : all) PTD_RETURN_IF_ERROR(planner.Add(key, 0).status());
+  } else {
+    // Variants: the capability decides; a single untargeted variant wins.
+    const std::optional<uint32_t> sm = options.sm ? options.sm : device->compute_capability();
+    const absl::flat_hash_set<std::string_view> wanted(options.fqns.begin(),
+                                                       options.fqns.end());
+    absl::flat_hash_set<std::string_view> found;
+    absl::flat_hash_map<std::string_view, std::string> skipped;  // fqn -> why.
+    for (uint32_t mi = 0; mi < manifests.size(); ++mi) {
+      const ManifestRef& m = manifests[mi];
+      std::optional<size_t> chosen;
+      const auto& variants = m.manifest->variants;
+      if (sm) {
+        auto c = SelectVariant(variants, *sm);
+        if (!c.ok()) {
+          return absl::Status(c.status().code(),
+                              absl::StrCat("manifest ", m.source, ": ", c.status().message()));
+        }
+        chosen = c->index;
+      } else if (variants.size() == 1 && variants[0].target_sm == 0) {
+        chosen = 0;
+      }
+      out.chosen_.push_back(chosen);
+      const bool filter_constants = chosen && variants.size() > 1;
+      selected.reserve(selected.size() + m.manifest->entries.size());
+      for (const WeightEntry& e : m.manifest->entries) {
+        if (!wanted.empty() && !wanted.contains(e.fqn)) continue;
+        if (filter_constants) {
+          const std::optional<size_t> lib = LibraryOf(e, *m.manifest);
+          if (lib && variants[*lib].so_blob_key != variants[*chosen].so_blob_key) {
+            skipped.try_emplace(e.fqn, absl::StrCat("a constant of library '",
+                                                    variants[*lib].so_blob_key,
+                                                    "', not of the chosen variant's '",
+                                                    variants[*chosen].so_blob_key, "'"));
+            continue;
+          }
+        }
+        if (!wanted.empty()) found.insert(e.fqn);
+        const int group = (e.device_type == 0 && !device_is_host) ? 1 : 0;
+        PTD_ASSIGN_OR_RETURN(const uint32_t s, planner.Add(e.storage_key, group));
+        const auto elem = ElementSize(e.dtype);
+        if (!elem) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("weight '", e.fqn, "': unknown dtype ", e.dtype, " (M5)"));
+        }
+        selected.push_back(Selected{&e, mi, s, *elem, group});
+      }
+    }
+    for (const std::string& fqn : options.fqns) {
+      if (found.contains(fqn)) continue;
+      if (auto it = skipped.find(fqn); it != skipped.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("weight '", fqn, "' is ", it->second));
+      }
+      return absl::NotFoundError(absl::StrCat("weight '", fqn, "' is in no manifest"));
+    }
+  }
+  std::vector<internal::StorageJob>& jobs = planner.jobs;
+  std::vector<uint32_t> which[2];
+  uint64_t total_bytes = 0;
+  for (uint32_t i = 0; i < jobs.size(); ++i) {
+    which[planner.groups[i]].push_back(i);
+    total_bytes += jobs[i].nbytes;
+  }
+  out.timings_.plan_s = Since(plan_t0);
+
+  // One AllocateMany per device.
+  const auto alloc_t0 = Clock::now();
+  if (!which[1].empty()) out.host_device_ = std::make_shared<HostDevice>();
+  std::vector<DeviceBuffer> buffers(jobs.size());
+  for (int g = 0; g < 2; ++g) {
+    if (which[g].empty()) continue;
+    Device& dev = g == 0 ? *device : *out.host_device_;
+    std::vector<size_t> sizes;
+    sizes.reserve(which[g].size());
+    for (uint32_t s : which[g]) sizes.push_back(static_cast<size_t>(jobs[s].nbytes));
+    auto got = dev.AllocateMany(sizes);
+    ++out.stats_.allocations;
+    if (!got.ok()) {
+      std::string what = absl::StrCat(which[g].size(), " storages");
+      size_t index = 0;
+      const auto payload = got.status().GetPayload(kAllocateManyIndexPayload);
+      if (payload && absl::SimpleAtoi(std::string(*payload), &index) &&
+          index < which[g].size()) {
+        const internal::StorageJob& j = jobs[which[g][index]];
+        what = absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes)");
+      }
+      return absl::Status(got.status().code(),
+                          absl::StrCat(what, ": allocate on ", dev.name(), ": ",
+                                       got.status().message()));
+    }
+    for (size_t k = 0; k < which[g].size(); ++k) {
+      const uint32_t s = which[g][k];
+      buffers[s] = std::move((*got)[k]);
+      jobs[s].dest = static_cast<uint8_t*>(buffers[s].data());
+    }
+  }
+  out.timings_.allocate_s = Since(alloc_t0);
+
+  // Reads: the device's group first (staged or direct), then CPU weights.
+  const auto read_t0 = Clock::now();
+  internal::Transfer transfer(source, &jobs, options, start, total_bytes);
+  absl::Status st;
+  if (!which[0].empty()) {
+    if (device->host_accessible()) {
+      const auto plan = internal::PlanReads(
+          jobs, which[0], options.max_read_bytes,
+          std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
+      st = transfer.RunDirect(plan);
+    } else {
+      const uint64_t slot = std::max<uint64_t>(1, options.ring_slot_bytes);
+      const auto plan =
+          internal::PlanReads(jobs, which[0], slot, slot, options.max_gap_bytes);
+      st = transfer.RunStaged(*device, plan);
+    }
+  }
+  if (st.ok() && !which[1].empty()) {
+    const auto plan = internal::PlanReads(
+        jobs, which[1], options.max_read_bytes,
+        std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
+    st = transfer.RunDirect(plan);
+  }
+  // On error, `buffers` and the result go here: everything allocated is freed.
+  PTD_RETURN_IF_ERROR(st);
+  out.timings_.read_s = Since(read_t0);
+  transfer.AddTo(&out.stats_, &out.timings_);
+
+  // The result's names and dims, each in one buffer.
+  size_t name_bytes = 0, num_dims = 0;
+  for (const ManifestRef& m : manifests) name_bytes += m.source.size();
+  for (const auto& ks : planner.keys) {
+    for (std::string_view k : ks) name_bytes += k.size();
+  }
+  for (const Selected& w : selected) {
+    name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
+    num_dims += w.entry->sizes.size() + w.entry->strides.size();
+  }
+  NameArena names(name_bytes);
+  out.dims_.reset(new int64_t[std::max<size_t>(num_dims, 1)]);
+  for (const ManifestRef& m : manifests) out.sources_.push_back(names.Add(m.source));
+  out.storages_.resize(jobs.size());
+  out.by_key_.reserve(jobs.size());
+  for (uint32_t i = 0; i < jobs.size(); ++i) {
+    LoadedStorage& s = out.storages_[i];
+    s.keys.reserve(planner.keys[i].size());
+    for (std::string_view k : planner.keys[i]) {
+      s.keys.push_back(names.Add(k));
+      out.by_key_.try_emplace(s.keys.back(), i);
+    }
+    s.nbytes = jobs[i].nbytes;
+    const bool host_group = planner.groups[i] == 1;
+    s.device = host_group ? DeviceKind::kHost : device->kind();
+    s.host_accessible = host_group || device->host_accessible();
+    s.buffer = std::move(buffers[i]);
+  }
+  out.weights_.reserve(selected.size());
+  out.by_fqn_.reserve(selected.size());
+  out.by_source_fqn_.reserve(selected.size());
+  int64_t* dims = out.dims_.get();
+  for (const Selected& sel : selected) {
+    const WeightEntry& e = *sel.entry;
+    const auto copy_dims = [&](const std::vector<int64_t>& v) {
+      std::copy(v.begin(), v.end(), dims);
+      const absl::Span<const int64_t> span(dims, v.size());
+      dims += v.size();
+      return span;
+    };
+    LoadedWeight w{.fqn = names.Add(e.fqn),
+                   .storage_key = names.Add(e.storage_key),
+                   .source = out.sources_[sel.manifest],
+                   .dtype = e.dtype,
+                   .element_size = sel.element_size,
+                   .sizes = copy_dims(e.sizes),
+                   .strides = copy_dims(e.strides),
+                   .storage_offset = e.storage_offset,
+                   .device = sel.group == 1 ? DeviceKind::kHost : device->kind(),
+                   .storage = sel.storage};
+    // storage_offset * element_size <= required_nbytes <= nbytes (G2), so
+    // this stays inside the storage for a non-empty view.
+    w.data = static_cast<uint8_t*>(out.storages_[w.storage].buffer.data()) +
+             static_cast<uint64_t>(w.storage_offset) * w.element_size;
+    const auto index = static_cast<uint32_t>(out.weights_.size());
+    out.by_fqn_.try_emplace(w.fqn, index);
+    out.by_source_fqn_.try_emplace(std::make_pair(sel.manifest, w.fqn), index);
+    out.weights_.push_back(w);
+  }
+  out.names_ = names.Release();
+  out.stats_.weights = out.weights_.size();
+  out.stats_.storages = out.storages_.size();
+  out.stats_.bytes = total_bytes;
+  out.timings_.total_s = Since(start);
+  if (out.timings_.first_weight_s == 0) out.timings_.first_weight_s = out.timings_.total_s;
+  return out;
+}
+
+const LoadedWeight* LoadedWeights::Find(std::string_view fqn) const {
+  auto it = by_fqn_.find(fqn);
+  return it == by_fqn_.end() ? nullptr : &weights_[it->second];
+}
+
+const LoadedWeight* LoadedWeights::Find(std::string_view source, std::string_view fqn) const {
+  for (uint32_t i = 0; i < sources_.size(); ++i) {
+    if (sources_[i] != source) continue;
+    auto it = by_source_fqn_.find(std::make_pair(i, fqn));
+    return it == by_source_fqn_.end() ? nullptr : &weights_[it->second];
+  }
+  return nullptr;
+}
+
+const LoadedStorage* LoadedWeights::FindStorage(std::string_view key) const {
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : &storages_[it->second];
+}
+
+Device& LoadedWeights::DeviceOf(const LoadedStorage& s) const {
+  if (s.device == DeviceKind::kHost && device_->kind() != DeviceKind::kHost && host_device_) {
+    return *host_device_;
+  }
+  return *device_;
+}
+
+absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  const auto start = Clock::now();
+  const Container* c = bundle.container();
+  if (c == nullptr || bundle.io_error()) {
+    return absl::FailedPreconditionError("LoadWeights: the bundle has no readable container");
+  }
+  if (bundle.weights()) {
+    for (const ResolvedManifest& m : bundle.weights()->manifests()) {
+      for (const ResolvedWeight& w : m.weights) {
+        if (!w.ok) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "LoadWeights: weight '", w.entry->fqn, "' (", m.source,
+              ") failed verification; open the bundle with WeightBundle::Open"));
+        }
+      }
+    }
+  }
+  // Never read through a mapping: a file truncated under it would SIGBUS.
+  std::shared_ptr<const FileSource> data;
+  if (c->source().View(0, 0)) {
+    auto reopened = OpenPreadFile(c->path());
+    if (reopened.ok()) {
+      if ((*reopened)->size() != c->source().size()) {
+        return absl::DataLossError(absl::StrCat(c->path(), ": the file is ",
+                                                (*reopened)->size(), " bytes now, ",
+                                                c->source().size(), " when verified"));
+      }
+      data = std::move(*reopened);
+    }
+    // Else an in-memory source (no path to reopen): read it as it is.
+  }
+  const std::unique_ptr<ByteSource> source = MakeContainerByteSource(*c, std::move(data));
+  std::vector<ManifestRef> refs;
+  for (const SourcedManifest& m : bundle.manifests()) refs.push_back({m.source, &m.manifest});
+  return LoaderAccess::Load(refs, refs.empty(), *source, std::move(device), options, start, 0);
+}
+
+absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  const auto start = Clock::now();
+  BundlePaths p = paths;
+  p.use_mmap = false;
+  PTD_ASSIGN_OR_RETURN(WeightBundle bundle, WeightBundle::Open(p));
+  const double verify_s = Since(start);
+  PTD_ASSIGN_OR_RETURN(LoadedWeights w, LoadWeights(bundle, std::move(device), options));
+  // Account the verification to this load.
+  LoadTimings& t = LoaderAccess::MutableTimings(w);
+  t.verify_s = verify_s;
+  t.total_s = Since(start);
+  t.first_weight_s += verify_s;
+  return w;
+}
+
+absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
+                                          const ByteSource& source,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  const auto start = Clock::now();
+  PTD_ASSIGN_OR_RETURN(const Manifest m, ParseManifest(manifest, "manifest"));
+  const ManifestInput input{"manifest", &m};
+  Report report;
+  (void)WeightSet::ResolveSizes(
+      absl::MakeConstSpan(&input, 1),
+      [&](std::string_view key) -> std::optional<uint64_t> {
+        auto size = source.Size(key);
+        if (!size.ok()) return std::nullopt;
+        return *size;
+      },
+      &report);
+  if (!report.ok()) {
+    const absl::Status first = report.FirstError();
+    return absl::Status(first.code(), absl::StrCat(source.name(), ": ", first.message()));
+  }
+  const ManifestRef ref{"manifest", &m};
+  return LoaderAccess::Load(absl::MakeConstSpan(&ref, 1), false, source, std::move(device),
+                            options, start, Since(start));
+}
+
+absl::StatusOr<LoadedWeights> LoadAllKeys(const ByteSource& source,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  return LoaderAccess::Load({}, true, source, std::move(device), options, Clock::now(), 0);
+}
+
+}  // namespace ptd

@@ -1,0 +1,376 @@
+#include "runtime/loader/transfer.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/internal/strings.h"
+
+namespace ptd::internal {
+namespace {
+
+double Seconds(Transfer::Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+ReadPlan PlanReads(const std::vector<StorageJob>& storages,
+                   absl::Span<const uint32_t> which, uint64_t max_read,
+                   uint64_t pack_limit, uint64_t max_gap) {
+  max_read = std::max<uint64_t>(max_read, 1);
+  ReadPlan plan;
+  std::vector<uint32_t> located, unlocated;
+  for (uint32_t s : which) {
+    if (storages[s].nbytes == 0) continue;
+    (storages[s].location ? located : unlocated).push_back(s);
+  }
+  std::stable_sort(located.begin(), located.end(), [&](uint32_t a, uint32_t b) {
+    return storages[a].location->offset < storages[b].location->offset;
+  });
+
+  const auto add_chunks = [&](uint32_t s) {
+    const StorageJob& j = storages[s];
+    for (uint64_t done = 0; done < j.nbytes;) {
+      const uint64_t n = std::min(max_read, j.nbytes - done);
+      plan.items.push_back(ReadItem{
+          .located = j.location.has_value(),
+          .offset = (j.location ? j.location->offset : 0) + done,
+          .nbytes = n,
+          .first_piece = static_cast<uint32_t>(plan.pieces.size()),
+          .num_pieces = 1});
+      plan.pieces.push_back(Piece{.storage = s, .dst_offset = done, .src_offset = 0, .nbytes = n});
+      plan.max_item_bytes = std::max(plan.max_item_bytes, n);
+      done += n;
+    }
+  };
+
+  // A run of located storages read at once: [run_begin, run_end).
+  std::vector<uint32_t> run;
+  uint64_t run_begin = 0, run_end = 0;
+  const auto flush = [&] {
+    if (run.size() == 1) {
+      add_chunks(run[0]);
+    } else if (!run.empty()) {
+      ReadItem item{.located = true,
+                    .offset = run_begin,
+                    .nbytes = run_end - run_begin,
+                    .first_piece = static_cast<uint32_t>(plan.pieces.size()),
+                    .num_pieces = static_cast<uint32_t>(run.size())};
+      for (uint32_t s : run) {
+        plan.pieces.push_back(Piece{.storage = s,
+                                    .dst_offset = 0,
+                                    .src_offset = storages[s].location->offset - run_begin,
+                                    .nbytes = storages[s].nbytes});
+      }
+      plan.max_item_bytes = std::max(plan.max_item_bytes, item.nbytes);
+      plan.items.push_back(item);
+    }
+    run.clear();
+  };
+  for (uint32_t s : located) {
+    const StorageJob& j = storages[s];
+    const uint64_t begin = j.location->offset;
+    const uint64_t end = begin + j.nbytes;  // Inside the file: no overflow.
+    if (j.nbytes > pack_limit) {
+      flush();
+      add_chunks(s);
+      continue;
+    }
+    if (!run.empty() && begin <= run_end + max_gap &&
+        std::max(end, run_end) - run_begin <= max_read) {
+      run.push_back(s);
+      run_end = std::max(run_end, end);
+      continue;
+    }
+    flush();
+    run.push_back(s);
+    run_begin = begin;
+    run_end = end;
+  }
+  flush();
+  for (uint32_t s : unlocated) add_chunks(s);
+  return plan;
+}
+
+Transfer::Transfer(const ByteSource& source, std::vector<StorageJob>* storages,
+                   const LoadOptions& options, Clock::time_point start,
+                   uint64_t total_bytes)
+    : source_(source), storages_(*storages), options_(options), start_(start),
+      total_bytes_(total_bytes),
+      remaining_(new std::atomic<uint64_t>[storages->size()]) {
+  for (size_t i = 0; i < storages_.size(); ++i) remaining_[i] = storages_[i].nbytes;
+}
+
+absl::Status Transfer::Fail(const ReadPlan& plan, const ReadItem& item,
+                            std::string_view phase, const absl::Status& cause) const {
+  const Piece& first = plan.pieces[item.first_piece];
+  const StorageJob& j = storages_[first.storage];
+  std::string what = absl::StrCat("storage '", internal::Sv(j.key), "' (", j.nbytes, " bytes");
+  if (item.num_pieces > 1) {
+    absl::StrAppend(&what, ", read with ", item.num_pieces - 1, " neighbouring storage(s)");
+  }
+  return absl::Status(cause.code(), absl::StrCat(what, "): ", internal::Sv(phase), ": ",
+                                                 cause.message()));
+}
+
+absl::Status Transfer::Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst) {
+  reads_.fetch_add(1, std::memory_order_relaxed);
+  bytes_read_.fetch_add(item.nbytes, std::memory_order_relaxed);
+  const auto span = absl::MakeSpan(dst, item.nbytes);
+  absl::Status st;
+  if (item.located) {
+    st = source_.ReadLocated(item.offset, span);
+  } else {
+    const Piece& p = plan.pieces[item.first_piece];
+    st = source_.ReadAt(storages_[p.storage].key, item.offset, span);
+  }
+  if (!st.ok()) return Fail(plan, item, "read", st);
+  return absl::OkStatus();
+}
+
+absl::Status Transfer::Complete(const ReadPlan& plan, const ReadItem& item) {
+  for (uint32_t i = 0; i < item.num_pieces; ++i) {
+    const Piece& p = plan.pieces[item.first_piece + i];
+    if (remaining_[p.storage].fetch_sub(p.nbytes) == p.nbytes) {
+      int64_t unset = -1;
+      const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              Clock::now() - start_).count();
+      first_complete_ns_.compare_exchange_strong(unset, now);
+    }
+  }
+  if (!options_.progress) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  if (cancelled_) return absl::CancelledError("cancelled");
+  for (uint32_t i = 0; i < item.num_pieces; ++i) {
+    done_bytes_ += plan.pieces[item.first_piece + i].nbytes;
+  }
+  if (!options_.progress(done_bytes_, total_bytes_)) {
+    cancelled_ = true;
+    return Fail(plan, item, "cancelled",
+                absl::CancelledError(absl::StrCat("the progress callback stopped the load at ",
+                                                  done_bytes_, " of ", total_bytes_,
+                                                  " bytes")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transfer::RunDirect(const ReadPlan& plan) {
+  if (plan.items.empty()) return absl::OkStatus();
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex error_mu;
+  absl::Status error;
+  const auto work = [&] {
+    std::vector<uint8_t> scratch;  // For packed reads; at most max_read_bytes.
+    while (!stop.load(std::memory_order_relaxed)) {
+      const size_t i = next.fetch_add(1);
+      if (i >= plan.items.size()) return;
+      const ReadItem& item = plan.items[i];
+      absl::Status st;
+      if (item.num_pieces == 1 && plan.pieces[item.first_piece].src_offset == 0 &&
+          plan.pieces[item.first_piece].nbytes == item.nbytes) {
+        const Piece& p = plan.pieces[item.first_piece];
+        st = Read(plan, item, storages_[p.storage].dest + p.dst_offset);
+      } else {
+        if (scratch.size() < item.nbytes) scratch.resize(item.nbytes);
+        st = Read(plan, item, scratch.data());
+        for (uint32_t k = 0; st.ok() && k < item.num_pieces; ++k) {
+          const Piece& p = plan.pieces[item.first_piece + k];
+          std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch.data() + p.src_offset,
+                      p.nbytes);
+        }
+      }
+      if (st.ok()) st = Complete(plan, item);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (error.ok()) error = st;
+        stop = true;
+        return;
+      }
+    }
+  };
+  const size_t n = std::max<size_t>(1, std::min(options_.threads, plan.items.size()));
+  std::vector<std::thread> threads;
+  threads.reserve(n - 1);
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  return error;
+}
+
+absl::Status Transfer::RunStaged(Device& device, const ReadPlan& plan) {
+  if (plan.items.empty()) return absl::OkStatus();
+  const size_t num_slots =
+      std::max<size_t>(1, std::min(options_.ring_slots, plan.items.size()));
+  struct Slot {
+    HostBuffer buffer;
+    size_t item = 0;
+    std::vector<CopyTicket> tickets;
+  };
+  std::vector<Slot> slots(num_slots);
+  for (size_t i = 0; i < num_slots; ++i) {
+    auto b = device.AllocateStaging(plan.max_item_bytes);
+    if (!b.ok()) {
+      return Fail(plan, plan.items[0], "stage",
+                  absl::Status(b.status().code(),
+                               absl::StrCat("ring slot ", i, " of ", num_slots, " (",
+                                            plan.max_item_bytes, " bytes) on ", device.name(),
+                                            ": ", b.status().message())));
+    }
+    slots[i].buffer = *std::move(b);
+  }
+
+  std::mutex mu;
+  std::condition_variable free_cv, filled_cv;
+  std::deque<size_t> free_slots, filled;
+  for (size_t i = 0; i < num_slots; ++i) free_slots.push_back(i);
+  bool stop = false;
+  absl::Status error;
+  std::atomic<size_t> next{0};
+  const auto set_error = [&](absl::Status st) {  // REQUIRES: mu held.
+    if (error.ok()) error = std::move(st);
+    stop = true;
+    free_cv.notify_all();
+    filled_cv.notify_all();
+  };
+
+  const auto reader = [&] {
+    for (;;) {
+      size_t slot;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        free_cv.wait(lock, [&] { return stop || !free_slots.empty(); });
+        if (stop) return;
+        slot = free_slots.front();
+        free_slots.pop_front();
+      }
+      const size_t i = next.fetch_add(1);
+      if (i >= plan.items.size()) {
+        std::lock_guard<std::mutex> lock(mu);
+        free_slots.push_back(slot);
+        free_cv.notify_one();
+        return;
+      }
+      absl::Status st = Read(plan, plan.items[i], static_cast<uint8_t*>(slots[slot].buffer.data()));
+      std::lock_guard<std::mutex> lock(mu);
+      if (!st.ok()) {
+        set_error(std::move(st));
+        return;
+      }
+      slots[slot].item = i;
+      filled.push_back(slot);
+      filled_cv.notify_one();
+    }
+  };
+  const size_t num_readers = std::min(std::max<size_t>(1, options_.threads), num_slots);
+  std::vector<std::thread> readers;
+  readers.reserve(num_readers);
+  for (size_t t = 0; t < num_readers; ++t) readers.emplace_back(reader);
+
+  // The calling thread drains: copies filled slots to the device, and waits
+  // on the oldest copy when nothing is filled (which frees a slot).
+  std::deque<size_t> in_flight;
+  size_t completed = 0;
+  const auto wait_slot = [&](size_t slot) -> absl::Status {
+    const auto t0 = Clock::now();
+    absl::Status st;
+    for (const CopyTicket& t : slots[slot].tickets) {
+      st = device.Wait(t);
+      if (!st.ok()) break;
+    }
+    slots[slot].tickets.clear();
+    wait_s_ += Seconds(Clock::now() - t0);
+    return st;
+  };
+  while (completed < plan.items.size()) {
+    std::optional<size_t> slot;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!stop && filled.empty() && in_flight.empty()) {
+        filled_cv.wait(lock, [&] { return stop || !filled.empty(); });
+      }
+      if (stop) break;
+      if (!filled.empty()) {
+        slot = filled.front();
+        filled.pop_front();
+      }
+    }
+    if (slot) {  // Issue its copies.
+      const ReadItem& item = plan.items[slots[*slot].item];
+      const auto t0 = Clock::now();
+      absl::Status st;
+      for (uint32_t k = 0; k < item.num_pieces; ++k) {
+        const Piece& p = plan.pieces[item.first_piece + k];
+        auto t = device.CopyToDeviceAsync(
+            storages_[p.storage].dest + p.dst_offset,
+            static_cast<const uint8_t*>(slots[*slot].buffer.data()) + p.src_offset, p.nbytes);
+        if (!t.ok()) {
+          st = t.status();
+          break;
+        }
+        copies_.fetch_add(1, std::memory_order_relaxed);
+        slots[*slot].tickets.push_back(*t);
+      }
+      copy_s_ += Seconds(Clock::now() - t0);
+      in_flight.push_back(*slot);  // Even on error: its issued copies are waited below.
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        set_error(Fail(plan, item, "copy", st));
+        break;
+      }
+      continue;
+    }
+    // Nothing filled: wait on the oldest copy and hand its slot back.
+    const size_t s = in_flight.front();
+    in_flight.pop_front();
+    const ReadItem& item = plan.items[slots[s].item];
+    absl::Status st = wait_slot(s);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      set_error(Fail(plan, item, "wait", st));
+      break;
+    }
+    st = Complete(plan, item);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!st.ok()) {
+      set_error(std::move(st));
+      break;
+    }
+    ++completed;
+    free_slots.push_back(s);
+    free_cv.notify_one();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;  // Readers still waiting for a slot leave.
+    free_cv.notify_all();
+  }
+  for (std::thread& t : readers) t.join();
+  // No staging buffer (nor, on error, destination) may go while a copy
+  // from it is in flight. After a failed wait the state of its copies is
+  // unknown: synchronize the device.
+  while (!in_flight.empty()) {
+    (void)wait_slot(in_flight.front());
+    in_flight.pop_front();
+  }
+  if (!error.ok()) (void)device.Synchronize();
+  return error;
+}
+
+void Transfer::AddTo(LoadStats* stats, LoadTimings* timings) const {
+  stats->reads += reads_.load();
+  stats->bytes_read += bytes_read_.load();
+  stats->copies += copies_.load();
+  timings->copy_s += copy_s_;
+  timings->wait_s += wait_s_;
+  const int64_t ns = first_complete_ns_.load();
+  if (ns >= 0 && (timings->first_weight_s == 0 || ns * 1e-9 < timings->first_weight_s)) {
+    timings->first_weight_s = static_cast<double>(ns) * 1e-9;
+  }
+}
+
+}  // namespace ptd::internal

@@ -1,0 +1,115 @@
+// The loader's plan of reads and the transfer that carries it out: private
+// to ptd::loader.
+//
+// A plan is a list of reads in source order. A read is either one chunk of
+// one storage, or one range of the source that covers several neighbouring
+// small storages (and the padding between them), each a Piece that is copied
+// out of the read buffer to its destination.
+#ifndef PTD_RUNTIME_LOADER_TRANSFER_H_
+#define PTD_RUNTIME_LOADER_TRANSFER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "ptd/byte_source.h"
+#include "ptd/device.h"
+#include "ptd/loader.h"
+
+namespace ptd::internal {
+
+// One distinct storage to load.
+struct StorageJob {
+  // The key its bytes are read through (the first named); a view into
+  // strings that outlive the load.
+  std::string_view key;
+  uint64_t nbytes = 0;
+  std::optional<ByteSource::Location> location;
+  uint8_t* dest = nullptr;  // Set once allocated.
+};
+
+// Bytes [src_offset, src_offset + nbytes) of a read go to storage `storage`
+// at `dst_offset`.
+struct Piece {
+  uint32_t storage = 0;
+  uint64_t dst_offset = 0;
+  uint64_t src_offset = 0;
+  uint64_t nbytes = 0;
+};
+
+struct ReadItem {
+  // Located: `offset` is in ByteSource::Location space (ReadLocated). Else
+  // it is an offset into the single piece's storage key (ReadAt).
+  bool located = false;
+  uint64_t offset = 0;
+  uint64_t nbytes = 0;
+  uint32_t first_piece = 0;
+  uint32_t num_pieces = 0;
+};
+
+struct ReadPlan {
+  std::vector<ReadItem> items;
+  std::vector<Piece> pieces;
+  uint64_t max_item_bytes = 0;
+};
+
+// Plans reads of `which` (indices into `storages`): located storages in
+// source order, neighbours of at most `pack_limit` bytes each read together
+// while the span stays within `max_read` and gaps within `max_gap`; others
+// in chunks of `max_read`. Empty storages need no read.
+ReadPlan PlanReads(const std::vector<StorageJob>& storages,
+                   absl::Span<const uint32_t> which, uint64_t max_read,
+                   uint64_t pack_limit, uint64_t max_gap);
+
+// Carries out plans against one source, tracking progress, the first
+// complete storage, statistics and the phase timings of the options.
+class Transfer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Transfer(const ByteSource& source, std::vector<StorageJob>* storages,
+           const LoadOptions& options, Clock::time_point start, uint64_t total_bytes);
+
+  // Host-accessible destinations: reads straight into them, packed reads
+  // through a per-thread buffer; `threads` workers, the caller included.
+  absl::Status RunDirect(const ReadPlan& plan);
+  // Through a ring of staging buffers of `device` (see loader.h).
+  absl::Status RunStaged(Device& device, const ReadPlan& plan);
+
+  void AddTo(LoadStats* stats, LoadTimings* timings) const;
+
+ private:
+  absl::Status Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst);
+  // Records the item's bytes as done; a Cancelled error when the progress
+  // callback says stop.
+  absl::Status Complete(const ReadPlan& plan, const ReadItem& item);
+  // `cause` with the item's storage key(s) and the phase in front.
+  absl::Status Fail(const ReadPlan& plan, const ReadItem& item,
+                    std::string_view phase, const absl::Status& cause) const;
+
+  const ByteSource& source_;
+  std::vector<StorageJob>& storages_;
+  const LoadOptions& options_;
+  Clock::time_point start_;
+  uint64_t total_bytes_;
+  std::unique_ptr<std::atomic<uint64_t>[]> remaining_;  // Per storage.
+
+  std::mutex progress_mu_;
+  uint64_t done_bytes_ = 0;         // Guarded by progress_mu_.
+  std::atomic<bool> cancelled_{false};
+  std::atomic<int64_t> first_complete_ns_{-1};
+  std::atomic<uint64_t> reads_{0}, bytes_read_{0}, copies_{0};
+  double copy_s_ = 0, wait_s_ = 0;  // Caller thread only.
+};
+
+}  // namespace ptd::internal
+
+#endif  // PTD_RUNTIME_LOADER_TRANSFER_H_

@@ -1,0 +1,165 @@
+// Tests of the device seam's host parts: HostDevice, FaultDevice, the
+// default AllocateMany, and OpenDevice.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/cord.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptd/fault_device.h"
+#include "ptd/host_device.h"
+#include "ptd/open_device.h"
+
+namespace ptd {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(HostDeviceTest, AllocatesAlignedBlocksAndCountsThem) {
+  HostDevice dev;
+  {
+    auto a = dev.Allocate(1000);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % kDeviceAlignment, 0u);
+    EXPECT_EQ(a->size(), 1000u);
+    auto z = dev.Allocate(0);
+    ASSERT_TRUE(z.ok());
+    EXPECT_TRUE(static_cast<bool>(*z));
+    const DeviceStats s = dev.stats();
+    EXPECT_EQ(s.allocations, 2u);
+    EXPECT_EQ(s.live_allocations, 2u);
+    EXPECT_EQ(s.live_bytes, 1000u);
+  }
+  EXPECT_EQ(dev.stats().live_allocations, 0u);
+  EXPECT_EQ(dev.stats().live_bytes, 0u);
+}
+
+TEST(HostDeviceTest, AllocateManyGivesOneBlockEach) {
+  HostDevice dev;
+  auto bufs = dev.AllocateMany(std::vector<size_t>{16, 0, 300});
+  ASSERT_TRUE(bufs.ok());
+  ASSERT_EQ(bufs->size(), 3u);
+  EXPECT_EQ((*bufs)[2].size(), 300u);
+  EXPECT_EQ(dev.stats().allocations, 3u);
+  bufs->clear();
+  EXPECT_EQ(dev.stats().live_allocations, 0u);
+}
+
+TEST(HostDeviceTest, CopiesBothWays) {
+  HostDevice dev;
+  auto buf = dev.Allocate(8);
+  ASSERT_TRUE(buf.ok());
+  const char src[8] = "abcdefg";
+  auto t = dev.CopyToDeviceAsync(buf->data(), src, 8);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(dev.Wait(*t).ok());
+  char back[8] = {};
+  ASSERT_TRUE(dev.CopyToHost(back, buf->data(), 8).ok());
+  EXPECT_STREQ(back, "abcdefg");
+  EXPECT_EQ(dev.stats().copies, 1u);
+  EXPECT_EQ(dev.stats().copied_bytes, 8u);
+}
+
+TEST(HostDeviceTest, StagingIsCountedApart) {
+  HostDevice dev;
+  {
+    auto s = dev.AllocateStaging(4096);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(dev.stats().live_staging_bytes, 4096u);
+    EXPECT_EQ(dev.stats().staging_allocations, 1u);
+    EXPECT_EQ(dev.stats().allocations, 0u);
+  }
+  EXPECT_EQ(dev.stats().live_staging_bytes, 0u);
+}
+
+TEST(FaultDeviceTest, FailsTheNthAllocationOfAllocateManyAndFreesTheRest) {
+  auto host = std::make_shared<HostDevice>();
+  FaultDevice dev(host, FaultPlan{.fail_allocation = 3});
+  auto bufs = dev.AllocateMany(std::vector<size_t>{8, 8, 8, 8});
+  ASSERT_FALSE(bufs.ok());
+  EXPECT_EQ(bufs.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(bufs.status().message(), HasSubstr("buffer 2 of 4"));
+  const auto payload = bufs.status().GetPayload(kAllocateManyIndexPayload);
+  ASSERT_TRUE(payload.has_value());
+  EXPECT_EQ(std::string(*payload), "2");
+  EXPECT_EQ(dev.counts().allocations, 3u);
+  EXPECT_EQ(host->stats().live_allocations, 0u);
+  EXPECT_EQ(dev.counts().live_allocations, 0u);
+}
+
+TEST(FaultDeviceTest, FailsTheNthStagingCopyAndWaitWithTheChosenStatus) {
+  auto host = std::make_shared<HostDevice>();
+  const absl::Status boom = absl::InternalError("boom");
+  FaultDevice dev(host, FaultPlan{.fail_staging = 2, .fail_copy = 2, .fail_wait = 1,
+                                  .status = boom});
+  auto s1 = dev.AllocateStaging(8);
+  EXPECT_TRUE(s1.ok());
+  EXPECT_EQ(dev.AllocateStaging(8).status(), boom);
+  char a[4] = {}, b[4] = {1, 2, 3, 4};
+  auto t1 = dev.CopyToDeviceAsync(a, b, 4);
+  EXPECT_TRUE(t1.ok());
+  EXPECT_EQ(dev.CopyToDeviceAsync(a, b, 4).status(), boom);
+  EXPECT_EQ(dev.Wait(*t1), boom);
+  EXPECT_TRUE(dev.Wait(*t1).ok());
+  const FaultCounts c = dev.counts();
+  EXPECT_EQ(c.staging_allocations, 2u);
+  EXPECT_EQ(c.copies, 2u);
+  EXPECT_EQ(c.waits, 2u);
+  EXPECT_EQ(c.live_staging_bytes, 8u);
+  EXPECT_EQ(c.peak_live_staging_bytes, 8u);
+}
+
+TEST(FaultDeviceTest, DeferredCopiesLandAtWait) {
+  auto host = std::make_shared<HostDevice>();
+  FaultDevice dev(host, FaultPlan{.host_accessible = false, .defer_copies = true});
+  EXPECT_FALSE(dev.host_accessible());
+  char dst[4] = {0, 0, 0, 0};
+  const char src[4] = {1, 2, 3, 4};
+  auto t = dev.CopyToDeviceAsync(dst, src, 4);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(dst[0], 0);  // Not yet.
+  ASSERT_TRUE(dev.Wait(*t).ok());
+  EXPECT_EQ(std::memcmp(dst, src, 4), 0);
+}
+
+TEST(OpenDeviceTest, HostAndAutoGiveTheHost) {
+  for (const char* spec : {"host", "", "auto"}) {
+    auto d = OpenDevice(spec);
+    ASSERT_TRUE(d.ok()) << spec;
+    EXPECT_EQ((*d)->kind(), DeviceKind::kHost);
+    EXPECT_TRUE((*d)->host_accessible());
+  }
+}
+
+TEST(OpenDeviceTest, CudaWithoutAFactoryIsUnavailable) {
+  auto d = OpenDevice("cuda:1");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(d.status().message(), HasSubstr("built without CUDA"));
+}
+
+TEST(OpenDeviceTest, BadSpecsAreInvalidArgument) {
+  for (const char* spec : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cudax"}) {
+    auto d = OpenDevice(spec);
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << spec;
+  }
+}
+
+TEST(OpenDeviceTest, ARegisteredFactoryServesCuda) {
+  int asked = -1;
+  RegisterDeviceFactory("cuda", [&](int index) -> absl::StatusOr<std::shared_ptr<Device>> {
+    asked = index;
+    return std::make_shared<HostDevice>();
+  });
+  auto d = OpenDevice("cuda:3");
+  EXPECT_TRUE(d.ok());
+  EXPECT_EQ(asked, 3);
+  RegisterDeviceFactory("cuda", nullptr);  // Unregisters.
+  EXPECT_EQ(OpenDevice("cuda").status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ptd

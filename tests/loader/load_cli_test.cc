@@ -1,0 +1,141 @@
+// ptd-load end to end: every ok conformance case loads onto the host with
+// digests (from the loaded memory) equal to cases.json; exit codes for a
+// broken rule, usage errors, unreadable input and an absent CUDA device.
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/test_util.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::ConformanceCases;
+using ::ptd::testing::ConformancePath;
+using ::ptd::testing::RunCommand;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+std::string Load(const std::string& args) {
+  return std::string(PTD_LOAD_BINARY) + " " + args;
+}
+
+TEST(LoadCliTest, EveryOkCaseLoadsWithTheExpectedDigests) {
+  int checked = 0;
+  for (const auto& tc : ConformanceCases()) {
+    if (tc["expect"] != "ok") continue;
+    SCOPED_TRACE(tc["name"].get<std::string>());
+    std::vector<std::string> routes;
+    if (tc["kind"] == "container") routes.push_back("");
+    if (tc.contains("manifest") && !tc.contains("via")) {
+      routes.push_back("--manifest " + ConformancePath(tc["manifest"]));
+    }
+    if (tc.contains("pte")) routes.push_back("--pte " + ConformancePath(tc["pte"]));
+    for (const std::string& route : routes) {
+      const auto r = RunCommand(Load("--device host --json --digest " + route + " " +
+                                     ConformancePath(tc["ptd"])));
+      ASSERT_EQ(r.exit_code, 0) << route << "\n" << r.out;
+      const json j = json::parse(r.out);
+      EXPECT_TRUE(j["ok"].get<bool>());
+      EXPECT_EQ(j["device"]["kind"], "host");
+      EXPECT_TRUE(j["timings"].contains("total_s"));
+      EXPECT_TRUE(j["timings"].contains("first_weight_s"));
+      if (tc.contains("named_data")) {
+        for (const auto& want : tc["named_data"]) {
+          bool found = false;
+          for (const auto& got : j["ptd"]["named_data"]) {
+            if (got["key"] != want["key"]) continue;
+            found = true;
+            EXPECT_EQ(got["sha256"], want["sha256"]) << want["key"];
+          }
+          EXPECT_TRUE(found) << want["key"];
+        }
+      }
+      if (tc.contains("weights")) {
+        ASSERT_EQ(j["manifests"].size(), 1u);
+        for (const auto& want : tc["weights"]) {
+          bool found = false;
+          for (const auto& got : j["manifests"][0]["weights"]) {
+            if (got["fqn"] != want["fqn"]) continue;
+            found = true;
+            EXPECT_TRUE(got["loaded"].get<bool>());
+            EXPECT_EQ(got["sha256"], want["sha256"]) << want["fqn"];
+          }
+          EXPECT_TRUE(found) << want["fqn"];
+        }
+        EXPECT_EQ(j["load"]["weights"], tc["weights"].size());
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 5);
+}
+
+TEST(LoadCliTest, SubsetLoadsOnlyTheNamedWeights) {
+  const auto r = RunCommand(
+      Load("--json --digest --fqn layers.0.attn.q --fqn lm_head.weight --manifest " +
+           ConformancePath("files/k01_view_geometry.manifest") + " " +
+           ConformancePath("files/k01_view_geometry.ptd")));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["load"]["weights"], 2);
+  EXPECT_EQ(j["load"]["storages"], 2);
+  int loaded = 0;
+  for (const auto& w : j["manifests"][0]["weights"]) {
+    loaded += w["loaded"].get<bool>();
+    EXPECT_EQ(w.contains("sha256"), w["loaded"].get<bool>());
+  }
+  EXPECT_EQ(loaded, 2);
+}
+
+TEST(LoadCliTest, TextReportAndRepeat) {
+  const auto r = RunCommand(Load("--repeat 3 --threads 2 --manifest " +
+                                 ConformancePath("files/k02_one_storage_key_many_views.manifest") +
+                                 " " +
+                                 ConformancePath("files/k02_one_storage_key_many_views.ptd")));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("4 weight(s), 1 storage(s), 192 bytes"));
+  EXPECT_THAT(r.out, HasSubstr("3 loads: median"));
+  EXPECT_THAT(r.out, HasSubstr("GB/s"));
+}
+
+TEST(LoadCliTest, ABrokenRuleIsExitOneAndLoadsNothing) {
+  const auto r = RunCommand(Load("--json --manifest " +
+                                 ConformancePath("files/k12_storage_size_mismatch.manifest") +
+                                 " " + ConformancePath("files/k12_storage_size_mismatch.ptd")));
+  EXPECT_EQ(r.exit_code, 1);
+  const json j = json::parse(r.out);
+  EXPECT_FALSE(j["ok"].get<bool>());
+  EXPECT_FALSE(j["errors"].empty());
+  EXPECT_FALSE(j.contains("load"));
+}
+
+TEST(LoadCliTest, UsageAndInputErrorsAreExitTwo) {
+  const std::string ptd = ConformancePath("files/c01_layouts_and_shared_segment.ptd");
+  EXPECT_EQ(RunCommand(Load("--bogus " + ptd + " 2>/dev/null")).exit_code, 2);
+  EXPECT_EQ(RunCommand(Load("2>/dev/null")).exit_code, 2);
+  EXPECT_EQ(RunCommand(Load("/nonexistent.ptd 2>/dev/null")).exit_code, 2);
+  EXPECT_EQ(RunCommand(Load("--manifest a --pte b " + ptd + " 2>/dev/null")).exit_code, 2);
+  EXPECT_EQ(RunCommand(Load("--device tpu " + ptd + " 2>/dev/null")).exit_code, 2);
+  EXPECT_EQ(RunCommand(Load("--help")).exit_code, 0);
+}
+
+TEST(LoadCliTest, CudaWithoutCudaSaysSo) {
+  const auto r = RunCommand(
+      Load("--device cuda " + ConformancePath("files/c01_layouts_and_shared_segment.ptd") +
+           " 2>&1"));
+#ifndef PTD_HAVE_CUDA
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("built without CUDA"));
+#else
+  // Built with CUDA: without a usable GPU (no device, or no driver) the
+  // command says so and exits 2; with one it loads.
+  if (r.exit_code == 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no CUDA device"));
+#endif
+}
+
+}  // namespace
+}  // namespace ptd

@@ -1,0 +1,491 @@
+// Tests of the loader on the host device and on a staging device: every ok
+// conformance case lands with the expected digests and one allocation per
+// distinct segment; shared storages load once; subsets read only what they
+// need; variants pick their library-local constants; coalescing; CPU
+// weights; the ByteSource entry point verifies before allocating.
+#include "ptd/loader.h"
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ptd/fault_device.h"
+#include "ptd/host_device.h"
+#include "ptd/ptd_writer.h"
+#include "tests/testing/loader_testing.h"
+#include "tests/testing/test_util.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::ConformanceCases;
+using ::ptd::testing::ConformancePath;
+using ::ptd::testing::CountingFileSource;
+using ::ptd::testing::FakeCudaDevice;
+using ::ptd::testing::TempDir;
+using ::ptd::testing::TestModel;
+using ::ptd::testing::WriteTestModel;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+// The devices every conformance case is loaded onto.
+enum class Target { kHost, kStagedDeferred, kFakeCuda };
+
+std::shared_ptr<Device> MakeDevice(Target t) {
+  switch (t) {
+    case Target::kHost:
+      return std::make_shared<HostDevice>();
+    case Target::kStagedDeferred:
+      return std::make_shared<FaultDevice>(
+          std::make_shared<HostDevice>(),
+          FaultPlan{.host_accessible = false, .defer_copies = true});
+    case Target::kFakeCuda:
+      return std::make_shared<FakeCudaDevice>(std::nullopt);
+  }
+  return nullptr;
+}
+
+// Distinct segments behind `keys` in the .ptd.
+size_t DistinctSegments(const std::string& ptd, const std::vector<std::string>& keys) {
+  auto b = WeightBundle::Open(BundlePaths{.ptd = ptd});
+  EXPECT_TRUE(b.ok()) << b.status();
+  std::set<uint32_t> segs;
+  for (const std::string& k : keys) {
+    const NamedDataEntry* e = b->container()->Find(k);
+    EXPECT_NE(e, nullptr) << k;
+    if (e) segs.insert(e->segment_index);
+  }
+  return segs.size();
+}
+
+void ExpectLoadsCase(const json& tc, Target target) {
+  std::vector<BundlePaths> routes;
+  const std::string ptd = ConformancePath(tc["ptd"]);
+  if (tc["kind"] == "container") {
+    routes.push_back(BundlePaths{.ptd = ptd});
+  } else {
+    if (!tc.contains("via")) routes.push_back({.ptd = ptd, .manifest = ConformancePath(tc["manifest"])});
+    if (tc.contains("pte")) routes.push_back({.ptd = ptd, .pte = ConformancePath(tc["pte"])});
+  }
+  for (const BundlePaths& paths : routes) {
+    SCOPED_TRACE(paths.pte ? "pte" : paths.manifest ? "manifest" : "container");
+    std::shared_ptr<Device> device = MakeDevice(target);
+    {
+      auto w = LoadWeights(paths, device);
+      ASSERT_TRUE(w.ok()) << w.status();
+      std::vector<std::string> keys;
+      if (tc.contains("named_data")) {
+        for (const auto& nd : tc["named_data"]) {
+          const std::string key = nd["key"];
+          keys.push_back(key);
+          const LoadedStorage* s = w->FindStorage(key);
+          ASSERT_NE(s, nullptr) << key;
+          EXPECT_EQ(s->nbytes, nd["size"].get<uint64_t>()) << key;
+          auto d = DigestLoadedStorage(*w, *s);
+          ASSERT_TRUE(d.ok()) << d.status();
+          EXPECT_EQ(*d, nd["sha256"].get<std::string>()) << key;
+        }
+      }
+      if (tc.contains("weights")) {
+        ASSERT_EQ(w->weights().size(), tc["weights"].size());
+        for (const auto& want : tc["weights"]) {
+          const std::string fqn = want["fqn"];
+          const LoadedWeight* lw = w->Find(fqn);
+          ASSERT_NE(lw, nullptr) << fqn;
+          keys.push_back(want["storage_key"]);
+          EXPECT_EQ(lw->sizes, want["sizes"].get<std::vector<int64_t>>());
+          EXPECT_EQ(lw->strides, want["strides"].get<std::vector<int64_t>>());
+          EXPECT_EQ(lw->storage_offset, want["storage_offset"].get<int64_t>());
+          const LoadedStorage& s = w->storage(*lw);
+          EXPECT_EQ(lw->data, static_cast<uint8_t*>(s.buffer.data()) +
+                                  lw->storage_offset * lw->element_size);
+          EXPECT_EQ(lw->device, want["device_type"] == 0 ? DeviceKind::kHost : device->kind())
+              << fqn;
+          auto d = DigestLoadedWeight(*w, *lw);
+          ASSERT_TRUE(d.ok()) << d.status();
+          EXPECT_EQ(*d, want["sha256"].get<std::string>()) << fqn;
+        }
+      }
+      // One allocation per distinct segment, one AllocateMany per device.
+      const size_t distinct = DistinctSegments(ptd, keys);
+      EXPECT_EQ(w->stats().storages, distinct);
+      if (target == Target::kHost) {
+        EXPECT_EQ(device->stats().allocations, distinct);
+      }
+    }
+    EXPECT_EQ(device->stats().live_allocations, 0u);
+    EXPECT_EQ(device->stats().live_staging_bytes, 0u);
+  }
+}
+
+class LoaderConformanceTest : public ::testing::TestWithParam<std::string> {};
+
+const json& Case(const std::string& name) {
+  for (const auto& tc : ConformanceCases()) {
+    if (tc["name"] == name) return tc;
+  }
+  throw std::runtime_error("no case " + name);
+}
+
+TEST_P(LoaderConformanceTest, HostDeviceGetsExpectedBytes) {
+  ExpectLoadsCase(Case(GetParam()), Target::kHost);
+}
+TEST_P(LoaderConformanceTest, StagedDeviceGetsExpectedBytes) {
+  ExpectLoadsCase(Case(GetParam()), Target::kStagedDeferred);
+}
+TEST_P(LoaderConformanceTest, CudaLikeDeviceGetsExpectedBytes) {
+  ExpectLoadsCase(Case(GetParam()), Target::kFakeCuda);
+}
+
+std::vector<std::string> Cases(bool ok) {
+  std::vector<std::string> names;
+  for (const auto& tc : ConformanceCases()) {
+    if ((tc["expect"] == "ok") == ok) names.push_back(tc["name"]);
+  }
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Upstream, LoaderConformanceTest, ::testing::ValuesIn(Cases(true)),
+                         [](const auto& p) { return p.param; });
+
+class LoaderRejectTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LoaderRejectTest, AllocatesNothing) {
+  const json& tc = Case(GetParam());
+  BundlePaths paths{.ptd = ConformancePath(tc["ptd"])};
+  if (tc.contains("manifest")) paths.manifest = ConformancePath(tc["manifest"]);
+  if (tc.contains("via")) {
+    paths.manifest.reset();
+    paths.pte = ConformancePath(tc["pte"]);
+  }
+  auto device = std::make_shared<HostDevice>();
+  auto w = LoadWeights(paths, device);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(device->stats().allocations, 0u);
+  EXPECT_EQ(device->stats().staging_allocations, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Upstream, LoaderRejectTest, ::testing::ValuesIn(Cases(false)),
+                         [](const auto& p) { return p.param; });
+
+TEST(LoaderTest, ViewsOfOneStorageKeyShareOneCopy) {
+  auto device = std::make_shared<HostDevice>();
+  auto w = LoadWeights(
+      BundlePaths{.ptd = ConformancePath("files/k02_one_storage_key_many_views.ptd"),
+                  .manifest = ConformancePath("files/k02_one_storage_key_many_views.manifest")},
+      device);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->weights().size(), 4u);
+  EXPECT_EQ(w->storages().size(), 1u);
+  EXPECT_EQ(device->stats().allocations, 1u);
+  const LoadedWeight* q = w->Find("layers.0.attn.q");
+  const LoadedWeight* k = w->Find("layers.0.attn.k");
+  ASSERT_TRUE(q && k);
+  EXPECT_EQ(static_cast<uint8_t*>(k->data) - static_cast<uint8_t*>(q->data), 16 * 4);
+  EXPECT_EQ(w->Find("manifest", "layers.0.attn.k"), k);
+  EXPECT_EQ(w->Find("nope"), nullptr);
+}
+
+TEST(LoaderTest, KeysOnOneSegmentShareOneBufferWithoutAManifest) {
+  auto device = std::make_shared<HostDevice>();
+  const std::string ptd = ConformancePath("files/c01_layouts_and_shared_segment.ptd");
+  auto w = LoadWeights(BundlePaths{.ptd = ptd}, device);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto b = WeightBundle::Open(BundlePaths{.ptd = ptd});
+  ASSERT_TRUE(b.ok());
+  std::set<uint32_t> segs;
+  for (const NamedDataEntry& e : b->container()->named_data()) {
+    segs.insert(e.segment_index);
+    const LoadedStorage* s = w->FindStorage(e.key);
+    ASSERT_NE(s, nullptr);
+    for (const NamedDataEntry& o : b->container()->named_data()) {
+      if (o.segment_index == e.segment_index) {
+        EXPECT_EQ(w->FindStorage(o.key)->buffer.data(), s->buffer.data());
+      }
+    }
+  }
+  EXPECT_LT(segs.size(), b->container()->named_data().size());
+  EXPECT_EQ(w->storages().size(), segs.size());
+  EXPECT_EQ(device->stats().allocations, segs.size());
+  EXPECT_EQ(w->stats().allocations, 1u);
+}
+
+TEST(LoaderTest, SubsetReadsOnlyItsStorages) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {65536, 65536, 65536, 65536});
+  auto pread = OpenFile(m.ptd, /*use_mmap=*/false);
+  ASSERT_TRUE(pread.ok());
+  auto counting = std::make_shared<CountingFileSource>(*pread);
+  auto manifest = OpenFile(m.manifest, false);
+  ASSERT_TRUE(manifest.ok());
+  auto bundle = WeightBundle::Open(BundleSources{.ptd = counting, .manifest = *manifest});
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  for (const std::vector<std::string>& fqns :
+       std::vector<std::vector<std::string>>{{"w2"}, {"w1", "w3"}}) {
+    counting->Reset();
+    auto device = std::make_shared<HostDevice>();
+    auto w = LoadWeights(*bundle, device, LoadOptions{.fqns = fqns});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->weights().size(), fqns.size());
+    EXPECT_EQ(counting->bytes(), 65536u * fqns.size());
+    EXPECT_EQ(w->stats().bytes_read, 65536u * fqns.size());
+    EXPECT_EQ(device->stats().allocations, fqns.size());
+    for (const std::string& f : fqns) EXPECT_NE(w->Find(f), nullptr);
+    EXPECT_EQ(w->Find("w0"), nullptr);
+  }
+  auto device = std::make_shared<HostDevice>();
+  auto missing = LoadWeights(*bundle, device, LoadOptions{.fqns = {"w9"}});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("'w9'"));
+  EXPECT_EQ(device->stats().allocations, 0u);
+}
+
+TEST(LoaderTest, CoalescesAdjacentSmallStoragesOnBothPaths) {
+  TempDir dir;
+  const std::vector<uint64_t> sizes(4096, 1024);
+  const TestModel m = WriteTestModel(dir.path(), sizes);
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  auto bundle = WeightBundle::Open(paths);
+  ASSERT_TRUE(bundle.ok());
+  for (bool staged : {false, true}) {
+    SCOPED_TRACE(staged ? "staged" : "host");
+    std::shared_ptr<Device> device =
+        staged ? std::shared_ptr<Device>(std::make_shared<FakeCudaDevice>())
+               : std::make_shared<HostDevice>();
+    LoadOptions o{.ring_slot_bytes = 256 << 10, .max_read_bytes = 256 << 10};
+    auto w = LoadWeights(*bundle, device, o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->stats().storages, 4096u);
+    // 4 MiB in 256 KiB reads (plus a little padding): about 16, not 4096.
+    EXPECT_LE(w->stats().reads, 20u);
+    EXPECT_GE(w->stats().reads, 16u);
+    for (const char* f : {"w0", "w1", "w2047", "w4095"}) {
+      auto d = DigestLoadedWeight(*w, *w->Find(f));
+      ASSERT_TRUE(d.ok());
+      const LoadedStorage& s = w->storage(*w->Find(f));
+      EXPECT_EQ(s.nbytes, 1024u);
+    }
+  }
+}
+
+TEST(LoaderTest, LargeStoragesAreReadInChunksByThreads) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {3 << 20, 100, (1 << 20) + 4});
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  auto reference = LoadWeights(paths, std::make_shared<HostDevice>(), LoadOptions{.threads = 1});
+  ASSERT_TRUE(reference.ok());
+  for (size_t threads : {1, 2, 4}) {
+    auto w = LoadWeights(paths, std::make_shared<FakeCudaDevice>(),
+                         LoadOptions{.threads = threads, .ring_slots = 3,
+                                     .ring_slot_bytes = 256 << 10, .max_read_bytes = 256 << 10});
+    ASSERT_TRUE(w.ok()) << w.status();
+    auto h = LoadWeights(paths, std::make_shared<HostDevice>(),
+                         LoadOptions{.threads = threads, .max_read_bytes = 256 << 10});
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_GE(h->stats().reads, 17u);  // 3 MiB + 1 MiB in 256 KiB chunks.
+    for (const std::string& f : m.fqns) {
+      const auto want = DigestLoadedWeight(*reference, *reference->Find(f));
+      EXPECT_EQ(DigestLoadedWeight(*w, *w->Find(f)).value(), want.value()) << f;
+      EXPECT_EQ(DigestLoadedWeight(*h, *h->Find(f)).value(), want.value()) << f;
+    }
+  }
+}
+
+TEST(LoaderTest, CpuWeightsGoToHostMemoryOnAnotherDevice) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {256, 512}, /*with_cpu_weight=*/true);
+  auto device = std::make_shared<FakeCudaDevice>();
+  auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest}, device);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const LoadedWeight* cpu = w->Find("cpu.table");
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_EQ(cpu->device, DeviceKind::kHost);
+  EXPECT_TRUE(w->storage(*cpu).host_accessible);
+  EXPECT_EQ(w->Find("w0")->device, DeviceKind::kCuda);
+  EXPECT_EQ(device->stats().allocations, 2u);  // The CPU weight is not on it.
+  EXPECT_EQ(w->stats().allocations, 2u);       // One AllocateMany per device.
+  EXPECT_EQ(w->DeviceOf(w->storage(*cpu)).kind(), DeviceKind::kHost);
+}
+
+TEST(LoaderTest, StagingUsesAtMostTheRingWhateverTheFileSize) {
+  TempDir dir;
+  std::vector<uint64_t> sizes = {4 << 20, 3 << 20, (2 << 20) + 12};
+  for (int i = 0; i < 3000; ++i) sizes.push_back(1024 + 4 * (i % 7));
+  const TestModel m = WriteTestModel(dir.path(), sizes);
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  auto host = std::make_shared<HostDevice>();
+  auto device = std::make_shared<FaultDevice>(
+      host, FaultPlan{.host_accessible = false, .defer_copies = true});
+  const LoadOptions o{.threads = 3, .ring_slots = 2, .ring_slot_bytes = 256 << 10};
+  ASSERT_GT(m.data_bytes, 20 * 2 * o.ring_slot_bytes);  // Many times the ring.
+  auto w = LoadWeights(paths, device, o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_LE(device->counts().peak_live_staging_bytes, o.ring_slots * o.ring_slot_bytes);
+  EXPECT_GT(device->counts().peak_live_staging_bytes, 0u);
+  EXPECT_EQ(device->counts().staging_allocations, o.ring_slots);
+  auto ref = LoadWeights(paths, std::make_shared<HostDevice>());
+  ASSERT_TRUE(ref.ok());
+  for (const std::string& f : m.fqns) {
+    EXPECT_EQ(DigestLoadedWeight(*w, *w->Find(f)).value(),
+              DigestLoadedWeight(*ref, *ref->Find(f)).value())
+        << f;
+  }
+  EXPECT_GT(w->stats().copies, 0u);
+  w = absl::CancelledError("dropped");
+  EXPECT_EQ(host->stats().live_allocations, 0u);
+  EXPECT_EQ(host->stats().live_staging_bytes, 0u);
+}
+
+TEST(LoaderTest, ProgressReportsEveryByteAndTimingsAreFilled) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {1 << 20, 4096, 4096});
+  uint64_t last = 0, total = 0, calls = 0;
+  LoadOptions o{.max_read_bytes = 256 << 10};
+  o.progress = [&](uint64_t done, uint64_t all) {
+    EXPECT_GE(done, last);
+    last = done;
+    total = all;
+    ++calls;
+    return true;
+  };
+  auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest},
+                       std::make_shared<HostDevice>(), o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(last, m.data_bytes);
+  EXPECT_EQ(total, m.data_bytes);
+  EXPECT_GE(calls, 5u);
+  const LoadTimings& t = w->timings();
+  EXPECT_GT(t.total_s, 0);
+  EXPECT_GT(t.verify_s, 0);
+  EXPECT_LE(t.first_weight_s, t.total_s);
+  EXPECT_GE(t.total_s, t.verify_s + t.read_s);
+}
+
+// A manifest whose two variants each have a library-local constant.
+struct VariantFixture {
+  std::vector<uint8_t> ptd;
+  std::vector<uint8_t> manifest;
+};
+
+VariantFixture MakeVariantFixture() {
+  Manifest m;
+  m.variants = {Variant{.target_sm = 80, .so_blob_key = "lib80"},
+                Variant{.target_sm = 90, .so_blob_key = "lib90"}};
+  PtdWriter w;
+  const auto add = [&](std::string fqn, std::string key, uint8_t fill) {
+    std::vector<uint8_t> bytes(16, fill);
+    EXPECT_TRUE(w.Add(key, bytes).ok());
+    m.entries.push_back(WeightEntry{.fqn = fqn, .storage_key = key, .storage_nbytes = 16,
+                                    .dtype = 6, .device_type = 1, .sizes = {4},
+                                    .strides = {1}});
+  };
+  add("layer.weight", "cuda_fqn_weight:cuda:layer.weight", 1);
+  add("_tensor_constant0", "cuda_fqn_weight:cuda:lib80:_tensor_constant0", 2);
+  add("_tensor_constant1", "cuda_fqn_weight:cuda:lib90:_tensor_constant1", 3);
+  VariantFixture f;
+  f.ptd = w.Serialize().value();
+  f.manifest = EncodeManifest(m).value();
+  return f;
+}
+
+TEST(LoaderTest, LibraryLocalConstantsFollowTheChosenVariant) {
+  const VariantFixture f = MakeVariantFixture();
+  auto container = Container::Open(MemorySource(f.ptd, "variants.ptd")).value();
+  const auto source = MakeContainerByteSource(*container);
+  const auto names = [](const LoadedWeights& w) {
+    std::set<std::string> out;
+    for (const LoadedWeight& x : w.weights()) out.insert(std::string(x.fqn));
+    return out;
+  };
+  auto on90 = LoadWeights(f.manifest, *source, std::make_shared<FakeCudaDevice>(90));
+  ASSERT_TRUE(on90.ok()) << on90.status();
+  EXPECT_EQ(names(*on90), (std::set<std::string>{"layer.weight", "_tensor_constant1"}));
+  EXPECT_EQ(on90->chosen_variants(), (std::vector<std::optional<size_t>>{1}));
+  auto sm80 = LoadWeights(f.manifest, *source, std::make_shared<HostDevice>(),
+                          LoadOptions{.sm = 80});
+  ASSERT_TRUE(sm80.ok());
+  EXPECT_EQ(names(*sm80), (std::set<std::string>{"layer.weight", "_tensor_constant0"}));
+  // The host has no capability: no variant is chosen, nothing is filtered.
+  auto host = LoadWeights(f.manifest, *source, std::make_shared<HostDevice>());
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(names(*host).size(), 3u);
+  EXPECT_EQ(host->chosen_variants(), (std::vector<std::optional<size_t>>{std::nullopt}));
+  auto none = LoadWeights(f.manifest, *source, std::make_shared<FakeCudaDevice>(75));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("no variant fits sm 75"));
+  auto other = LoadWeights(f.manifest, *source, std::make_shared<FakeCudaDevice>(90),
+                           LoadOptions{.fqns = {"_tensor_constant0"}});
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status().message(), HasSubstr("lib80"));
+}
+
+TEST(LoaderTest, ByteSourceEntryVerifiesBeforeAllocating) {
+  const VariantFixture f = MakeVariantFixture();
+  auto container = Container::Open(MemorySource(f.ptd, "variants.ptd")).value();
+  const auto source = MakeContainerByteSource(*container);
+  Manifest m = ParseManifest(f.manifest).value();
+  struct Case {
+    std::string name;
+    std::function<void(Manifest&)> mutate;
+    absl::StatusCode code;
+    std::string rule;
+  };
+  const std::vector<Case> cases = {
+      {"size", [](Manifest& x) { x.entries[0].storage_nbytes = 20; }, absl::StatusCode::kDataLoss,
+       "(G3)"},
+      {"key", [](Manifest& x) { x.entries[0].storage_key = "cuda_fqn_weight:cuda:none"; },
+       absl::StatusCode::kNotFound, "(X1)"},
+      {"view", [](Manifest& x) { x.entries[0].sizes = {5}; }, absl::StatusCode::kDataLoss,
+       "(G2)"},
+  };
+  for (const Case& c : cases) {
+    Manifest bad = m;
+    c.mutate(bad);
+    auto device = std::make_shared<HostDevice>();
+    auto w = LoadWeights(EncodeManifest(bad).value(), *source, device);
+    ASSERT_FALSE(w.ok()) << c.name;
+    EXPECT_EQ(w.status().code(), c.code) << c.name << ": " << w.status();
+    EXPECT_THAT(w.status().message(), HasSubstr(c.rule)) << c.name;
+    EXPECT_EQ(device->stats().allocations, 0u);
+  }
+  auto device = std::make_shared<HostDevice>();
+  auto trailing = f.manifest;
+  trailing.push_back(0);
+  EXPECT_THAT(LoadWeights(trailing, *source, device).status().message(), HasSubstr("(M3)"));
+  EXPECT_EQ(device->stats().allocations, 0u);
+}
+
+TEST(LoaderTest, LoadsEveryKeyOfAByteSource) {
+  const VariantFixture f = MakeVariantFixture();
+  auto container = Container::Open(MemorySource(f.ptd, "variants.ptd")).value();
+  const auto source = MakeContainerByteSource(*container);
+  auto w = LoadAllKeys(*source, std::make_shared<HostDevice>());
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->storages().size(), 3u);
+  const LoadedStorage* s = w->FindStorage("cuda_fqn_weight:cuda:lib90:_tensor_constant1");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(static_cast<const uint8_t*>(s->buffer.data())[15], 3);
+}
+
+TEST(LoaderTest, ABundleWithErrorsIsRefused) {
+  auto sources = OpenBundleSources(
+      BundlePaths{.ptd = ConformancePath("files/k12_storage_size_mismatch.ptd"),
+                  .manifest = ConformancePath("files/k12_storage_size_mismatch.manifest")});
+  ASSERT_TRUE(sources.ok());
+  Report report;
+  const WeightBundle b = WeightBundle::Verify(*sources, &report);
+  ASSERT_FALSE(report.ok());
+  auto device = std::make_shared<HostDevice>();
+  auto w = LoadWeights(b, device);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(device->stats().allocations, 0u);
+}
+
+}  // namespace
+}  // namespace ptd
