@@ -6,6 +6,9 @@
 #                                        (default: all four)
 # Environment:
 #   FUZZ_SECONDS    seconds per target (default 60)
+#   FUZZ_RUNS       stop each target after this many executions instead
+#                   (-runs; FUZZ_SECONDS then only caps it, default 1 day):
+#                   how docs/reliability.md's campaign was run
 #   FUZZ_BUILD_DIR  build directory (default build-fuzz)
 #   FUZZ_MAX_LEN    libFuzzer -max_len (default 65536)
 #   FUZZ_RSS_MB     libFuzzer -rss_limit_mb (default 1024)
@@ -26,7 +29,10 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
-seconds=${FUZZ_SECONDS:-60}
+runs=${FUZZ_RUNS:-}
+if [[ -n $runs ]]; then seconds=${FUZZ_SECONDS:-86400}; else seconds=${FUZZ_SECONDS:-60}; fi
+runs_flag=()
+if [[ -n $runs ]]; then runs_flag=(-runs="$runs"); fi
 max_len=${FUZZ_MAX_LEN:-65536}
 rss_mb=${FUZZ_RSS_MB:-1024}
 malloc_mb=${FUZZ_MALLOC_MB:-64}
@@ -64,11 +70,11 @@ for t in "${targets[@]}"; do
     cp -n "$root/tests/fuzz/corpus/$t"/* "$work/corpus/"
   fi
   log=$work/fuzz.log
-  echo "== $t: ${seconds}s, corpus $work/corpus, log $log"
+  echo "== $t: ${runs:+$runs runs, at most }${seconds}s, corpus $work/corpus, log $log"
   touch "$work/.started"
   rc=0
   "$build/tests/fuzz/${t}_fuzz" \
-    -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
+    -max_total_time="$seconds" "${runs_flag[@]}" -max_len="$max_len" -timeout=10 \
     -rss_limit_mb="$rss_mb" -malloc_limit_mb="$malloc_mb" \
     -dict="$root/tests/fuzz/dict/ptd.dict" \
     -artifact_prefix="$work/artifacts/" -print_final_stats=1 \
@@ -89,14 +95,15 @@ for t in "${targets[@]}"; do
     tail -60 "$log"
   fi
   rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
-  summary+=("$(printf '%-10s %-16s execs=%-9s exec/s=%-6s cov=%-5s ft=%-6s corpus=%-12s peak_rss_mb=%s' \
-    "$t" "$status" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${units:-?}" "${rss:-?}")")
+  secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
+  summary+=("$(printf '%-10s %-16s execs=%-9s secs=%-6s exec/s=%-6s cov=%-5s ft=%-6s corpus=%-12s peak_rss_mb=%s' \
+    "$t" "$status" "${execs:-?}" "${secs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${units:-?}" "${rss:-?}")")
   if [[ -n $artifacts ]]; then
     summary+=("           new artifacts: $(tr '\n' ' ' <<<"$artifacts")")
   fi
 done
 
 echo
-echo "== fuzz summary (${seconds}s per target)"
+echo "== fuzz summary (${runs:+$runs runs or }${seconds}s per target; commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}"
 exit "$failed"
