@@ -306,6 +306,7 @@ uint64_t PeakRss(bool reset) {
   if (reset) {
     std::ofstream clear("/proc/self/clear_refs");
     clear << "5";
+    clear.flush();
     if (!clear) return 0;
   }
   std::ifstream status("/proc/self/status");
@@ -364,7 +365,7 @@ TEST_F(CudaTest, MultiGiBLoadHoldsOnlyTheRingInHostMemory) {
                   static_cast<unsigned long long>(ring / kMiB));
       // The ring (pinned, resident), the plan and slack for the allocator:
       // far below the file.
-      EXPECT_LE(grew, ring + 192 * kMiB);
+      EXPECT_LE(grew, ring + 256 * kMiB);
     }
     for (size_t i = 0; i < probe.size(); ++i) {
       auto d = DigestLoadedWeight(*w, *w->Find(probe[i]));
