@@ -40,9 +40,11 @@
 // the rest (the map could not produce the key's bytes).
 //
 // Thread-safety: the source's methods may be called concurrently (the
-// loader's reader threads do) provided the map's get_data() and
-// load_data_into() may be, which ExecuTorch's data maps allow. The map must
-// outlive the source.
+// loader's reader threads do), so the map's get_data() and load_data_into()
+// must allow concurrent calls: ContainerDataMap's do, and upstream's
+// FlatTensorDataMap only looks keys up and reads through its DataLoader
+// (FileDataLoader: pread; MmapDataLoader: views). The map must outlive the
+// source.
 #ifndef PTD_EXECUTORCH_NAMED_DATA_MAP_SOURCE_H_
 #define PTD_EXECUTORCH_NAMED_DATA_MAP_SOURCE_H_
 
