@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with an NVIDIA GPU (written for one H200, 16
-# cores, no network; about 5-8 minutes there), configures a Release build with
+# cores, no network, to finish in under 10 minutes there; estimated, not yet
+# timed on one), configures a Release build with
 # CUDA in build-gpu/, builds it, runs the GPU tests (ctest -L gpu: the CUDA
 # device, GPU materialization, the loader onto the GPU, ptd-load --device
 # cuda), the rest of the suite, and the CUDA benchmarks (host-to-device upload
