@@ -1,8 +1,10 @@
 // ptd-load: verifies an ExecuTorch CUDA-backend .ptd (with its manifest or
 // .pte), loads every weight onto a device, and says what it loaded, how long
 // each phase took and how fast it went. With --digest, each weight's sha256
-// is computed from the loaded memory, proving the right bytes reached the
-// right place.
+// is computed from the loaded memory (read back from the device), proving
+// the right bytes reached the right place; on a CUDA device each weight is
+// also materialized on the GPU (CudaDevice::Materialize) and the dense
+// copy's sha256, read back, must equal the gathered one.
 //
 // Exit codes: 0 loaded, 1 a rule is broken (nothing was allocated), 2 usage
 // error, unreadable input, or a load that failed (device, I/O).
@@ -22,7 +24,11 @@
 #include "absl/strings/str_format.h"
 #include "ptd/loader.h"
 #include "ptd/open_device.h"
+#include "ptd/sha256.h"
 #include "ptd/verify.h"
+#ifdef PTD_HAVE_CUDA
+#include "ptd/cuda_device.h"
+#endif
 
 #ifndef PTD_VERSION
 #define PTD_VERSION "unknown"
@@ -76,6 +82,28 @@ class ProgressBar {
   bool shown_ = false;
 };
 
+#ifdef PTD_HAVE_CUDA
+// sha256 of the dense, row-major copy of `w` made on the GPU and read back
+// in pieces of at most 64 MiB.
+absl::StatusOr<std::string> MaterializedDigest(ptd::CudaDevice& gpu,
+                                               const ptd::LoadedWeights& weights,
+                                               const ptd::LoadedWeight& w) {
+  auto dense = gpu.Materialize(weights.storage(w).buffer, w.view());
+  if (!dense.ok()) return dense.status();
+  ptd::Sha256 sha;
+  std::vector<uint8_t> piece(std::min<size_t>(dense->size(), size_t{64} << 20));
+  for (size_t done = 0; done < dense->size();) {
+    const size_t n = std::min(piece.size(), dense->size() - done);
+    const absl::Status st =
+        gpu.CopyToHost(piece.data(), static_cast<const uint8_t*>(dense->data()) + done, n);
+    if (!st.ok()) return st;
+    sha.Update(absl::MakeConstSpan(piece.data(), n));
+    done += n;
+  }
+  return sha.HexDigest();
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,7 +142,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_flag("--json", json_out, "print one JSON object on stdout");
-  app.add_flag("--digest", digest, "add sha256 of each weight, from the loaded memory");
+  app.add_flag("--digest", digest,
+               "add sha256 of each weight, from the loaded memory; on a CUDA device also "
+               "check each weight's dense copy made on the GPU against it");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -189,6 +219,36 @@ int main(int argc, char** argv) {
     std::cerr << "ptd-load: digest: " << d.status().message() << "\n";
     return nullptr;
   };
+  // On a CUDA device: each weight's dense copy, made on the GPU, against the
+  // digest gathered from the view read back. A failure or mismatch is exit 2.
+  size_t materialized = 0;
+  bool materialize_failed = false;
+  const auto check_materialized = [&](const ptd::LoadedWeight& lw, json& wj) {
+#ifdef PTD_HAVE_CUDA
+    auto* gpu = dynamic_cast<ptd::CudaDevice*>(w.device().get());
+    if (gpu == nullptr || lw.device != ptd::DeviceKind::kCuda || wj["sha256"].is_null()) return;
+    auto d = MaterializedDigest(*gpu, w, lw);
+    if (!d.ok()) {
+      std::cerr << "ptd-load: weight '" << lw.fqn << "': materialize on " << gpu->name() << ": "
+                << d.status().message() << "\n";
+      materialize_failed = true;
+      wj["materialized_sha256"] = nullptr;
+      return;
+    }
+    wj["materialized_sha256"] = *d;
+    if (*d != wj["sha256"].get<std::string>()) {
+      std::cerr << "ptd-load: weight '" << lw.fqn << "': the dense copy made on " << gpu->name()
+                << " has sha256 " << *d << ", the view read back "
+                << wj["sha256"].get<std::string>() << "\n";
+      materialize_failed = true;
+      return;
+    }
+    ++materialized;
+#else
+    (void)lw;
+    (void)wj;
+#endif
+  };
   for (auto& m : j["manifests"]) {
     const std::string source = m["source"];
     for (auto& wj : m["weights"]) {
@@ -197,6 +257,7 @@ int main(int argc, char** argv) {
       if (digest && lw != nullptr) {
         wj["sha256"] = digest_of(ptd::DigestLoadedWeight(w, *lw));
         if (!wj["sha256"].is_null()) digests.emplace_back(lw->fqn, wj["sha256"]);
+        check_materialized(*lw, wj);
       }
     }
   }
@@ -217,6 +278,9 @@ int main(int argc, char** argv) {
                      {"reads", st.reads},             {"bytes_read", st.bytes_read},
                      {"copies", st.copies},           {"threads", threads}};
     j["timings"] = TimingsJson(w.timings(), st.bytes);
+    if (materialized > 0 || materialize_failed) {
+      j["materialized"] = json{{"checked", materialized}, {"ok", !materialize_failed}};
+    }
     if (repeat > 1) {
       j["repeat"] = json{{"n", repeat},
                          {"median_total_s", median},
@@ -225,7 +289,7 @@ int main(int argc, char** argv) {
                          {"best_gbps", GBps(st.bytes, best)}};
     }
     std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-    return 0;
+    return materialize_failed ? 2 : 0;
   }
 
   const ptd::LoadTimings& t = w.timings();
@@ -246,5 +310,11 @@ int main(int argc, char** argv) {
                                  GBps(st.bytes, best));
   }
   for (const auto& [name, sha] : digests) std::cout << "  " << sha << "  " << name << "\n";
-  return 0;
+  if (materialized > 0 || materialize_failed) {
+    std::cout << absl::StrCat("  materialized on ", (*device)->name(), ": ", materialized,
+                              " dense cop", materialized == 1 ? "y" : "ies",
+                              " equal the gathered digests",
+                              materialize_failed ? "; others FAILED (see stderr)" : "", "\n");
+  }
+  return materialize_failed ? 2 : 0;
 }

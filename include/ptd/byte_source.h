@@ -3,7 +3,8 @@
 // The loader asks a ByteSource for "the bytes of key K at offset O, into
 // this buffer". Two implementations: over a .ptd container read with
 // pread(2) (MakeContainerByteSource, here), and over an ExecuTorch
-// NamedDataMap (ptd::executorch, later). A source that knows where keys sit
+// NamedDataMap (ptd::executorch: MakeNamedDataMapByteSource in
+// ptd/executorch/named_data_map_source.h). A source that knows where keys sit
 // (Locate) lets the loader share one copy among keys that name one stored
 // segment and read neighbouring segments in one call (ReadLocated).
 //

@@ -217,7 +217,8 @@ absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
 // The ExecuTorch backend's entry point: a manifest's bytes and a source of
 // its storages. Verifies first (M*, then G1-G4 and X1 against the source's
 // sizes: WeightSet::ResolveSizes), then loads. The manifest's source name in
-// the result is "manifest".
+// the result is "manifest". Over an ExecuTorch NamedDataMap:
+// LoadWeightsFromNamedDataMap (ptd/executorch/named_data_map_source.h).
 absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
                                           const ByteSource& source,
                                           std::shared_ptr<Device> device,
