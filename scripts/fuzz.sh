@@ -3,7 +3,10 @@
 # each one for FUZZ_SECONDS, one after another.
 #
 # Usage: scripts/fuzz.sh [TARGET...]     TARGET: container manifest pte weights
-#                                        (default: all four)
+#                                        writer load datamap (default: all;
+#                                        datamap only where the executorch
+#                                        package is found, else it is skipped
+#                                        with a note, or an error when named)
 # Environment:
 #   FUZZ_SECONDS    seconds per target (default 60)
 #   FUZZ_RUNS       stop each target after this many executions instead
@@ -36,7 +39,7 @@ if [[ -n $runs ]]; then runs_flag=(-runs="$runs"); fi
 max_len=${FUZZ_MAX_LEN:-65536}
 rss_mb=${FUZZ_RSS_MB:-1024}
 malloc_mb=${FUZZ_MALLOC_MB:-64}
-all_targets=(container manifest pte weights writer)
+all_targets=(container manifest pte weights writer load datamap)
 if [[ $# -gt 0 ]]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 for t in "${targets[@]}"; do
   if [[ ! -f $root/tests/fuzz/${t}_fuzz.cc ]]; then
@@ -52,6 +55,23 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DPTD_LIBFUZZER=ON -DPTD_SANITIZE=address,undefined \
     -DPTD_BUILD_TESTS=OFF -DPTD_BUILD_BENCH=OFF
+fi
+# datamap_fuzz exists only where the configure found the executorch package.
+skipped=()
+if ! cmake --build "$build" --target help 2>/dev/null | grep -q datamap_fuzz; then
+  kept=()
+  for t in "${targets[@]}"; do
+    if [[ $t == datamap ]]; then
+      if [[ $# -gt 0 ]]; then
+        echo "fuzz.sh: datamap needs the executorch package (see README); not found in $build" >&2
+        exit 2
+      fi
+      skipped+=("datamap    SKIPPED (the executorch package was not found)")
+    else
+      kept+=("$t")
+    fi
+  done
+  targets=("${kept[@]}")
 fi
 build_targets=()
 for t in "${targets[@]}"; do build_targets+=("${t}_fuzz"); done
@@ -105,5 +125,5 @@ done
 
 echo
 echo "== fuzz summary (${runs:+$runs runs or }${seconds}s per target; commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%FT%TZ))"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" "${skipped[@]}"
 exit "$failed"

@@ -6,6 +6,7 @@
 // input.
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "CLI/CLI.hpp"
 #include "ptd/verify.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   ptd::VerifyOptions options;
   bool json_out = false;
   bool use_pread = false;
+  bool use_mmap = false;
   uint32_t sm = 0;
 
   CLI::App app(
@@ -41,7 +43,12 @@ int main(int argc, char** argv) {
                  "skip digests of views that gather more bytes than this "
                  "(warning D1)")
       ->capture_default_str();
-  app.add_flag("--pread", use_pread, "read with pread(2) instead of mmap");
+  auto* pread_flag = app.add_flag(
+      "--pread", use_pread, "read with pread(2) (the default; a file that shrinks is exit 2)");
+  app.add_flag("--mmap", use_mmap,
+               "read through a memory mapping (a file truncated while it is read "
+               "ends the run with exit 2)")
+      ->excludes(pread_flag);
 
   try {
     app.parse(argc, argv);
@@ -52,7 +59,13 @@ int main(int argc, char** argv) {
   if (!manifest->empty()) options.manifest_path = manifest->as<std::string>();
   if (!pte->empty()) options.pte_path = pte->as<std::string>();
   if (!sm_opt->empty()) options.sm = sm;
-  options.use_mmap = !use_pread;
+  options.use_mmap = use_mmap;
+  if (use_mmap) {
+    std::string files = options.ptd_path;
+    if (options.manifest_path) files += ", " + *options.manifest_path;
+    if (options.pte_path) files += ", " + *options.pte_path;
+    ptd::ExitOnMappedFileFault(files);
+  }
 
   const ptd::VerifyOutcome outcome = ptd::RunVerify(options);
   // An unreadable input is said once: on stderr, beside the JSON object (which

@@ -89,6 +89,12 @@ absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset,
 
 // NotFound when the file does not exist, PermissionDenied, or Unavailable
 // for other open/stat/mmap failures; InvalidArgument for a non-regular file.
+//
+// A mapping cannot report a file that another process truncates after
+// OpenMmapFile: touching a page past the new end raises SIGBUS. Use
+// OpenPreadFile (a short read is DataLoss naming the file) where files may
+// change under the reader; ptd-verify and WeightBundle read with pread by
+// default, and the loader never reads through a mapping.
 absl::StatusOr<std::unique_ptr<FileSource>> OpenMmapFile(const std::string& path);
 absl::StatusOr<std::unique_ptr<FileSource>> OpenPreadFile(const std::string& path);
 // OpenMmapFile or OpenPreadFile, as a shared source.

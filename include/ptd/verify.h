@@ -10,6 +10,7 @@
 
 #include "nlohmann/json.hpp"
 #include "ptd/report.h"
+#include "ptd/weight_bundle.h"
 
 namespace ptd {
 
@@ -22,7 +23,12 @@ struct VerifyOptions {
   std::optional<uint32_t> sm;
   bool digest = false;
   uint64_t digest_limit = kDefaultDigestLimit;
-  bool use_mmap = true;  // false: read through pread (same results).
+  // true: read through a memory mapping (the same results, fewer copies).
+  // A mapped file that another process truncates while it is read raises
+  // SIGBUS, which no Status can report; so the default is pread(2), where a
+  // file that shrinks is a read error (exit code 2) naming the file. With
+  // use_mmap, a CLI calls ExitOnMappedFileFault() first.
+  bool use_mmap = false;
 };
 
 struct VerifyOutcome {
@@ -39,6 +45,18 @@ struct VerifyOutcome {
 };
 
 VerifyOutcome RunVerify(const VerifyOptions& options);
+
+// The same over inputs already opened (options' paths are only reported;
+// use_mmap is ignored). For tests that wrap a source (fault injection) and
+// for callers with their own FileSource.
+VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sources);
+
+// Makes SIGBUS (a mapped file that shrank under a read) end the process
+// with exit code 2 and one line on stderr naming `what` (the files read),
+// instead of a crash. Process-wide; for command-line tools that read through
+// a mapping (ptd-verify --mmap). The handler only writes and exits
+// (async-signal-safe); `what` is copied (up to 1 KiB).
+void ExitOnMappedFileFault(const std::string& what);
 
 // The readable report: verdict, errors first, then warnings, the container,
 // and a table of weights per manifest.

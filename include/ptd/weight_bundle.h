@@ -44,12 +44,15 @@ struct BundleSources {
   std::shared_ptr<const FileSource> pte;       // Optional.
 };
 
-// The same, as paths; `use_mmap` false reads through pread(2).
+// The same, as paths. Read through pread(2) by default: a file truncated
+// while it is verified is then a DataLoss naming it. `use_mmap` true maps
+// the files instead; a mapped file that shrinks under a read raises SIGBUS
+// (see ExitOnMappedFileFault in ptd/verify.h for command-line tools).
 struct BundlePaths {
   std::string ptd;
   std::optional<std::string> manifest;
   std::optional<std::string> pte;
-  bool use_mmap = true;
+  bool use_mmap = false;
 };
 
 // Opens the files of `paths`. NotFound, PermissionDenied or Unavailable

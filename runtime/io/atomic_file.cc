@@ -11,14 +11,40 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/internal/file_ops.h"
 #include "runtime/internal/strings.h"
 
 namespace ptd {
+namespace internal {
+
+int FileOps::Open(const char* path, int flags, mode_t mode) const {
+  return ::open(path, flags, mode);
+}
+ssize_t FileOps::Write(int fd, const void* buf, size_t n) const {
+  return ::write(fd, buf, n);
+}
+int FileOps::Fsync(int fd) const { return ::fsync(fd); }
+int FileOps::Close(int fd) const { return ::close(fd); }
+int FileOps::Rename(const char* from, const char* to) const {
+  return ::rename(from, to);
+}
+int FileOps::Unlink(const char* path) const { return ::unlink(path); }
+
+const FileOps& DefaultFileOps() {
+  static const FileOps ops;
+  return ops;
+}
+
+}  // namespace internal
+
 namespace {
 
-absl::Status Errno(std::string_view what, const std::string& path) {
-  const int err = errno;
-  std::string msg = absl::StrCat(path, ": ", internal::Sv(what), ": ", std::strerror(err));
+// "<path>: <step> failed (<what>): <strerror>", with the code the errno
+// calls for. `step` is the system call: open, write, fsync, close, rename.
+absl::Status Errno(int err, std::string_view step, std::string_view what,
+                   const std::string& path) {
+  std::string msg = absl::StrCat(path, ": ", internal::Sv(step), " failed (",
+                                 internal::Sv(what), "): ", std::strerror(err));
   if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM || err == EROFS) {
     return absl::PermissionDeniedError(msg);
@@ -44,30 +70,34 @@ uint64_t TempSuffix() {
 // Removes the temporary unless released.
 class TempFile {
  public:
-  TempFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  TempFile(const internal::FileOps& ops, int fd, std::string path)
+      : ops_(ops), fd_(fd), path_(std::move(path)) {}
   ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!path_.empty()) ::unlink(path_.c_str());
+    if (fd_ >= 0) ops_.Close(fd_);
+    if (!path_.empty()) ops_.Unlink(path_.c_str());
   }
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
   absl::Status Close() {
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) return Errno("cannot close", path_);
+    if (ops_.Close(fd) != 0) return Errno(errno, "close", "closing the temporary file", path_);
     return absl::OkStatus();
   }
   void Release() { path_.clear(); }
 
  private:
+  const internal::FileOps& ops_;
   int fd_;
   std::string path_;
 };
 
 }  // namespace
 
+namespace internal {
+
 absl::Status WriteFileAtomically(
-    const std::string& path,
+    const FileOps& ops, const std::string& path,
     const std::function<absl::Status(const WriteFn&)>& produce) {
   // The kernel applies the umask (and any default ACL) to the 0666 mode, as
   // for any new file; the process umask is neither read nor changed.
@@ -75,40 +105,54 @@ absl::Status WriteFileAtomically(
   int fd = -1;
   for (int attempt = 0; fd < 0; ++attempt) {
     tmp_path = absl::StrCat(path, ".tmp.", ::getpid(), ".", TempSuffix());
-    fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    fd = ops.Open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && (errno != EEXIST || attempt == 99)) {
-      return Errno("cannot create a temporary file", tmp_path);
+      return Errno(errno, "open", "creating the temporary file", tmp_path);
     }
   }
-  TempFile tmp(fd, tmp_path);
+  TempFile tmp(ops, fd, tmp_path);
 
   const WriteFn write = [&](absl::Span<const uint8_t> bytes) -> absl::Status {
     size_t done = 0;
     while (done < bytes.size()) {
-      const ssize_t n = ::write(tmp.fd(), bytes.data() + done, bytes.size() - done);
+      const ssize_t n = ops.Write(tmp.fd(), bytes.data() + done, bytes.size() - done);
       if (n < 0) {
         if (errno == EINTR) continue;
-        return Errno("write failed", tmp.path());
+        const int err = errno;  // Before the message's allocations.
+        return Errno(err, "write", absl::StrCat("writing ", bytes.size() - done,
+                                           " bytes at offset ", done),
+                     tmp.path());
       }
       done += static_cast<size_t>(n);
     }
     return absl::OkStatus();
   };
   if (absl::Status s = produce(write); !s.ok()) return s;
-  if (::fsync(tmp.fd()) != 0) return Errno("fsync failed", tmp.path());
+  if (ops.Fsync(tmp.fd()) != 0) {
+    return Errno(errno, "fsync", "flushing the temporary file", tmp.path());
+  }
   if (absl::Status s = tmp.Close(); !s.ok()) return s;
-  if (::rename(tmp.path().c_str(), path.c_str()) != 0) {
-    return Errno("cannot rename the temporary file over", path);
+  if (ops.Rename(tmp.path().c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    return Errno(err, "rename", absl::StrCat("replacing the target with ", tmp.path()), path);
   }
   tmp.Release();
   // Make the rename durable. A failure here leaves a complete file in place.
   const std::string dir = DirName(path);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = ops.Open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
   if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+    ops.Fsync(dfd);
+    ops.Close(dfd);
   }
   return absl::OkStatus();
+}
+
+}  // namespace internal
+
+absl::Status WriteFileAtomically(
+    const std::string& path,
+    const std::function<absl::Status(const WriteFn&)>& produce) {
+  return internal::WriteFileAtomically(internal::DefaultFileOps(), path, produce);
 }
 
 absl::Status WriteFileAtomically(const std::string& path,

@@ -1,5 +1,11 @@
 #include "ptd/verify.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
 #include <memory>
 #include <vector>
 
@@ -27,8 +33,15 @@ json LayoutJson(const std::optional<TensorLayout>& l) {
               {"dim_order", l->dim_order}};
 }
 
+// Keeps the first read failure: a file that cannot be read (it shrank, an
+// I/O error) is exit code 2, never a digest silently left out.
+void NoteReadFailure(const absl::Status& s, std::optional<std::string>* io_error) {
+  if (!s.ok() && !io_error->has_value()) *io_error = std::string(s.message());
+}
+
 json ContainerJson(const std::string& path, const FileSource* source,
-                   const Container* c, const VerifyOptions& options) {
+                   const Container* c, const VerifyOptions& options,
+                   std::optional<std::string>* io_error) {
   json j;
   j["path"] = path;
   j["size"] = source ? json(source->size()) : json(nullptr);
@@ -62,7 +75,11 @@ json ContainerJson(const std::string& path, const FileSource* source,
       if (size && c->segments()[e.segment_index].in_bounds) {
         auto d = DigestRange(c->source(), c->SegmentFileOffset(e.segment_index),
                              *size);
-        if (d.ok()) sha = *d;
+        if (d.ok()) {
+          sha = *d;
+        } else {
+          NoteReadFailure(d.status(), io_error);
+        }
       }
       n["sha256"] = sha;
     }
@@ -81,7 +98,8 @@ json VariantJson(const Variant& v) {
 
 json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
                 const Container* c, const std::string& source,
-                const VerifyOptions& options, Report* report) {
+                const VerifyOptions& options, Report* report,
+                std::optional<std::string>* io_error) {
   json j{{"fqn", e.fqn},
          {"storage_key", e.storage_key},
          {"dtype", e.dtype},
@@ -113,7 +131,11 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
       const uint32_t seg = w->named->segment_index;
       auto d = DigestView(c->source(), c->SegmentFileOffset(seg),
                           c->segments()[seg].size, view);
-      if (d.ok()) sha = *d;
+      if (d.ok()) {
+        sha = *d;
+      } else {
+        NoteReadFailure(d.status(), io_error);
+      }
     }
   }
   j["sha256"] = sha;
@@ -138,7 +160,7 @@ namespace {
 
 json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
                   const Container* container, const VerifyOptions& options,
-                  Report* report) {
+                  Report* report, std::optional<std::string>* io_error) {
   json one;
   one["source"] = s.source;
   one["format"] = std::string(ManifestFormatName(s.manifest.format));
@@ -162,7 +184,7 @@ json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
   for (size_t i = 0; i < s.manifest.entries.size(); ++i) {
     const ResolvedWeight* w = resolved ? &resolved->weights[i] : nullptr;
     wj.push_back(WeightJson(s.manifest.entries[i], w, container, s.source, options,
-                            report));
+                            report, io_error));
   }
   one["weights"] = std::move(wj);
   return one;
@@ -177,16 +199,14 @@ json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
 }  // namespace
 
 VerifyOutcome RunVerify(const VerifyOptions& options) {
-  VerifyOutcome out;
-  Report& report = out.report;
-
   // Open every input first: a file that cannot be read is exit code 2.
   BundleSources sources;
+  std::optional<std::string> io_error;
   const auto open = [&](const std::string& path,
                         std::shared_ptr<const FileSource>* dst) {
     auto s = OpenFile(path, options.use_mmap);
     if (!s.ok()) {
-      if (!out.io_error) out.io_error = std::string(s.status().message());
+      if (!io_error) io_error = std::string(s.status().message());
       return;
     }
     *dst = std::move(*s);
@@ -194,38 +214,73 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
   open(options.ptd_path, &sources.ptd);
   if (options.manifest_path) open(*options.manifest_path, &sources.manifest);
   if (options.pte_path) open(*options.pte_path, &sources.pte);
-  if (out.io_error) {
+  if (io_error) {
+    VerifyOutcome out;
+    out.io_error = io_error;
     out.json = json{{"ok", false},
                     {"error", *out.io_error},
                     {"ptd", ContainerJson(options.ptd_path, sources.ptd.get(),
-                                          nullptr, options)},
+                                          nullptr, options, &io_error)},
                     {"manifests", json::array()},
                     {"errors", json::array({json{{"rule", "IO"},
                                                  {"message", *out.io_error}}})},
                     {"warnings", json::array()}};
     return out;
   }
+  return RunVerify(options, sources);
+}
 
+VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sources) {
+  VerifyOutcome out;
+  Report& report = out.report;
   const WeightBundle bundle = WeightBundle::Verify(sources, &report);
   if (bundle.io_error()) out.io_error = std::string(bundle.io_error()->message());
 
   json j;
   j["ok"] = false;  // Set below, after digests may add warnings.
   j["ptd"] = ContainerJson(options.ptd_path, sources.ptd.get(), bundle.container(),
-                           options);
+                           options, &out.io_error);
   json mj = json::array();
   for (size_t m = 0; m < bundle.manifests().size(); ++m) {
     const ResolvedManifest* resolved =
         bundle.weights() ? &bundle.weights()->manifests()[m] : nullptr;
     mj.push_back(ManifestJson(bundle.manifests()[m], resolved, bundle.container(),
-                              options, &report));
+                              options, &report, &out.io_error));
   }
   j["manifests"] = std::move(mj);
   j["ok"] = report.ok() && !out.io_error;
   j["errors"] = DiagnosticsJson(report.errors());
   j["warnings"] = DiagnosticsJson(report.warnings());
+  if (out.io_error) j["error"] = *out.io_error;
   out.json = std::move(j);
   return out;
+}
+
+namespace {
+
+char g_fault_message[1280];
+size_t g_fault_message_len = 0;
+
+void OnSigbus(int /*sig*/) {
+  // Only async-signal-safe calls here.
+  ssize_t ignored = ::write(STDERR_FILENO, g_fault_message, g_fault_message_len);
+  (void)ignored;
+  ::_exit(2);
+}
+
+}  // namespace
+
+void ExitOnMappedFileFault(const std::string& what) {
+  const std::string msg = absl::StrCat(
+      "ptd-verify: a mapped input file shrank while it was being read (SIGBUS): ",
+      what.substr(0, 1024), "; the file changed during verification (run without --mmap "
+      "to read it with pread)\n");
+  g_fault_message_len = std::min(msg.size(), sizeof(g_fault_message));
+  std::memcpy(g_fault_message, msg.data(), g_fault_message_len);
+  struct sigaction sa {};
+  sa.sa_handler = OnSigbus;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGBUS, &sa, nullptr);
 }
 
 }  // namespace ptd

@@ -20,6 +20,8 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// Optional, as under libFuzzer: a target that needs one-time setup defines it.
+extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** argv);
 
 namespace {
 
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s FILE_OR_DIR...\n", argv[0]);
     return 1;
   }
+  if (LLVMFuzzerInitialize != nullptr) LLVMFuzzerInitialize(&argc, &argv);
   bool ok = true;
   size_t count = 0;
   for (int i = 1; i < argc; ++i) {

@@ -231,10 +231,18 @@ TEST(CliTest, NonUtf8KeysStillGiveValidJson) {
 
 TEST(CliTest, PreadAndMmapGiveTheSameReport) {
   const std::string args = " --json --digest --manifest " + kK01Manifest + " " + kK01;
-  auto a = RunCommand(std::string(PTD_VERIFY_BINARY) + args);
-  auto b = RunCommand(std::string(PTD_VERIFY_BINARY) + " --pread" + args);
+  auto a = RunCommand(std::string(PTD_VERIFY_BINARY) + args);  // pread, the default.
+  auto b = RunCommand(std::string(PTD_VERIFY_BINARY) + " --mmap" + args);
+  auto c = RunCommand(std::string(PTD_VERIFY_BINARY) + " --pread" + args);
   EXPECT_EQ(a.exit_code, 0);
+  EXPECT_EQ(b.exit_code, 0);
   EXPECT_EQ(json::parse(a.out), json::parse(b.out));
+  EXPECT_EQ(json::parse(a.out), json::parse(c.out));
+}
+
+TEST(CliTest, PreadAndMmapTogetherAreAUsageError) {
+  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --pread --mmap " + kK01 + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
 }
 
 }  // namespace

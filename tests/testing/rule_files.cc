@@ -1,0 +1,365 @@
+#include "tests/testing/rule_files.h"
+
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "nlohmann/json.hpp"
+#include "ptd/manifest.h"
+#include "ptd/ptd_writer.h"
+#include "runtime/internal/check.h"
+#include "tests/pte/pte_builder.h"
+#include "tests/testing/patch.h"
+#include "tests/testing/raw_ptd.h"
+
+namespace ptd::testing {
+namespace {
+
+// ---- manifests, field by field (EncodeManifest refuses invalid ones) ----
+
+struct RawEntry {
+  std::string fqn = "w";
+  std::string key = "cuda_fqn_weight:cuda:w";
+  uint64_t nbytes = 32;
+  int32_t dtype = 6;  // Float.
+  int32_t device_type = 1;
+  int64_t offset = 0;
+  std::vector<int64_t> sizes = {2, 4};
+  std::vector<int64_t> strides = {4, 1};
+};
+
+struct RawManifest {
+  std::string magic = "ETCUDAFQN0";
+  std::vector<Variant> variants = {Variant{.so_blob_key = "so"}};
+  std::vector<RawEntry> entries = {RawEntry{}};
+};
+
+class Out {
+ public:
+  void Raw(std::string_view s) { bytes_.insert(bytes_.end(), s.begin(), s.end()); }
+  template <typename T>
+  void Le(T v) {
+    uint8_t b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));  // Little-endian hosts only (as the project).
+    bytes_.insert(bytes_.end(), b, b + sizeof(T));
+  }
+  void Str(std::string_view s) {
+    Le<uint32_t>(static_cast<uint32_t>(s.size()));
+    Raw(s);
+  }
+  std::vector<uint8_t> take() { return std::move(bytes_); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+std::vector<uint8_t> EncodeRaw(const RawManifest& m) {
+  Out o;
+  o.Raw(m.magic);
+  o.Le<uint32_t>(static_cast<uint32_t>(m.variants.size()));
+  for (const Variant& v : m.variants) {
+    o.Le<uint32_t>(v.target_sm);
+    o.Le<uint32_t>(v.ptx_compute);
+    o.Le<uint32_t>(v.flags);
+    o.Str(v.so_blob_key);
+  }
+  o.Le<uint32_t>(static_cast<uint32_t>(m.entries.size()));
+  for (const RawEntry& e : m.entries) {
+    o.Str(e.fqn);
+    o.Str(e.key);
+    o.Le<uint64_t>(e.nbytes);
+    o.Le<int32_t>(e.dtype);
+    o.Le<int32_t>(e.device_type);
+    o.Le<int64_t>(e.offset);
+    o.Le<uint32_t>(static_cast<uint32_t>(e.sizes.size()));
+    for (int64_t s : e.sizes) o.Le<int64_t>(s);
+    for (int64_t s : e.strides) o.Le<int64_t>(s);
+  }
+  return o.take();
+}
+
+// ---- containers ----
+
+// The .ptd the CUDA cases share: weight storage "cuda_fqn_weight:cuda:w"
+// (32 bytes, float 2x4 in the default manifest) and the library "so"
+// (8 bytes), plus `extra` keys.
+std::vector<uint8_t> CudaPtd(
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> extra = {}) {
+  PtdWriter w;
+  std::vector<uint8_t> storage(32);
+  for (size_t i = 0; i < storage.size(); ++i) storage[i] = static_cast<uint8_t>(i);
+  PTD_CHECK(w.Add("cuda_fqn_weight:cuda:w", storage).ok());
+  PTD_CHECK(w.Add("so", std::vector<uint8_t>(8, 0x5A)).ok());
+  for (auto& [key, bytes] : extra) PTD_CHECK(w.Add(key, bytes).ok());
+  auto bytes = w.Serialize();
+  PTD_CHECK(bytes.ok());
+  return *std::move(bytes);
+}
+
+std::vector<uint8_t> Raw(const RawPtd& p) { return BuildRawPtd(p); }
+
+// ---- programs ----
+
+// A .pte whose one CudaBackend delegate carries `payload` inline.
+std::vector<uint8_t> Pte(std::vector<uint8_t> payload) {
+  PteSpec spec;
+  spec.plans = {PtePlanSpec{.name = "forward",
+                            .delegates = {PteDelegateSpec{.location = 0, .index = 0}}}};
+  spec.inline_data = {std::move(payload)};
+  return BuildPte(spec);
+}
+
+std::vector<uint8_t> Json(const nlohmann::ordered_json& j) {
+  const std::string s = j.dump(2) + "\n";
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+nlohmann::ordered_json WriterWeight(const std::string& fqn, uint64_t storage_nbytes,
+                                    std::vector<int64_t> sizes,
+                                    std::vector<int64_t> strides, bool original,
+                                    std::optional<uint64_t> storage_size, int64_t offset,
+                                    std::vector<int64_t> shape,
+                                    std::vector<int64_t> stride) {
+  nlohmann::ordered_json props{{"storage_size", nullptr},
+                               {"offset", offset},
+                               {"shape", shape},
+                               {"stride", stride}};
+  if (storage_size) props["storage_size"] = *storage_size;
+  return {{"fqn", fqn},
+          {"dtype", 6},
+          {"device_type", 1},
+          {"value",
+           {{"storage_nbytes", storage_nbytes},
+            {"storage_offset", 0},
+            {"sizes", sizes},
+            {"strides", strides},
+            {"is_original_storage", original}}},
+          {"properties", props}};
+}
+
+std::vector<uint8_t> Writer(nlohmann::ordered_json weight) {
+  return Json({{"so_blob_key", "so"}, {"weights", {std::move(weight)}}});
+}
+
+class Files {
+ public:
+  void Add(std::string name, std::vector<uint8_t> bytes) {
+    files_.push_back({std::move(name), std::move(bytes)});
+  }
+  // A manifest case: the shared .ptd (or `ptd`) and `manifest`.
+  void Manifest(const std::string& stem, const RawManifest& m,
+                std::optional<std::vector<uint8_t>> ptd = std::nullopt) {
+    Add(stem + ".ptd", ptd ? *ptd : CudaPtd());
+    Add(stem + ".manifest", EncodeRaw(m));
+  }
+  std::vector<RuleFile> take() { return std::move(files_); }
+
+ private:
+  std::vector<RuleFile> files_;
+};
+
+}  // namespace
+
+bool IsWarningRule(const std::string& rule) {
+  return rule == "H5" || rule == "G5" || rule == "X3" || rule == "P4" || rule == "D1";
+}
+
+std::vector<RuleFile> RuleFiles() {
+  Files f;
+
+  // ---- H: the header ----
+  {
+    std::vector<uint8_t> b = Raw(ValidRawPtd());
+    b.resize(40);
+    f.Add("H1_shorter_than_64_bytes.ptd", b);
+  }
+  {
+    std::vector<uint8_t> b = Raw(ValidRawPtd());
+    std::memcpy(b.data() + 8, "XH01", 4);
+    f.Add("H2_bad_header_magic.ptd", b);
+  }
+  {
+    std::vector<uint8_t> b = Raw(ValidRawPtd());
+    PatchU32(b, kHeaderLengthAt, 32);
+    f.Add("H3_header_length_under_40.ptd", b);
+  }
+  {
+    std::vector<uint8_t> b = Raw(ValidRawPtd());
+    PatchU64(b, kSegmentDataSizeAt, ReadU64(b, kSegmentDataSizeAt) + 4096);
+    f.Add("H4_data_region_past_end_of_file.ptd", b);
+  }
+  {
+    std::vector<uint8_t> b = Raw(ValidRawPtd());
+    b.insert(b.end(), 16, 0xEE);
+    f.Add("H5_trailing_bytes.ptd", b);
+  }
+
+  // ---- C: the FlatBuffer and its tables ----
+  {
+    std::vector<uint8_t> b = Raw(ValidRawPtd());
+    PatchU32(b, 0, 0x7FFFFFF0);  // The root table offset points far outside.
+    f.Add("C1_flatbuffer_fails_verifier.ptd", b);
+  }
+  {
+    RawPtd p = ValidRawPtd();
+    p.version = 1;
+    f.Add("C2_version_1.ptd", Raw(p));
+  }
+  {
+    RawPtd p = ValidRawPtd();
+    p.segments = std::nullopt;
+    f.Add("C3_segments_missing.ptd", Raw(p));
+  }
+  {
+    RawPtd p = ValidRawPtd();
+    (*p.segments)[1] = RawSegment{128, 4096};
+    f.Add("C4_segment_past_data_region.ptd", Raw(p));
+  }
+  {
+    RawPtd p = ValidRawPtd();
+    (*p.segments)[1] = RawSegment{16, 16};  // Starts inside segment 0.
+    f.Add("C5_segments_overlap.ptd", Raw(p));
+  }
+  {
+    RawPtd p = ValidRawPtd();
+    (*p.named_data)[2].key = "a";
+    f.Add("C6_duplicate_key.ptd", Raw(p));
+  }
+  {
+    RawPtd p = ValidRawPtd();
+    (*p.named_data)[1].segment_index = 7;
+    f.Add("C7_segment_index_out_of_range.ptd", Raw(p));
+  }
+  {
+    RawPtd p = ValidRawPtd();
+    (*p.named_data)[0].layout->scalar_type = 99;
+    f.Add("C8_unknown_scalar_type.ptd", Raw(p));
+  }
+
+  // ---- M: the manifest ----
+  {
+    RawManifest m;
+    m.magic = "ETCUDAFQN7";
+    f.Manifest("M1_transitional_magic", m);
+  }
+  {
+    std::vector<uint8_t> b = EncodeRaw(RawManifest{});
+    b.resize(b.size() - 12);  // Ends inside the last stride.
+    f.Add("M2_ends_inside_an_entry.ptd", CudaPtd());
+    f.Add("M2_ends_inside_an_entry.manifest", b);
+  }
+  {
+    std::vector<uint8_t> b = EncodeRaw(RawManifest{});
+    b.insert(b.end(), {0, 0, 0, 0});
+    f.Add("M3_trailing_bytes.ptd", CudaPtd());
+    f.Add("M3_trailing_bytes.manifest", b);
+  }
+  {
+    RawManifest m;
+    m.variants.push_back(Variant{.so_blob_key = "so"});  // Two untargeted.
+    f.Manifest("M4_two_untargeted_variants", m);
+  }
+  {
+    RawManifest m;
+    m.entries[0].sizes = {-2, 4};
+    f.Manifest("M5_negative_size", m);
+  }
+  {
+    RawManifest m;
+    m.entries.push_back(m.entries[0]);
+    f.Manifest("M6_duplicate_fqn", m);
+  }
+
+  // ---- G: view geometry ----
+  {
+    RawManifest m;
+    m.entries[0].sizes = {4, 4};
+    m.entries[0].strides = {int64_t{1} << 62, 1};
+    f.Manifest("G1_stride_product_overflows", m);
+  }
+  {
+    RawManifest m;
+    m.entries[0].sizes = {3, 4};  // 48 bytes from a 32-byte storage.
+    f.Manifest("G2_view_past_storage", m);
+  }
+  {
+    RawManifest m;
+    m.entries[0].nbytes = 64;  // The segment holds 32.
+    f.Manifest("G3_segment_size_differs", m);
+  }
+  {
+    RawManifest m;
+    RawEntry second = m.entries[0];
+    second.fqn = "w_view";
+    second.device_type = 0;  // Same storage key, another device type.
+    m.entries.push_back(second);
+    f.Manifest("G4_shared_key_disagrees", m);
+  }
+  {
+    RawManifest m;
+    m.entries[0].sizes = {2, 2};  // Reaches bytes [0, 24) of 32.
+    f.Manifest("G5_unreached_tail_bytes", m);
+  }
+
+  // ---- X: manifest against container ----
+  {
+    RawManifest m;
+    m.entries[0].key = "cuda_fqn_weight:cuda:absent";
+    f.Manifest("X1_storage_key_missing", m);
+  }
+  {
+    RawManifest m;
+    m.entries[0].nbytes = 16;  // G3 (and G2) against this .ptd.
+    f.Manifest("X2_storage_disagrees_with_ptd", m);
+  }
+  f.Manifest("X3_orphan_storage_key", RawManifest{},
+             CudaPtd({{"cuda_fqn_weight:cuda:orphan", std::vector<uint8_t>(4, 1)}}));
+
+  // ---- P: the program ----
+  {
+    std::vector<uint8_t> b = Pte(EncodeRaw(RawManifest{}));
+    std::memcpy(b.data() + kPteMagicOffset, "xx00", 4);
+    f.Add("P1_bad_program_header_magic.ptd", CudaPtd());
+    f.Add("P1_bad_program_header_magic.pte", b);
+  }
+  {
+    PteSpec spec;
+    spec.plans = {PtePlanSpec{.name = "forward",
+                              .delegates = {PteDelegateSpec{.location = 1, .index = 3}}}};
+    f.Add("P2_payload_segment_missing.ptd", CudaPtd());
+    f.Add("P2_payload_segment_missing.pte", BuildPte(spec));
+  }
+  {
+    RawManifest m;
+    m.variants[0].so_blob_key = "absent_so";
+    f.Add("P3_so_blob_key_not_named_data.ptd", CudaPtd());
+    f.Add("P3_so_blob_key_not_named_data.pte", Pte(EncodeRaw(m)));
+  }
+  f.Add("P4_legacy_payload.ptd", CudaPtd());
+  f.Add("P4_legacy_payload.pte", Pte(ToBytes("so\ncuda_fqn_weight:cuda:w")));
+
+  // ---- D: digests ----
+  f.Manifest("D1_view_over_digest_limit", RawManifest{});
+  f.Add("D1_view_over_digest_limit.verify.json",
+        Json({{"digest", true}, {"digest_limit", 16}}));
+
+  // ---- W: the writer's refusals ----
+  // W1: a compact clone (own storage, the original's shape and strides)
+  // with bytes past its view: 40 bytes for a 32-byte view.
+  f.Add("W1_clone_with_bytes_past_view.writer.json",
+        Writer(WriterWeight("x", 40, {2, 4}, {4, 1}, false, std::nullopt, 0, {2, 4},
+                            {4, 1})));
+  // W2: SPEC's example: strides differ from TensorProperties' (not a
+  // clone), 48-byte storage, storage_size 128.
+  f.Add("W2_storage_smaller_than_properties.writer.json",
+        Writer(WriterWeight("x", 48, {3, 4}, {1, 3}, false, 128, 8, {3, 4}, {4, 1})));
+  // W3: SPEC's worked example: big[:, 1:3] of an 8x8 float with the
+  // original offset 1 requires 236 bytes of a 232-byte storage.
+  f.Add("W3_view_past_written_storage.writer.json",
+        Writer(WriterWeight("x", 232, {8, 2}, {8, 1}, true, std::nullopt, 1, {8, 2},
+                            {8, 1})));
+  return f.take();
+}
+
+}  // namespace ptd::testing
