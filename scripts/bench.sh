@@ -71,9 +71,11 @@ rm -f "$out"/*.json
 if ((quick)); then
   args=(--big_mib=256 --mid_mib=64 --small_mib=64 --xfmr_mib=256 --reps=5 --upstream_max_keys=1024)
   mode=quick
+  notes=("quick suite: 4 MiB x 64 (256 MiB), 64 KiB x 1024 (64 MiB), 1 KiB x 65,536 (64 MiB, as in the full suite), transformer ~256 MiB (d=1024); 5 repetitions; upstream samples at most 1024 keys (full: 1 GiB, 256 MiB, 64 MiB, ~1 GiB (d=2048); 10 repetitions; 4096 keys)")
 else
   args=(--big_mib=1024 --mid_mib=256 --small_mib=64 --xfmr_mib=1024 --reps=10 --upstream_max_keys=4096)
   mode=full
+  notes=("full suite: 4 MiB x 256 (1 GiB), 64 KiB x 4096 (256 MiB), 1 KiB x 65,536 (64 MiB), transformer ~1 GiB (d=2048); 10 repetitions; upstream samples at most 4096 keys")
 fi
 # shellcheck disable=SC2206
 args+=(--data_dir="$data" ${PTD_BENCH_ARGS:-})
@@ -81,15 +83,23 @@ gb=(--benchmark_counters_tabular=true --benchmark_out_format=json)
 
 start=$SECONDS
 echo "bench.sh: $mode suite, data in $data" >&2
-"$build/bench/ptd_suite_bench" "${args[@]}" "${gb[@]}" --benchmark_out="$out/suite.json"
-jsons=("$out/suite.json")
-notes=()
-if [[ -x $build/bench/ptd_upstream_bench ]]; then
-  "$build/bench/ptd_upstream_bench" "${args[@]}" "${gb[@]}" --benchmark_out="$out/upstream.json"
-  jsons+=("$out/upstream.json")
-else
+# Set by set, ours and the ceilings then upstream, so that the figures that
+# are compared were taken within a minute of each other; verification last.
+jsons=()
+for set in ${PTD_BENCH_SETS:-4MiB 64KiB 1KiB xfmr}; do
+  "$build/bench/ptd_suite_bench" "${args[@]}" --sets="$set" --verify= "${gb[@]}" \
+    --benchmark_out="$out/suite-$set.json"
+  jsons+=("$out/suite-$set.json")
+  if [[ -x $build/bench/ptd_upstream_bench ]]; then
+    "$build/bench/ptd_upstream_bench" "${args[@]}" --sets="$set" "${gb[@]}" \
+      --benchmark_out="$out/upstream-$set.json"
+    jsons+=("$out/upstream-$set.json")
+  fi
+done
+[[ -x $build/bench/ptd_upstream_bench ]] ||
   notes+=("upstream: ptd_upstream_bench not built (the executorch package was not found); no upstream rows")
-fi
+"$build/bench/ptd_suite_bench" "${args[@]}" --sets= "${gb[@]}" --benchmark_out="$out/verify.json"
+jsons+=("$out/verify.json")
 if [[ -x $build/bench/ptd_cuda_bench ]]; then
   # Without a GPU every case reports "no CUDA device"; the page says "skipped: no GPU".
   "$build/bench/ptd_cuda_bench" "${gb[@]}" --benchmark_out="$out/cuda.json" || true

@@ -357,7 +357,8 @@ def main():
             sets_desc.append(f"- `{s}`: {d.get('storages')} storages"
                              + (f" of {human_bytes(d.get('storage_bytes'))}" if d.get("storage_bytes") else " (mixed sizes)")
                              + f", {d.get('keys')} keys, {d.get('weights')} weights, {human_bytes(d.get('data_bytes'))} of data, "
-                             + f"file {human_bytes(d.get('file_bytes'))}")
+                             + f"file {human_bytes(d.get('file_bytes'))}"
+                             + (f": {ctx[f'desc.{s}']}" if ctx.get(f"desc.{s}") else ""))
 
     page = [f"# Load-latency benchmarks: {os.path.splitext(os.path.basename(a.out))[0]}", "",
             f"Run: `scripts/bench.sh{' --quick' if a.mode == 'quick' else ''}` ({a.mode} suite), {date}, commit `{commit}`.", "",

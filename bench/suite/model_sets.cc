@@ -161,6 +161,7 @@ ModelSet BlockSet(const SuiteFlags& flags, const std::string& name, uint64_t tot
                         m->weights = count;
                       });
   s.storage_bytes = size;
+  s.description = absl::StrCat(count, " float32 weights, one ", size, "-byte storage each");
   return s;
 }
 
@@ -178,7 +179,7 @@ ModelSet TransformerSet(const SuiteFlags& flags) {
   const uint64_t layer = static_cast<uint64_t>(2 * (4 * d * d + 3 * ff * d) + 4 * d);
   const int64_t layers =
       static_cast<int64_t>(std::max<uint64_t>(target > emb ? (target - emb) / layer : 1, 1));
-  return Cached(
+  ModelSet set = Cached(
       flags, "xfmr", absl::StrCat("xfmr-d", d, "-ff", ff, "-v", vocab, "-l", layers),
       [&](CudaWeightWriter* w, ModelSet* m) {
         uint64_t seed = 1;
@@ -216,6 +217,12 @@ ModelSet TransformerSet(const SuiteFlags& flags) {
         AddView(w, "model.norm.weight", kBFloat16, fill(d), 0, {d}, {1});
         m->weights = static_cast<uint64_t>(n + 1);
       });
+  set.description = absl::StrCat(
+      "bf16, hidden ", d, ", ffn ", ff, ", vocab ", vocab, ", ", layers,
+      " layers; per layer a fused QKV storage (3 views at offsets), a fused gate/up storage "
+      "(2 views), transposed o_proj and down_proj (strides {1, d}), 2 norms; embed_tokens "
+      "tied to lm_head (one storage, 2 keys)");
+  return set;
 }
 
 // mmap + mincore: the fraction of the file's pages in the page cache.

@@ -31,6 +31,7 @@ namespace ptd::bench {
 // One model on disk and what a load of it moves.
 struct ModelSet {
   std::string name;          // "4MiB", "64KiB", "1KiB", "xfmr", "verify-1000".
+  std::string description;   // Its shape, in words.
   std::string ptd;           // Path of the .ptd.
   std::string manifest;      // Path of its manifest.
   uint64_t storage_bytes = 0;  // Each storage's size; 0 when sizes vary.

@@ -265,6 +265,7 @@ int main(int argc, char** argv) {
         absl::StrCat("storages=", m.storages, " storage_bytes=", m.storage_bytes,
                      " keys=", m.keys, " weights=", m.weights, " data_bytes=", m.data_bytes,
                      " file_bytes=", m.file_bytes));
+    benchmark::AddCustomContext("desc." + m.name, m.description);
     const int r = flags.reps;
     Tune(benchmark::RegisterBenchmark(("Ceiling/memcpy/" + m.name).c_str(), BM_Memcpy, m), r);
     Tune(benchmark::RegisterBenchmark(("Ceiling/pread_warm/" + m.name).c_str(), BM_ReadFile, m,
