@@ -88,7 +88,8 @@ def human_bytes(n):
         return "-"
     for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << k:
-            return f"{n / (1 << k):.3g} {unit}"
+            v = n / (1 << k)
+            return f"{v:.3g} {unit}" if v < 1000 else f"{v:.0f} {unit}"
     return f"{int(n)} B"
 
 
@@ -166,12 +167,12 @@ def verify_table(r):
     names = sorted((n for n in r.rows if n.startswith("Verify/")), key=lambda n: int(n.split("/")[1]))
     if not names:
         return "", []
-    out = ["| weights | p50 ms | p90 ms | ns / weight | container ms | manifest ms | resolve ms | rest ms |",
+    out = ["| weights | p50 ms | p90 ms | ns / weight | container ms | manifest ms | resolve ms | sum of parts ms |",
            "|---|---|---|---|---|---|---|---|"]
     for n in names:
         b = r.rows[n]
         parts = [b.get(k) for k in ("container_ms", "manifest_ms", "resolve_ms")]
-        rest = b["p50_ms"] - sum(p or 0 for p in parts)
+        rest = sum(p or 0 for p in parts)
         out.append(f"| {int(b['weights'])} | {fmt(b['p50_ms'])} | {fmt(b['p90_ms'])} | {fmt(b['ns_per_weight'])} | "
                    + " | ".join(fmt(p) for p in parts) + f" | {fmt(rest)} |")
     return "\n".join(out), names
@@ -279,12 +280,16 @@ def gnuplot(r, prefix):
                     q = r.ratio(f"{case}/{s}", f"{ceil}/{s}") if ceil else None
                     cols += ["NaN" if g is None else f"{g:.6g}", "NaN" if q is None else f"{q:.6g}"]
                 f.write(f"{SET_STORAGE[s]} " + " ".join(cols) + "\n")
-        xtics = ", ".join(f'"{s}" {SET_STORAGE[s]}' for s in sets)
+        def label(s):
+            d = r.set_desc(s)
+            return f"{s} x {d['storages']} ({human_bytes(d['data_bytes'])})" if d.get("storages") else s
+        xtics = ", ".join(f'"{label(s)}" {SET_STORAGE[s]}' for s in sets)
         common = f"""set terminal pngcairo size 800,500 noenhanced font ",10"
 set logscale x 2
 set xtics ({xtics})
-set xlabel "storage size (one weight per storage)"
-set key outside right top
+unset xlabel
+set key below maxrows 4
+set xrange [512:8388608]
 set grid
 set datafile missing "NaN"
 """
@@ -294,15 +299,15 @@ set datafile missing "NaN"
             lines.append(f"'{dat}' using 1:{2 + 2 * i} with linespoints lw 2 {style} title '{title}'")
         gbps = common + f"""set output '{prefix}-gbps.png'
 set ylabel "GB/s (p50)"
-set title "Host load throughput by storage size"
+set title "Host load throughput by storage size (storage x count (total), one weight each)"
 plot """ + ", \\\n  ".join(lines) + "\n"
         rlines = [f"'{dat}' using 1:{3 + 2 * i} with linespoints lw 2 title '{t} / its ceiling'"
                   for i, (t, _, c) in enumerate(series) if c]
         ratio = common + f"""set output '{prefix}-ratio.png'
 set ylabel "ratio to ceiling (warm: warm pread; cold: cold read)"
-set title "Ratio to ceiling by storage size"
+set title "Ratio to ceiling by storage size (storage x count (total), one weight each)"
 set yrange [0:*]
-plot """ + ", \\\n  ".join(rlines) + f", \\\n  {NEAR_CEILING} with lines dashtype 3 lc rgb 'gray' title 'target {NEAR_CEILING}x'\n"
+plot """ + ", \\\n  ".join(rlines) + f", \\\n  {NEAR_CEILING} with lines dashtype 2 lw 1.5 lc rgb '#606060' title 'target {NEAR_CEILING}x'\n"
         for script in (gbps, ratio):
             gp = os.path.join(tmp, "p.gp")
             with open(gp, "w") as f:
@@ -385,6 +390,10 @@ def main():
         "included: about 1-2.5 s/GiB on this kind of machine); the memcpy ceiling copies between two "
         "pre-faulted (reused) buffers. Ours allocates one block per storage from HostDevice; upstream one "
         "`new[]` per key, which glibc may serve from memory freed by the previous repetition;",
+        "- threads: our loader reads with its default 4 reader threads (on however many cores the machine has); "
+        "the pread and cold-read ceilings and upstream use one thread. A ratio above 1x means the loader overlapped "
+        "first-touch faults or I/O that the one-thread ceiling serializes; `pread_warm_reused` shows the same read "
+        "without the faults;",
         "- warm: the file was read into the page cache right before each repetition (the machine pages out "
         "cache left idle); cold: its pages were dropped right before (fsync + POSIX_FADV_DONTNEED, checked "
         "with mincore);",
@@ -398,7 +407,10 @@ def main():
         "whole key list is loaded and its per-key time scaled to every key (`sampled` in the notes).", ""]
     if vt:
         page += ["## Verification alone", "",
-                 "`WeightBundle::Open` (pread) of a .ptd + manifest of N float32 4x4 weights, one 64-byte storage each, warm.", "",
+                 "`WeightBundle::Open` (pread) of a .ptd + manifest of N float32 4x4 weights, one 64-byte storage each, warm. "
+                 "Its parts were timed again separately in each repetition (`Container::Open` of the .ptd, `ParseManifest`, "
+                 "`WeightSet::Open`, the resolution: X*, G*): their p50s show where the time goes; their sum can differ from "
+                 "the whole's p50 (separate runs on a noisy machine).", "",
                  vt, ""]
     page += ["## CUDA device", "", f"`ptd_cuda_bench` (pinned H2D ceiling, upstream-style cudaMalloc per storage, the loader's device path): {cstat}.", ""]
     page += ctable + ([""] if ctable else [])

@@ -266,7 +266,7 @@ void Check(bool ok, const std::string& what) {
 SuiteFlags ParseSuiteFlags(int* argc, char** argv) {
   SuiteFlags f;
   const char* env = std::getenv("PTD_BENCH_DIR");
-  f.data_dir = env != nullptr && *env != '\0' ? env : "bench-data";
+  f.data_dir = env != nullptr && *env != '\0' ? env : PTD_BENCH_DEFAULT_DIR;
   int out = 1;
   for (int i = 1; i < *argc; ++i) {
     const std::string a = argv[i];

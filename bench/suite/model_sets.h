@@ -46,7 +46,7 @@ struct ModelSet {
 // The suite's flags (--name=value; both binaries take the same ones and pass
 // every other argument to Google Benchmark).
 struct SuiteFlags {
-  std::string data_dir;        // --data_dir; default $PTD_BENCH_DIR or ./bench-data.
+  std::string data_dir;        // --data_dir; default $PTD_BENCH_DIR or <build>/bench-data.
   uint64_t big_mib = 1024;     // --big_mib: total of the 4 MiB-storage set.
   uint64_t mid_mib = 256;      // --mid_mib: total of the 64 KiB-storage set.
   uint64_t small_mib = 64;     // --small_mib: total of the 1 KiB-storage set.
