@@ -5,11 +5,13 @@
 # ptd_cuda_bench (when CUDA was found; it skips without a GPU), then writes
 # bench/results/<machine>.md, its PNG plots, and the README's Benchmarks block.
 #
-# Usage: scripts/bench.sh [--quick] [--machine NAME] [--no-setup] [--help]
-#   --quick       smaller sets and fewer repetitions: under 5 minutes on a
-#                 2-core machine once built (see below)
-#   --machine N   name of the results page (default: CPU model, cores, memory)
-#   --no-setup    skip scripts/setup.sh --deps (package check)
+# Usage: scripts/bench.sh [--quick] [--machine NAME] [--no-setup] [--report-only] [--help]
+#   --quick        smaller sets and fewer repetitions: under 5 minutes on a
+#                  2-core machine once built (see below)
+#   --machine N    name of the results page (default: CPU model, cores, memory)
+#   --no-setup     skip scripts/setup.sh --deps (package check)
+#   --report-only  no build, no runs: re-render the page, the plots and the
+#                  README block from the last run's JSON (build/bench-results)
 # Environment: PTD_BENCH_DIR   where the model sets are written once and
 #                              reused (default build/bench-data; never in git)
 #              BUILD_DIR       build directory (default build)
@@ -29,11 +31,13 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 quick=0
 setup=1
+report_only=0
 machine=""
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
     --no-setup) setup=0 ;;
+    --report-only) report_only=1 ;;
     --machine) machine=${2:?--machine needs a name}; shift ;;
     --machine=*) machine=${1#--machine=} ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -47,6 +51,27 @@ if [[ -z $machine ]]; then
   mem=$(awk '/^MemTotal/ {printf "%d", $2 / 1048576 + 0.5}' /proc/meminfo)
   machine=$(echo "${cpu:-cpu}" | sed -E 's/\((R|TM|tm|r)\)//g; s/ (CPU|Processor|processor)//g; s/@.*//' |
             tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-|-$//g')-$(nproc)c-${mem}g
+fi
+
+out=$build/bench-results
+render() {
+  local mode notes=() jsons=() note_args=()
+  mode=$(cat "$out/mode")
+  mapfile -t notes <"$out/notes.txt"
+  for n in "${notes[@]}"; do note_args+=(--note "$n"); done
+  for j in "$out"/suite-*.json "$out"/upstream-*.json "$out"/verify.json "$out"/cuda.json; do
+    if [[ -f $j ]]; then jsons+=("$j"); fi
+  done
+  mkdir -p "$root/bench/results"
+  python3 "$root/scripts/bench_report.py" --mode "$mode" \
+    --out "$root/bench/results/$machine.md" --plots "$root/bench/results/$machine" \
+    --readme "$root/README.md" "${note_args[@]}" "${jsons[@]}"
+  echo "bench.sh: wrote bench/results/$machine.md (+ $machine-gbps.png, $machine-ratio.png) and README.md's Benchmarks block" >&2
+}
+if ((report_only)); then
+  [[ -f $out/mode && -f $out/notes.txt ]] || { echo "bench.sh: no earlier run in $out" >&2; exit 2; }
+  render
+  exit 0
 fi
 
 if ((setup)); then
@@ -64,9 +89,8 @@ for t in "${targets[@]}"; do build_args+=(--target "$t"); done
 cmake --build "$build" --parallel "$(nproc)" "${build_args[@]}"
 
 data=${PTD_BENCH_DIR:-$build/bench-data}
-out=$build/bench-results
 mkdir -p "$data" "$out"
-rm -f "$out"/*.json
+rm -f "$out"/*.json "$out"/mode "$out"/notes.txt
 
 if ((quick)); then
   args=(--big_mib=256 --mid_mib=64 --small_mib=64 --xfmr_mib=256 --reps=5 --upstream_max_keys=1024)
@@ -85,32 +109,22 @@ start=$SECONDS
 echo "bench.sh: $mode suite, data in $data" >&2
 # Set by set, ours and the ceilings then upstream, so that the figures that
 # are compared were taken within a minute of each other; verification last.
-jsons=()
 for set in ${PTD_BENCH_SETS:-4MiB 64KiB 1KiB xfmr}; do
   "$build/bench/ptd_suite_bench" "${args[@]}" --sets="$set" --verify= "${gb[@]}" \
     --benchmark_out="$out/suite-$set.json"
-  jsons+=("$out/suite-$set.json")
   if [[ -x $build/bench/ptd_upstream_bench ]]; then
     "$build/bench/ptd_upstream_bench" "${args[@]}" --sets="$set" "${gb[@]}" \
       --benchmark_out="$out/upstream-$set.json"
-    jsons+=("$out/upstream-$set.json")
   fi
 done
 [[ -x $build/bench/ptd_upstream_bench ]] ||
   notes+=("upstream: ptd_upstream_bench not built (the executorch package was not found); no upstream rows")
 "$build/bench/ptd_suite_bench" "${args[@]}" --sets= "${gb[@]}" --benchmark_out="$out/verify.json"
-jsons+=("$out/verify.json")
 if [[ -x $build/bench/ptd_cuda_bench ]]; then
   # Without a GPU every case reports "no CUDA device"; the page says "skipped: no GPU".
   "$build/bench/ptd_cuda_bench" "${gb[@]}" --benchmark_out="$out/cuda.json" || true
-  jsons+=("$out/cuda.json")
 fi
 notes+=("suite wall time: $((SECONDS - start)) s (model sets cached in the data directory; the build not counted)")
-
-mkdir -p "$root/bench/results"
-note_args=()
-for n in "${notes[@]}"; do note_args+=(--note "$n"); done
-python3 "$root/scripts/bench_report.py" --mode "$mode" \
-  --out "$root/bench/results/$machine.md" --plots "$root/bench/results/$machine" \
-  --readme "$root/README.md" "${note_args[@]}" "${jsons[@]}"
-echo "bench.sh: wrote bench/results/$machine.md (+ $machine-gbps.png, $machine-ratio.png) and README.md's Benchmarks block" >&2
+echo "$mode" >"$out/mode"
+printf '%s\n' "${notes[@]}" >"$out/notes.txt"
+render
