@@ -86,12 +86,15 @@ class Container {
   static std::unique_ptr<Container> Verify(
       std::shared_ptr<const FileSource> source, Report* report);
 
-  // Neither copyable nor movable: the key index holds views of the entries'
-  // keys, and a short key lives inside its std::string, so a copy or a move
-  // would leave the index pointing at the old object. Containers are handed
-  // out by unique_ptr; move the pointer.
+  // Not copyable: the key index holds views of the entries' keys, and a copy
+  // would keep viewing the original's. Movable: the entries live in one
+  // vector buffer that a move hands over whole, so every view (short keys
+  // included, which live inside their std::string) stays valid. Open and
+  // Verify hand Containers out by unique_ptr.
   Container(const Container&) = delete;
   Container& operator=(const Container&) = delete;
+  Container(Container&&) noexcept = default;
+  Container& operator=(Container&&) noexcept = default;
 
   const FileSource& source() const { return *source_; }
   const std::string& path() const { return source_->name(); }

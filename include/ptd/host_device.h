@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "ptd/device.h"
 
 namespace ptd {
@@ -30,6 +32,12 @@ class HostDevice final : public Device {
 
   // ResourceExhausted when the allocation fails.
   absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override;
+  // One block for all of them (each buffer 256-byte aligned within it):
+  // one malloc per load instead of one per storage. The buffers share the
+  // block, which is freed when the last of them goes; stats() still count
+  // one allocation per buffer.
+  absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(
+      absl::Span<const size_t> sizes) override;
   // Ordinary (pageable) host memory.
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
   // Synchronous memcpy; the ticket is already complete.

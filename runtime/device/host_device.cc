@@ -1,9 +1,14 @@
 #include "ptd/host_device.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
+#include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace ptd {
@@ -46,6 +51,53 @@ absl::StatusOr<DeviceBuffer> HostDevice::AllocateBlock(size_t nbytes, bool stagi
 
 absl::StatusOr<DeviceBuffer> HostDevice::Allocate(size_t nbytes) {
   return AllocateBlock(nbytes, /*staging=*/false);
+}
+
+absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
+    absl::Span<const size_t> sizes) {
+  std::vector<DeviceBuffer> out;
+  if (sizes.empty()) return out;
+  // Each buffer at a multiple of the alignment; a zero-byte one still gets
+  // a distinct address.
+  std::vector<size_t> offsets(sizes.size());
+  size_t total = 0, data_bytes = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const size_t n = std::max<size_t>(sizes[i], 1);
+    const size_t rounded = (n + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+    if (rounded < n || total + rounded < total) {
+      absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
+          "host: buffer ", i, " of ", sizes.size(), " (", sizes[i],
+          " bytes) takes the total past the address space"));
+      s.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(i)));
+      return s;
+    }
+    offsets[i] = total;
+    total += rounded;
+    data_bytes += sizes[i];
+  }
+  auto* base = static_cast<uint8_t*>(std::aligned_alloc(kDeviceAlignment, total));
+  if (base == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host: out of memory allocating ", sizes.size(), " buffers (", total, " bytes)"));
+  }
+  const uint64_t count = sizes.size();
+  Counters& c = *counters_;
+  c.allocations.fetch_add(count, std::memory_order_relaxed);
+  c.allocated_bytes.fetch_add(data_bytes, std::memory_order_relaxed);
+  c.live_allocations.fetch_add(count, std::memory_order_relaxed);
+  c.live_bytes.fetch_add(data_bytes, std::memory_order_relaxed);
+  std::shared_ptr<void> block(base, [counters = counters_, count, data_bytes](void* q) {
+    std::free(q);
+    counters->live_allocations.fetch_sub(count, std::memory_order_relaxed);
+    counters->live_bytes.fetch_sub(data_bytes, std::memory_order_relaxed);
+  });
+  out.reserve(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    void* p = base + offsets[i];
+    // Aliasing: every buffer shares the block's ownership.
+    out.emplace_back(std::shared_ptr<void>(block, p), p, sizes[i]);
+  }
+  return out;
 }
 
 absl::StatusOr<HostBuffer> HostDevice::AllocateStaging(size_t nbytes) {

@@ -1,6 +1,9 @@
 #include "ptd/manifest.h"
 
 #include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -26,6 +29,9 @@ class Cursor {
       : bytes_(bytes), pos_(pos), where_(where), report_(report) {}
 
   size_t pos() const { return pos_; }
+  // Reads that follow belong to entry `i`: their `what` is numbered in a
+  // message ("entry 7"), built only when a read fails.
+  void SetEntry(uint32_t i) { entry_ = i; }
   size_t remaining() const { return bytes_.size() - pos_; }
 
   template <typename T>
@@ -49,7 +55,8 @@ class Cursor {
   bool Need(uint64_t n, std::string_view what) {
     if (n <= remaining()) return true;
     report_->Error("M2", kDataLoss,
-                   absl::StrCat("manifest ends while reading ", internal::Sv(what), ": needs ",
+                   absl::StrCat("manifest ends while reading ", internal::Sv(what),
+                                entry_ ? absl::StrCat(" ", *entry_) : std::string(), ": needs ",
                                 n, " bytes at offset ", pos_, ", ",
                                 remaining(), " left of ", bytes_.size()),
                    where_);
@@ -58,6 +65,7 @@ class Cursor {
 
   absl::Span<const uint8_t> bytes_;
   size_t pos_;
+  std::optional<uint32_t> entry_;
   const Where& where_;
   Report* report_;
 };
@@ -116,14 +124,16 @@ void CheckVariants(const std::vector<Variant>& variants, const Where& where,
 // M5 field checks of one entry; returns false if any failed.
 bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
                 Report* report) {
-  Where where = base;
-  if (!e.fqn.empty()) where.fqn = e.fqn;
-  if (!e.storage_key.empty()) where.key = e.storage_key;
-  const std::string name =
-      e.fqn.empty() ? absl::StrCat("entry ", index)
-                    : absl::StrCat("weight '", internal::Escaped(e.fqn), "'");
   bool ok = true;
+  // The location and the name are built only for a diagnostic: a
+  // well-formed entry allocates nothing here.
   const auto err = [&](std::string msg) {
+    Where where = base;
+    if (!e.fqn.empty()) where.fqn = e.fqn;
+    if (!e.storage_key.empty()) where.key = e.storage_key;
+    const std::string name =
+        e.fqn.empty() ? absl::StrCat("entry ", index)
+                      : absl::StrCat("weight '", internal::Escaped(e.fqn), "'");
     report->Error("M5", kDataLoss, absl::StrCat(name, ": ", msg), where);
     ok = false;
   };
@@ -271,7 +281,8 @@ bool DecodeEntries(Cursor& in, Manifest* m, const Where& where,
   m->entries.reserve(std::min<size_t>(num_entries, in.remaining() / kMinEntryBytes));
   for (uint32_t i = 0; i < num_entries; ++i) {
     WeightEntry e;
-    const std::string what = absl::StrCat("entry ", i);
+    in.SetEntry(i);
+    constexpr std::string_view what = "entry";
     uint32_t ndim;
     if (!in.ReadString(&e.fqn, what) || !in.ReadString(&e.storage_key, what) ||
         !in.Read(&e.storage_nbytes, what) || !in.Read(&e.dtype, what) ||
@@ -304,6 +315,7 @@ bool DecodeEntries(Cursor& in, Manifest* m, const Where& where,
 // M6, after decoding (the entries' strings no longer move).
 void CheckUniqueFqns(Manifest* m, const Where& where, Report* report) {
   absl::flat_hash_map<std::string_view, size_t> seen_fqns;
+  seen_fqns.reserve(m->entries.size());
   for (size_t i = 0; i < m->entries.size(); ++i) {
     WeightEntry& e = m->entries[i];
     if (e.fqn.empty()) continue;

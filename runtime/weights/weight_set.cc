@@ -41,6 +41,13 @@ class Resolver {
         file_(container ? container->path() : std::string()),
         reach_(container ? container->segments().size() : 0) {}
 
+  // Sizes the per-key tables for `entries` entries in all (no rehashing
+  // while resolving).
+  void Reserve(size_t entries) {
+    owners_.reserve(entries);
+    referenced_.reserve(entries);
+  }
+
   // Every check of one entry of the manifest from `source`.
   ResolvedWeight ResolveEntry(const WeightEntry& e, const std::string& source) {
     ResolvedWeight w{.entry = &e};
@@ -63,11 +70,14 @@ class Resolver {
 
   // G5: per segment, the bytes before the first and after the last byte any
   // view reaches. One warning per segment, naming one key behind it.
-  void ReportUnreachedBytes() const {
+  void ReportUnreachedBytes() {
+    const std::vector<bool>& referenced = ReferencedKeys();
+    const auto& named = container_->named_data();
     std::vector<const NamedDataEntry*> seg_key(container_->segments().size(), nullptr);
-    for (const NamedDataEntry& nd : container_->named_data()) {
+    for (size_t k = 0; k < named.size(); ++k) {
+      const NamedDataEntry& nd = named[k];
       if (nd.segment_index < seg_key.size() && seg_key[nd.segment_index] == nullptr &&
-          referenced_.contains(nd.key)) {
+          referenced[k]) {
         seg_key[nd.segment_index] = &nd;
       }
     }
@@ -75,6 +85,8 @@ class Resolver {
       const Reach& r = reach_[i];
       const uint64_t size = container_->segments()[i].size;
       if (!r.any_view || size == 0) continue;
+      if (r.end != 0 && r.first == 0 && r.end >= size) continue;  // All reached.
+      // Built only for a warning.
       const Where where{.file = file_,
                         .key = seg_key[i] ? std::optional(seg_key[i]->key) : std::nullopt,
                         .segment = i};
@@ -84,7 +96,7 @@ class Resolver {
                          absl::StrCat("segment ", i, key, ": none of its ", size,
                                       " bytes is reached by any view"),
                          where);
-      } else if (r.first > 0 || r.end < size) {
+      } else {
         report_->Warning("G5",
                          absl::StrCat("segment ", i, key, ": views reach bytes [",
                                       r.first, ", ", r.end, ") of ", size, "; ",
@@ -96,10 +108,12 @@ class Resolver {
   }
 
   // X3: weight storages that no manifest references.
-  void ReportOrphans() const {
-    for (const NamedDataEntry& nd : container_->named_data()) {
-      if (absl::StartsWith(nd.key, internal::Sv(kCudaWeightKeyPrefix)) &&
-          !referenced_.contains(nd.key)) {
+  void ReportOrphans() {
+    const std::vector<bool>& referenced = ReferencedKeys();
+    const auto& named = container_->named_data();
+    for (size_t k = 0; k < named.size(); ++k) {
+      const NamedDataEntry& nd = named[k];
+      if (!referenced[k] && absl::StartsWith(nd.key, internal::Sv(kCudaWeightKeyPrefix))) {
         report_->Warning("X3",
                          absl::StrCat("storage key '", nd.key,
                                       "' is referenced by no manifest"),
@@ -217,6 +231,20 @@ class Resolver {
     return true;
   }
 
+  // Per named-data entry of the container: does some manifest entry name its
+  // key? Looked up once, for both G5 and X3.
+  const std::vector<bool>& ReferencedKeys() {
+    if (!referenced_keys_) {
+      const auto& named = container_->named_data();
+      referenced_keys_.emplace(named.size());
+      for (size_t k = 0; k < named.size(); ++k) {
+        (*referenced_keys_)[k] = referenced_.contains(named[k].key);
+      }
+    }
+    return *referenced_keys_;
+  }
+
+  std::optional<std::vector<bool>> referenced_keys_;
   const Container* container_;
   const WeightSet::StorageSizeFn* storage_size_;
   Report* report_;
@@ -257,6 +285,9 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
                                  Report* report) {
   WeightSet set;
   Resolver resolver(container, storage_size, report);
+  size_t total = 0;
+  for (const ManifestInput& in : manifests) total += in.manifest->entries.size();
+  resolver.Reserve(total);
   for (const ManifestInput& in : manifests) {
     ResolvedManifest rm{.source = in.source, .manifest = in.manifest};
     rm.weights.reserve(in.manifest->entries.size());

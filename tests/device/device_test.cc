@@ -2,6 +2,7 @@
 // default AllocateMany, and OpenDevice.
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,14 +38,57 @@ TEST(HostDeviceTest, AllocatesAlignedBlocksAndCountsThem) {
   EXPECT_EQ(dev.stats().live_bytes, 0u);
 }
 
-TEST(HostDeviceTest, AllocateManyGivesOneBlockEach) {
+TEST(HostDeviceTest, AllocateManyCarvesAlignedDisjointBuffersFromOneBlock) {
   HostDevice dev;
-  auto bufs = dev.AllocateMany(std::vector<size_t>{16, 0, 300});
-  ASSERT_TRUE(bufs.ok());
-  ASSERT_EQ(bufs->size(), 3u);
-  EXPECT_EQ((*bufs)[2].size(), 300u);
-  EXPECT_EQ(dev.stats().allocations, 3u);
+  const std::vector<size_t> sizes = {16, 0, 300, 256, 1};
+  auto bufs = dev.AllocateMany(sizes);
+  ASSERT_TRUE(bufs.ok()) << bufs.status();
+  ASSERT_EQ(bufs->size(), sizes.size());
+  // Aligned, sized as asked, distinct even when empty, and disjoint: fill
+  // each with its own byte and read every one back.
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const DeviceBuffer& b = (*bufs)[i];
+    EXPECT_EQ(b.size(), sizes[i]);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kDeviceAlignment, 0u) << i;
+    if (i > 0) {
+      EXPECT_NE(b.data(), (*bufs)[i - 1].data());
+    }
+    if (b.size() > 0) std::memset(b.data(), static_cast<int>(i + 1), b.size());
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto* p = static_cast<const uint8_t*>((*bufs)[i].data());
+    for (size_t k = 0; k < sizes[i]; ++k) ASSERT_EQ(p[k], i + 1) << i << " " << k;
+  }
+  // Stats count one allocation per buffer.
+  EXPECT_EQ(dev.stats().allocations, sizes.size());
+  EXPECT_EQ(dev.stats().allocated_bytes, 16u + 300 + 256 + 1);
+  EXPECT_EQ(dev.stats().live_allocations, sizes.size());
+  // The block lives while any buffer does (ASan checks the write below).
+  DeviceBuffer last = (*bufs)[4];
   bufs->clear();
+  EXPECT_EQ(dev.stats().live_allocations, sizes.size());
+  static_cast<uint8_t*>(last.data())[0] = 7;
+  last = DeviceBuffer();
+  EXPECT_EQ(dev.stats().live_allocations, 0u);
+  EXPECT_EQ(dev.stats().live_bytes, 0u);
+}
+
+TEST(HostDeviceTest, AllocateManyOfNothingAllocatesNothing) {
+  HostDevice dev;
+  auto bufs = dev.AllocateMany(std::vector<size_t>{});
+  ASSERT_TRUE(bufs.ok());
+  EXPECT_TRUE(bufs->empty());
+  EXPECT_EQ(dev.stats().allocations, 0u);
+}
+
+TEST(HostDeviceTest, AllocateManyRefusesATotalPastTheAddressSpace) {
+  HostDevice dev;
+  const size_t huge = std::numeric_limits<size_t>::max() / 2;
+  auto bufs = dev.AllocateMany(std::vector<size_t>{huge, huge, 8});
+  ASSERT_FALSE(bufs.ok());
+  EXPECT_EQ(bufs.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(bufs.status().message(), HasSubstr("buffer 1 of 3"));
+  EXPECT_EQ(bufs.status().GetPayload(kAllocateManyIndexPayload), absl::Cord("1"));
   EXPECT_EQ(dev.stats().live_allocations, 0u);
 }
 
