@@ -2,7 +2,7 @@
 """Turns the load-latency suite's Google Benchmark JSON into a results page.
 
 Usage: bench_report.py --out bench/results/<machine>.md --plots <prefix>
-           [--readme README.md] [--mode quick|full] [--note TEXT]...
+           [--readme README.md] [--mode quick|full] [--commit C] [--note TEXT]...
            suite.json [upstream.json] [cuda.json]
 
 Writes the page (machine, table, targets and misses with their measured
@@ -344,6 +344,7 @@ def main():
     ap.add_argument("--readme")
     ap.add_argument("--mode", default="full")
     ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--commit", help="the commit measured (default: HEAD now)")
     ap.add_argument("json", nargs="+")
     a = ap.parse_args()
 
@@ -352,9 +353,11 @@ def main():
     if not r.sets:
         sys.exit("bench_report: no Loader/host_warm rows in the JSON")
     m = machine()
-    commit = git("rev-parse", "--short", "HEAD")
-    if git("status", "--porcelain", "--untracked-files=no"):
-        commit += " (with uncommitted changes)"
+    commit = a.commit
+    if not commit:
+        commit = git("rev-parse", "--short", "HEAD")
+        if git("status", "--porcelain", "--untracked-files=no"):
+            commit += " (with uncommitted changes)"
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     plot_err = gnuplot(r, a.plots)
     page_dir = os.path.dirname(os.path.abspath(a.out))
