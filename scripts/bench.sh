@@ -64,12 +64,13 @@ render() {
   done
   mkdir -p "$root/bench/results"
   python3 "$root/scripts/bench_report.py" --mode "$mode" --commit "$(cat "$out/commit")" \
+    --date "$(cat "$out/date")" \
     --out "$root/bench/results/$machine.md" --plots "$root/bench/results/$machine" \
     --readme "$root/README.md" "${note_args[@]}" "${jsons[@]}"
   echo "bench.sh: wrote bench/results/$machine.md (+ $machine-gbps.png, $machine-ratio.png) and README.md's Benchmarks block" >&2
 }
 if ((report_only)); then
-  [[ -f $out/mode && -f $out/notes.txt && -f $out/commit ]] || { echo "bench.sh: no earlier run in $out" >&2; exit 2; }
+  [[ -f $out/mode && -f $out/notes.txt && -f $out/commit && -f $out/date ]] || { echo "bench.sh: no earlier run in $out" >&2; exit 2; }
   render
   exit 0
 fi
@@ -90,13 +91,14 @@ cmake --build "$build" --parallel "$(nproc)" "${build_args[@]}"
 
 data=${PTD_BENCH_DIR:-$build/bench-data}
 mkdir -p "$data" "$out"
-rm -f "$out"/*.json "$out"/mode "$out"/notes.txt "$out"/commit
+rm -f "$out"/*.json "$out"/mode "$out"/notes.txt "$out"/commit "$out"/date
 # The commit measured, kept for --report-only.
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
   commit+=" (with uncommitted changes)"
 fi
 echo "$commit" >"$out/commit"
+date -u '+%Y-%m-%d %H:%M UTC' >"$out/date"
 
 if ((quick)); then
   args=(--big_mib=256 --mid_mib=64 --small_mib=64 --xfmr_mib=256 --reps=5 --upstream_max_keys=1024)
