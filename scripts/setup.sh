@@ -22,6 +22,7 @@ packages=(
   libabsl-dev libssl-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer + sanitizer runtimes: the fuzz gate
+  gnuplot-nox                # scripts/bench.sh's plots
 )
 # The executorch package goes into a venv (below). Debian's own python3 needs
 # python3-venv for that; another python3 on PATH (pyenv, ...) brings its own.

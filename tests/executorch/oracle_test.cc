@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ptd/executorch/container_data_map.h"
 #include "ptd/ptd_writer.h"
@@ -106,7 +107,7 @@ TensorLayout Layout(int32_t type, std::vector<int32_t> sizes,
 class OracleTest : public ::testing::Test {
  protected:
   void Check(const PtdWriter& w) {
-    const std::string path = dir_.File("w" + std::to_string(n_++) + ".ptd");
+    const std::string path = dir_.File(absl::StrCat("w", n_++, ".ptd"));
     ASSERT_TRUE(w.Write(path).ok());
     ExpectSameAsUpstream(path);
   }
@@ -194,7 +195,7 @@ TEST_F(OracleTest, WriterRandomMixes) {
         layout = (n % 2 == 0 && n > 0) ? Layout(types[t], {2, n / 2}, {1, 0})
                                        : Layout(types[t], {n});
       }
-      ASSERT_TRUE(w.Add("k" + std::to_string(file) + "." + std::to_string(k), data,
+      ASSERT_TRUE(w.Add(absl::StrCat("k", file, ".", k), data,
                         align, layout).ok());
     }
     Check(w);

@@ -1,0 +1,293 @@
+// ptd_suite_bench: the load-latency suite (issue 11), ours and the ceilings
+// in one run. scripts/bench.sh runs it (and ptd_upstream_bench) and turns
+// the JSON into bench/results/<machine>.md.
+//
+// Per model set (bench/suite/model_sets.h), in this order:
+//   Ceiling/memcpy/<set>      memcpy of data_bytes between two pre-faulted
+//                             buffers (reused memory: no page faults).
+//   Ceiling/pread_warm/<set>  pread of the file's segment region, 4 MiB per
+//                             call, one thread, from a warm page cache into a
+//                             freshly allocated buffer (first-touch faults
+//                             included, as for the loader).
+//   Ceiling/pread_warm_reused/<set>  the same into a pre-faulted buffer
+//                             (informational: the fault-free read).
+//   Ceiling/read_cold/<set>   as pread_warm, right after the file's pages were
+//                             dropped: the cold read of the file.
+//   Loader/host_warm/<set>    LoadWeights(paths, HostDevice): open, verify,
+//                             plan, allocate (fresh memory), read; warm cache.
+//   Loader/host_cold/<set>    the same after dropping the file's pages.
+// Then Verify/<N>: WeightBundle::Open (pread) of N 64-byte weights, warm,
+// with its parts timed separately (container, manifest, resolve).
+//
+// Every case runs --reps timed repetitions (manual time: the page-cache
+// warm-up or drop before a repetition and the free after it are not timed).
+// Counters: p50_ms, p90_ms, GBps (bytes / p50), bytes, and for the loader
+// the p50 of each phase (verify/plan/alloc/read/first_weight ms), the peak
+// host staging bytes seen during a load, and for cold cases the fraction of
+// the file still resident after the drop (mincore).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/suite/model_sets.h"
+#include "benchmark/benchmark.h"
+#include "ptd/container.h"
+#include "ptd/file_source.h"
+#include "ptd/host_device.h"
+#include "ptd/loader.h"
+#include "ptd/manifest.h"
+#include "ptd/weight_bundle.h"
+#include "ptd/weight_set.h"
+
+namespace ptd::bench {
+namespace {
+
+constexpr uint64_t kChunk = uint64_t{4} << 20;
+constexpr double kNotDropped = 0.05;  // Resident fraction above which a drop failed.
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Records per-repetition seconds and turns them into counters.
+struct Samples {
+  std::vector<double> s;
+  double max_resident = 0;  // Cold cases: worst fraction left after a drop.
+  void Add(benchmark::State& state, double seconds) {
+    s.push_back(seconds);
+    state.SetIterationTime(seconds);
+  }
+  void Finish(benchmark::State& state, uint64_t bytes, bool cold) const {
+    const double p50 = Percentile(s, 50);
+    state.counters["p50_ms"] = p50 * 1e3;
+    state.counters["p90_ms"] = Percentile(s, 90) * 1e3;
+    state.counters["GBps"] = p50 > 0 ? static_cast<double>(bytes) / p50 / 1e9 : 0;
+    state.counters["bytes"] = static_cast<double>(bytes);
+    state.counters["reps"] = static_cast<double>(s.size());
+    if (cold) {
+      state.counters["resident_after_drop"] = max_resident;
+      if (max_resident > kNotDropped) {
+        state.SetLabel(absl::StrCat("NOT COLD: ", static_cast<int>(max_resident * 100),
+                                    "% of the file stayed resident after POSIX_FADV_DONTNEED"));
+      }
+    }
+  }
+};
+
+void PreadAll(int fd, uint8_t* dst, uint64_t len, uint64_t offset) {
+  for (uint64_t done = 0; done < len;) {
+    const size_t want = static_cast<size_t>(std::min(kChunk, len - done));
+    const ssize_t n = ::pread(fd, dst + done, want, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    Check(n > 0, "short pread");
+    done += static_cast<uint64_t>(n);
+  }
+}
+
+void Prepare(const ModelSet& m, bool cold, Samples* samples) {
+  if (cold) {
+    samples->max_resident = std::max(samples->max_resident, DropPageCache(m.ptd));
+  } else {
+    WarmPageCache(m.ptd);
+  }
+}
+
+void BM_Memcpy(benchmark::State& state, const ModelSet& m) {
+  std::unique_ptr<uint8_t[]> src(new uint8_t[m.data_bytes]);
+  std::unique_ptr<uint8_t[]> dst(new uint8_t[m.data_bytes]);
+  std::memset(src.get(), 1, m.data_bytes);
+  std::memset(dst.get(), 2, m.data_bytes);
+  Samples samples;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    std::memcpy(dst.get(), src.get(), m.data_bytes);
+    benchmark::ClobberMemory();
+    samples.Add(state, Since(t0));
+  }
+  samples.Finish(state, m.data_bytes, false);
+}
+
+void BM_ReadFile(benchmark::State& state, const ModelSet& m, bool cold) {
+  const int fd = ::open(m.ptd.c_str(), O_RDONLY | O_CLOEXEC);
+  Check(fd >= 0, "open " + m.ptd);
+  const uint64_t len = m.file_bytes - m.data_begin;
+  Samples samples;
+  for (auto _ : state) {
+    Prepare(m, cold, &samples);
+    const auto t0 = Clock::now();
+    std::unique_ptr<uint8_t[]> buf(new uint8_t[len]);  // Fresh: faults included.
+    PreadAll(fd, buf.get(), len, m.data_begin);
+    benchmark::DoNotOptimize(buf.get());
+    benchmark::ClobberMemory();
+    samples.Add(state, Since(t0));
+  }
+  ::close(fd);
+  samples.Finish(state, len, cold);
+}
+
+void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold) {
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false};
+  auto device = std::make_shared<HostDevice>();
+  Samples samples;
+  std::vector<double> verify, plan, alloc, read, first;
+  uint64_t staging_peak = 0, bytes = 0, storages = 0, reads = 0;
+  LoadOptions options;
+  options.progress = [&](uint64_t, uint64_t) {
+    staging_peak = std::max(staging_peak, device->stats().live_staging_bytes);
+    return true;
+  };
+  for (auto _ : state) {
+    Prepare(m, cold, &samples);
+    const auto t0 = Clock::now();
+    auto w = LoadWeights(paths, device, options);
+    const double s = Since(t0);
+    Check(w.ok(), "LoadWeights " + m.ptd + ": " + w.status().ToString());
+    samples.Add(state, s);
+    const LoadTimings& t = w->timings();
+    verify.push_back(t.verify_s);
+    plan.push_back(t.plan_s);
+    alloc.push_back(t.allocate_s);
+    read.push_back(t.read_s);
+    first.push_back(t.first_weight_s);
+    bytes = w->stats().bytes;
+    storages = w->stats().storages;
+    reads = w->stats().reads;
+    // The unload (w going out of scope) is not timed.
+  }
+  samples.Finish(state, bytes, cold);
+  state.counters["verify_ms"] = Percentile(verify, 50) * 1e3;
+  state.counters["plan_ms"] = Percentile(plan, 50) * 1e3;
+  state.counters["alloc_ms"] = Percentile(alloc, 50) * 1e3;
+  state.counters["read_ms"] = Percentile(read, 50) * 1e3;
+  state.counters["first_weight_ms"] = Percentile(first, 50) * 1e3;
+  state.counters["staging_peak_bytes"] = static_cast<double>(staging_peak);
+  state.counters["storages"] = static_cast<double>(storages);
+  state.counters["reads"] = static_cast<double>(reads);
+}
+
+// The timed figure is WeightBundle::Open. Its parts are then timed once more
+// each, separately (untimed by the figure), to name where the time goes:
+// Container::Open of the .ptd, ParseManifest, WeightSet::Open (resolution:
+// X*, G*); "bundle" is the total minus those three.
+void BM_Verify(benchmark::State& state, const ModelSet& m) {
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false};
+  Samples samples;
+  std::vector<double> container, manifest, resolve;
+  for (auto _ : state) {
+    WarmPageCache(m.ptd);
+    WarmPageCache(m.manifest);
+    auto t0 = Clock::now();
+    auto b = WeightBundle::Open(paths);
+    const double s = Since(t0);
+    Check(b.ok(), "WeightBundle::Open " + m.ptd + ": " + b.status().ToString());
+    samples.Add(state, s);
+
+    t0 = Clock::now();
+    auto src = OpenPreadFile(m.ptd);
+    Check(src.ok(), m.ptd);
+    auto c = Container::Open(std::shared_ptr<const FileSource>(std::move(*src)));
+    Check(c.ok(), "Container::Open");
+    container.push_back(Since(t0));
+    t0 = Clock::now();
+    auto msrc = OpenPreadFile(m.manifest);
+    Check(msrc.ok(), m.manifest);
+    std::vector<uint8_t> bytes((*msrc)->size());
+    Check((*msrc)->ReadAt(0, absl::MakeSpan(bytes)).ok(), m.manifest);
+    auto man = ParseManifest(bytes);
+    Check(man.ok(), "ParseManifest");
+    manifest.push_back(Since(t0));
+    t0 = Clock::now();
+    const ManifestInput in[] = {{"manifest", &*man}};
+    auto ws = WeightSet::Open(**c, in);
+    Check(ws.ok(), "WeightSet::Open");
+    resolve.push_back(Since(t0));
+  }
+  samples.Finish(state, m.file_bytes, false);
+  const double p50 = Percentile(samples.s, 50);
+  state.counters["weights"] = static_cast<double>(m.weights);
+  state.counters["ns_per_weight"] = p50 * 1e9 / static_cast<double>(m.weights);
+  state.counters["container_ms"] = Percentile(container, 50) * 1e3;
+  state.counters["manifest_ms"] = Percentile(manifest, 50) * 1e3;
+  state.counters["resolve_ms"] = Percentile(resolve, 50) * 1e3;
+}
+
+// Into reused memory: the same reads without first-touch faults, to show
+// what the fresh-memory ceiling pays for them.
+void BM_ReadFileReused(benchmark::State& state, const ModelSet& m) {
+  const int fd = ::open(m.ptd.c_str(), O_RDONLY | O_CLOEXEC);
+  Check(fd >= 0, "open " + m.ptd);
+  const uint64_t len = m.file_bytes - m.data_begin;
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[len]);
+  std::memset(buf.get(), 3, len);
+  Samples samples;
+  for (auto _ : state) {
+    WarmPageCache(m.ptd);
+    const auto t0 = Clock::now();
+    PreadAll(fd, buf.get(), len, m.data_begin);
+    benchmark::ClobberMemory();
+    samples.Add(state, Since(t0));
+  }
+  ::close(fd);
+  samples.Finish(state, len, false);
+}
+
+benchmark::internal::Benchmark* Tune(benchmark::internal::Benchmark* b, int reps) {
+  return b->Iterations(reps)->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+}  // namespace ptd::bench
+
+int main(int argc, char** argv) {
+  using namespace ptd::bench;  // NOLINT: main only.
+  const SuiteFlags flags = ParseSuiteFlags(&argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // Static: the benchmarks keep references until they have run.
+  static const std::vector<ModelSet> sets = LoadSets(flags);
+  static std::vector<ModelSet> verify_sets;
+  for (uint64_t n : flags.verify_weights) verify_sets.push_back(VerifySet(flags, n));
+  benchmark::AddCustomContext("data_dir", flags.data_dir);
+  benchmark::AddCustomContext("reps", std::to_string(flags.reps));
+  for (const ModelSet& m : sets) {
+    benchmark::AddCustomContext(
+        "set." + m.name,
+        absl::StrCat("storages=", m.storages, " storage_bytes=", m.storage_bytes,
+                     " keys=", m.keys, " weights=", m.weights, " data_bytes=", m.data_bytes,
+                     " file_bytes=", m.file_bytes));
+    benchmark::AddCustomContext("desc." + m.name, m.description);
+    const int r = flags.reps;
+    Tune(benchmark::RegisterBenchmark(("Ceiling/memcpy/" + m.name).c_str(), BM_Memcpy, m), r);
+    Tune(benchmark::RegisterBenchmark(("Ceiling/pread_warm/" + m.name).c_str(), BM_ReadFile, m,
+                                      false), r);
+    Tune(benchmark::RegisterBenchmark(("Ceiling/pread_warm_reused/" + m.name).c_str(),
+                                      BM_ReadFileReused, m), r);
+    if (flags.cold) {
+      Tune(benchmark::RegisterBenchmark(("Ceiling/read_cold/" + m.name).c_str(), BM_ReadFile,
+                                        m, true), r);
+    }
+    Tune(benchmark::RegisterBenchmark(("Loader/host_warm/" + m.name).c_str(), BM_Loader, m,
+                                      false), r);
+    if (flags.cold) {
+      Tune(benchmark::RegisterBenchmark(("Loader/host_cold/" + m.name).c_str(), BM_Loader, m,
+                                        true), r);
+    }
+  }
+  for (const ModelSet& m : verify_sets) {
+    Tune(benchmark::RegisterBenchmark(("Verify/" + std::to_string(m.weights)).c_str(),
+                                      BM_Verify, m), flags.reps);
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
