@@ -82,6 +82,13 @@ std::string FormatText(const VerifyOutcome& outcome) {
                   nw == 1 ? " warning)\n" : " warnings)\n");
   Diagnostics(j["errors"], "errors", &out);
   Diagnostics(j["warnings"], "warnings", &out);
+  size_t refused = 0;  // U1: what upstream's CUDA runtime would not load.
+  for (const auto& d : j["warnings"]) refused += d["rule"] == "U1" ? 1 : 0;
+  if (refused > 0) {
+    absl::StrAppend(&out, "U1: upstream's CUDA runtime would refuse this file: ", refused,
+                    refused == 1 ? " weight has a dtype" : " weights have dtypes",
+                    " it does not load\n");
+  }
 
   const json& p = j["ptd"];
   absl::StrAppend(&out, "\ncontainer: ", Num(p["size"]), " bytes, version ",
@@ -147,8 +154,9 @@ std::string FormatText(const VerifyOutcome& outcome) {
         {"fqn", "dtype", "sizes", "strides", "offset", "storage", "required/stored",
          "sha256"}};
     for (const auto& w : m["weights"]) {
+      const bool owned = w.value("runtime_owned", false);
       rows.push_back(
-          {Str(w["fqn"]),
+          {owned ? absl::StrCat(Str(w["fqn"]), " (runtime-owned)") : Str(w["fqn"]),
            std::string(ScalarTypeName(w["dtype"].get<int64_t>())), Dims(w["sizes"]),
            Dims(w["strides"]), Num(w["storage_offset"]),
            Str(w["storage_key"]),

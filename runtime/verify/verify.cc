@@ -113,9 +113,11 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
   } else {
     j["required_nbytes"] = nullptr;
   }
+  // SPEC section 2: no stored bytes, so never a digest.
+  j["runtime_owned"] = e.runtime_owned();
   if (!options.digest) return j;
   json sha = nullptr;
-  if (w != nullptr && w->ok && c != nullptr) {
+  if (w != nullptr && w->ok && !w->runtime_owned && w->named != nullptr && c != nullptr) {
     const ViewSpec view = w->view();
     const auto gathered = internal::CheckedMul(w->extent->numel, view.element_size);
     if (!gathered || *gathered > options.digest_limit) {

@@ -93,9 +93,23 @@ void ExpectLoadsCase(const json& tc, Target target) {
         }
       }
       if (tc.contains("weights")) {
-        ASSERT_EQ(w->weights().size(), tc["weights"].size());
+        // Runtime-owned entries are listed, not loaded (SPEC section 2).
+        ASSERT_EQ(w->weights().size() + w->runtime_owned().size(), tc["weights"].size());
+        EXPECT_EQ(w->stats().runtime_owned, w->runtime_owned().size());
         for (const auto& want : tc["weights"]) {
           const std::string fqn = want["fqn"];
+          if (want["sha256"].is_null()) {
+            const auto owned = std::find_if(
+                w->runtime_owned().begin(), w->runtime_owned().end(),
+                [&](const RuntimeOwnedWeight& r) { return r.fqn == fqn; });
+            ASSERT_NE(owned, w->runtime_owned().end()) << fqn;
+            EXPECT_EQ(w->Find(fqn), nullptr) << fqn;
+            EXPECT_EQ(w->FindStorage(want["storage_key"].get<std::string>()), nullptr) << fqn;
+            EXPECT_EQ(owned->sizes, want["sizes"].get<std::vector<int64_t>>());
+            EXPECT_EQ(owned->strides, want["strides"].get<std::vector<int64_t>>());
+            EXPECT_EQ(owned->required_nbytes, want["required_nbytes"].get<uint64_t>());
+            continue;
+          }
           const LoadedWeight* lw = w->Find(fqn);
           ASSERT_NE(lw, nullptr) << fqn;
           keys.push_back(want["storage_key"]);
