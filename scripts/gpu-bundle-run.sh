@@ -18,16 +18,22 @@
 # Usage: run.sh            the whole check
 #        run.sh --probe    only the probe: exit 0 with the device's name, or 3
 # Environment: OUT, PTD_CHECK_BUDGET_S, PTD_GPU_TEST_FILTER (default *: every
-#   test of ptd_cuda_tests, all labelled "gpu").
+#   test of ptd_cuda_tests, all labelled "gpu"), PTD_CHECK_DEVICE=host (runs
+#   the plumbing without a GPU, for the bundle's CPU-side test; such a run
+#   never passes: the GPU tests skip and the benchmark needs a GPU).
 # Exit status: 0 every check ran and passed; 1 a check failed; 2 the bundle
 # cannot run here (a binary does not start, python3 missing); 3 no CUDA device.
 set -uo pipefail
 export PATH=${PATH:-/usr/local/bin:/usr/bin:/bin}
 export LC_ALL=C
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The binaries find lib/ through their $ORIGIN RUNPATH; this keeps a
+# LD_LIBRARY_PATH of the machine (a conda libcrypto, say) from overriding it.
+export LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 out=${OUT:-$here}
 logs=$out/logs
 budget=${PTD_CHECK_BUDGET_S:-285}
+dev=${PTD_CHECK_DEVICE:-cuda}
 start=$(date +%s)
 mkdir -p "$logs" || { echo "run.sh: cannot create $logs" >&2; exit 2; }
 : >"$logs/steps.tsv"
@@ -48,6 +54,7 @@ early_summary() {  # result, message
 # records its exit status and time in logs/steps.tsv.
 step() {
   local name=$1 limit=$2; shift 2
+  (( limit >= 5 )) || limit=5  # timeout 0 would mean none.
   local t0; t0=$(date +%s)
   timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
   local rc=$?
@@ -66,7 +73,7 @@ fi
 
 # ---- 1. probe ----
 probe_file=$here/data/conformance/files/c01_layouts_and_shared_segment.ptd
-probe=$(timeout 60 "$here/bin/ptd-load" --device cuda --json "$probe_file" 2>&1 >"$logs/probe.json")
+probe=$(timeout 60 "$here/bin/ptd-load" --device "$dev" --json "$probe_file" 2>&1 >"$logs/probe.json")
 probe_rc=$?
 if (( probe_rc != 0 )); then
   line=$(grep -m1 -o 'no CUDA device.*' <<<"$probe")
@@ -75,12 +82,11 @@ if (( probe_rc != 0 )); then
     early_summary no_device "$line"
     exit 3
   fi
-  msg="probe failed: ptd-load --device cuda exited $probe_rc: $(head -1 <<<"$probe")"
+  msg="probe failed: ptd-load --device $dev exited $probe_rc: $(head -1 <<<"$probe")"
   echo "run.sh: $msg"; early_summary error "$msg"; exit 2
 fi
-device=$(grep -o '"name": *"[^"]*"' "$logs/probe.json" | head -1 | sed 's/.*: *"//; s/"$//')
-[[ -n $device ]] || device=$(grep -o '"name":"[^"]*"' "$logs/probe.json" | tail -1 | cut -d'"' -f4)
-say "CUDA device: ${device:-?} ($(head -1 "$here/BUNDLE.txt" 2>/dev/null))"
+device=$(grep -A4 '"device": {' "$logs/probe.json" | grep -m1 '"name"' | cut -d'"' -f4)
+say "device: ${device:-?} ($(head -1 "$here/BUNDLE.txt" 2>/dev/null))"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current \
     --format=csv >"$logs/nvidia-smi.csv" 2>&1 || true
@@ -95,11 +101,11 @@ step gpu_tests "$(( $(left) < 150 ? $(left) : 150 ))" \
   env PTD_TEST_DATA_DIR="$here/data" PTD_LOAD_BINARY="$here/bin/ptd-load" \
   "$here/bin/ptd_cuda_tests" --gtest_filter="${PTD_GPU_TEST_FILTER:-*}" \
   --gtest_output="json:$logs/gpu_tests.json"
-grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/gpu_tests.log" | head -20
+grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ tests?' "$logs/gpu_tests.log"
 
 # ---- 3. digests through ptd-load ----
-say "ptd-load --device cuda --json --digest on every ok conformance case"
-step digests 90 python3 "$here/check.py" digests --bundle "$here" --logs "$logs"
+say "ptd-load --device $dev --json --digest on every ok conformance case"
+step digests 90 python3 "$here/check.py" digests --bundle "$here" --logs "$logs" --device "$dev"
 tail -3 "$logs/digests.log"
 
 # ---- 4. the CUDA benchmark: 1 GiB, then 4 GiB when there is time ----

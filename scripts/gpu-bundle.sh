@@ -62,7 +62,10 @@ cmake --build "$build" --parallel "$jobs" --target ptd_cuda_tests ptd-load ptd_c
   { grep -E "error|Error" "$build/gpu-bundle-build.log" | head -30 >&2; die "build failed (log: $build/gpu-bundle-build.log)"; }
 built=$(( $(date +%s) - start ))
 
-# ---- assemble ----
+# ---- assemble (replacing an earlier bundle, never another folder) ----
+if [[ -d $out && -n $(ls -A "$out") && ! -f $out/BUNDLE.txt ]]; then
+  die "$out exists and is not a GPU bundle (no BUNDLE.txt): not replacing it"
+fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
 cp "$build/tests/cuda/ptd_cuda_tests" "$build/verifier/ptd-load" "$build/bench/ptd_cuda_bench" "$out/bin/"

@@ -9,8 +9,9 @@
 #   - the bundle is at most 48 MiB;
 #   - under env -i, from /: each binary's --help / --gtest_list_tests (the
 #     conformance tests are listed, so the data is found from the binary);
-#   - the checker (check.py) on the host device agrees with cases.json, and
-#     fails on a tampered cases.json and on skipped GPU tests;
+#   - the checker (check.py) on the host device agrees with cases.json and
+#     fails on a tampered one; run.sh's pipeline on the host device
+#     (PTD_CHECK_DEVICE=host) counts the skipped GPU tests as a failure;
 #   - run.sh under env -i: without a GPU, exit 3 and the one line
 #     "no CUDA device: ..." (with OUT set and without), never a loader error.
 # Exit 77 (skipped) when no GPU-free run is possible: this machine has a GPU
@@ -24,7 +25,8 @@ src=$(cd "$1" && pwd); work=$2; shift 2
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+fail_prefix="FAIL: "
+fail() { echo "$fail_prefix$*"; failures=$((failures + 1)); }
 ok() { echo "ok: $*"; }
 
 t0=$(date +%s)
@@ -38,41 +40,54 @@ trap 'rm -rf "$copy"' EXIT
 cp -a "$work/bundle" "$copy/b"
 b=$copy/b
 
-# ---- ELF files ----
+# ---- ELF files and paths ----
 base_re='^(ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libcuda\.so\.1)$'
-elfs=0
-while IFS= read -r -d '' f; do
-  [[ $(head -c4 "$f") == $'\177ELF' ]] || continue
-  elfs=$((elfs + 1))
-  rel=${f#"$b"/}
-  dyn=$(readelf -d "$f")
-  while read -r lib; do
-    [[ -z $lib ]] && continue
-    [[ $lib =~ $base_re || -f $b/lib/$lib ]] || fail "$rel needs $lib, which is neither in the bundle nor in the base set"
-  done < <(sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' <<<"$dyn")
-  while read -r path; do
-    [[ -z $path ]] && continue
-    IFS=: read -ra entries <<<"$path"
-    for e in "${entries[@]}"; do
-      if [[ $e != '$ORIGIN'* ]]; then
-        fail "$rel: RUNPATH/RPATH entry '$e' is not \$ORIGIN-relative"
-        continue
+# check_tree DIR: every ELF file under DIR and every path of this tree in
+# DIR; each problem is a fail(); sets elfs.
+check_tree() {
+  local b=$1 f rel dyn lib path e entries resolved name arrow where _ p leaks
+  elfs=0
+  while IFS= read -r -d '' f; do
+    [[ $(head -c4 "$f") == $'\177ELF' ]] || continue
+    elfs=$((elfs + 1))
+    rel=${f#"$b"/}
+    dyn=$(readelf -d "$f")
+    while read -r lib; do
+      [[ -z $lib ]] && continue
+      [[ $lib =~ $base_re || -f $b/lib/$lib ]] || fail "$rel needs $lib, which is neither in the bundle nor in the base set"
+    done < <(sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' <<<"$dyn")
+    while read -r path; do
+      [[ -z $path ]] && continue
+      IFS=: read -ra entries <<<"$path"
+      for e in "${entries[@]}"; do
+        if [[ $e != '$ORIGIN'* ]]; then
+          fail "$rel: RUNPATH/RPATH entry '$e' is not \$ORIGIN-relative"
+          continue
+        fi
+        resolved=$(realpath -m "$(dirname "$f")${e#'$ORIGIN'}")
+        [[ $resolved == "$b" || $resolved == "$b"/* ]] || fail "$rel: RUNPATH entry '$e' points outside the bundle ($resolved)"
+      done
+    done < <(sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p' <<<"$dyn")
+    # What the dynamic loader would do: everything outside the base set from the bundle.
+    while read -r name arrow where _; do
+      [[ $arrow == "=>" ]] || continue
+      [[ $name =~ $base_re ]] && continue
+      if [[ $where == "not" ]]; then
+        fail "$rel: ldd cannot find $name"
+      elif [[ $(realpath -m "$where") != "$b"/* ]]; then
+        fail "$rel: $name resolves to $where, outside the bundle"
       fi
-      resolved=$(realpath -m "$(dirname "$f")${e#'$ORIGIN'}")
-      [[ $resolved == "$b" || $resolved == "$b"/* ]] || fail "$rel: RUNPATH entry '$e' points outside the bundle ($resolved)"
-    done
-  done < <(sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p' <<<"$dyn")
-  # What the dynamic loader would do: everything outside the base set from the bundle.
-  while read -r name arrow where _; do
-    [[ $arrow == "=>" ]] || continue
-    [[ $name =~ $base_re ]] && continue
-    if [[ $where == "not" ]]; then
-      fail "$rel: ldd cannot find $name"
-    elif [[ $(realpath -m "$where") != "$b"/* ]]; then
-      fail "$rel: $name resolves to $where, outside the bundle"
-    fi
-  done < <(env -i ldd "$f" 2>&1)
-done < <(find "$b" -type f -print0)
+    done < <(env -i ldd "$f" 2>&1)
+  done < <(find "$b" -type f -print0)
+  for p in "$src" "$(realpath "$src")" "$work"; do
+    leaks=$(grep -a -r -l -F -- "$p" "$b" || true)
+    [[ -z $leaks ]] || fail "these files hold the path $p: $leaks"
+  done
+}
+
+before=$failures
+check_tree "$b"
+(( failures == before )) && ok "every NEEDED in the bundle or the base set, RUNPATHs \$ORIGIN-relative, no file holds $src or $work"
 (( elfs >= 4 )) && ok "$elfs ELF files checked" || fail "only $elfs ELF files in the bundle"
 for bin in ptd_cuda_tests ptd-load ptd_cuda_bench; do
   [[ -x $b/bin/$bin ]] || fail "bin/$bin is missing"
@@ -93,12 +108,23 @@ else
     ok "kernels: sm_90 + compute_90 PTX only" || fail "kernels are compiled for: '${archs:-?}' (want sm_90 and compute_90 PTX only)"
 fi
 
-# ---- no path of the source or build tree ----
-for p in "$src" "$(realpath "$src")" "$work"; do
-  leaks=$(grep -a -r -l -F -- "$p" "$b" || true)
-  [[ -z $leaks ]] || fail "these files hold the path $p: $leaks"
-done
-ok "no file holds $src or $work"
+# ---- the checks above can fail: a broken copy ----
+cp -a "$b" "$copy/broken"
+lib=$(cd "$copy/broken/lib" && ls | grep -m1 absl_strings)
+rm "$copy/broken/lib/$lib"                                           # a NEEDED library missing
+patchelf --set-rpath /usr/lib/x86_64-linux-gnu "$copy/broken/bin/ptd-load"  # RUNPATH outside
+printf 'built in %s\n' "$src" >>"$copy/broken/data/conformance/README.md"  # a path of this tree
+before=$failures; fail_prefix="  (expected) "
+check_tree "$copy/broken" >"$copy/broken.log"
+found=$((failures - before)); failures=$before; fail_prefix="FAIL: "
+if grep -q "needs $lib, which is neither" "$copy/broken.log" && grep -q "not \$ORIGIN-relative" "$copy/broken.log" &&
+   grep -Eq "ldd cannot find $lib|$lib resolves to .*outside the bundle" "$copy/broken.log" &&
+   grep -q "hold the path $src" "$copy/broken.log"; then
+  ok "a broken copy fails the checks ($found problems: missing library, RUNPATH outside, a path of this tree)"
+else
+  fail "a broken copy passed some checks: $(cat "$copy/broken.log")"
+fi
+rm -rf "$copy/broken"
 
 # ---- size ----
 bytes=$(du -sb "$b" | cut -f1)
@@ -145,14 +171,26 @@ EOF
     grep -q "FAILED: weight" "$logs/tampered.log" && ok "check.py digests fails on a wrong digest" ||
       fail "check.py digests on a tampered cases.json: $(cat "$logs/tampered.log")"
   fi
-  # Without a GPU the CudaTest.* tests skip, and the summary must fail.
+  # run.sh's whole pipeline on the host device: the digests pass, the skipped
+  # GPU tests and the benchmark without a GPU fail it (on a GPU machine
+  # nothing skips: run.sh there is the real check).
   if (( probe_rc != 0 )); then
-    env -i "$b/bin/ptd_cuda_tests" --gtest_filter='CudaTest.*' --gtest_output="json:$logs/gpu_tests.json" >/dev/null 2>&1
-    printf 'gpu_tests\t0\t1\t150\n' >"$logs/steps.tsv"
-    python3 "$b/check.py" summary --bundle "$b" --logs "$logs" --out "$logs" >"$logs/summary.log" 2>&1; rc=$?
-    (( rc == 1 )) && grep -q "skipped (a failure here)" "$logs/summary.md" &&
-      ok "check.py summary counts skipped GPU tests as a failure" ||
-      fail "check.py summary with skipped GPU tests: exit $rc: $(cat "$logs/summary.log")"
+    r=$(env -i PTD_CHECK_DEVICE=host OUT="$copy/host-run" "$b/run.sh" 2>&1); rc=$?
+    if python3 - "$copy/host-run/summary.json" "$rc" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+c = {x["name"]: x for x in s["checks"]}
+assert sys.argv[2] == "1", f"exit {sys.argv[2]}"
+assert s["result"] == "fail", s["result"]
+assert not c["gpu_tests"]["ok"] and c["gpu_tests"]["skipped"], c["gpu_tests"]
+assert c["load_digests"]["ok"], c["load_digests"]
+assert not c["bench_1g"]["ok"], c["bench_1g"]
+EOF
+    then
+      ok "run.sh on the host device: digests pass, skipped GPU tests and the benchmark fail it (exit 1)"
+    else
+      fail "run.sh with PTD_CHECK_DEVICE=host: exit $rc: $r"
+    fi
   fi
 else
   echo "note: python3 not found: check.py not tested"
