@@ -24,6 +24,11 @@
 # Exit status: 0 every check ran and passed; 1 a check failed; 2 the bundle
 # cannot run here (a binary does not start, python3 missing); 3 no CUDA device.
 set -uo pipefail
+case ${1:-} in
+  ""|--probe) ;;
+  -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "run.sh: unknown argument '$1' (run.sh [--probe | --help])" >&2; exit 2 ;;
+esac
 export PATH=${PATH:-/usr/local/bin:/usr/bin:/bin}
 export LC_ALL=C
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
