@@ -42,6 +42,7 @@ dev=${PTD_CHECK_DEVICE:-cuda}
 start=$(date +%s)
 mkdir -p "$logs" || { echo "run.sh: cannot create $logs" >&2; exit 2; }
 : >"$logs/steps.tsv"
+rm -f "$logs"/*.json "$out/summary.json" "$out/summary.md"  # Nothing stale from an earlier run.
 
 elapsed() { echo $(( $(date +%s) - start )); }
 left() { echo $(( budget - $(elapsed) )); }
@@ -116,19 +117,19 @@ tail -3 "$logs/digests.log"
 # ---- 4. the CUDA benchmark: 1 GiB, then 4 GiB when there is time ----
 bench_dir=$(mktemp -d "${TMPDIR:-/tmp}/ptd-gpu-check.XXXXXX")
 trap 'rm -rf "$bench_dir"' EXIT
-bench() {  # NAME BYTES TIMEOUT
+bench() {  # NAME BYTES TIMEOUT MIN_TIME
   PTD_CUDA_BENCH_BYTES=$2 PTD_CUDA_BENCH_STORAGES=1024 \
   PTD_CUDA_LOADER_BYTES=$2 PTD_CUDA_LOADER_STORAGES=1024 PTD_CUDA_BENCH_DIR="$bench_dir" \
-    step "$1" "$3" "$here/bin/ptd_cuda_bench" --benchmark_min_time=0.5 \
+    step "$1" "$3" "$here/bin/ptd_cuda_bench" --benchmark_min_time="$4" \
       --benchmark_counters_tabular=true --benchmark_out="$logs/$1.json" --benchmark_out_format=json
   grep -E '^BM_Loader' "$logs/$1.log" | cut -c1-160
   rm -f "$bench_dir"/*
 }
 say "CUDA benchmark, 1 GiB in 1024 storages"
-bench bench_1g $((1 << 30)) "$(( $(left) - 20 < 100 ? $(left) - 20 : 100 ))"
+bench bench_1g $((1 << 30)) "$(( $(left) - 20 < 100 ? $(left) - 20 : 100 ))" 0.5
 if (( $(left) >= 110 )); then
   say "CUDA benchmark, 4 GiB in 1024 storages ($(left)s left)"
-  bench bench_4g $((4 << 30)) "$(( $(left) - 15 ))"
+  bench bench_4g $((4 << 30)) "$(( $(left) - 15 ))" 1
 else
   say "CUDA benchmark, 4 GiB: not run, $(left)s left of ${budget}s"
   printf 'bench_4g\tnot_run\t0\t0\n' >>"$logs/steps.tsv"
