@@ -23,6 +23,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer + sanitizer runtimes: the fuzz gate
   gnuplot-nox                # scripts/bench.sh's plots
+  patchelf                   # scripts/gpu-bundle.sh: $ORIGIN RUNPATHs in the GPU bundle
 )
 # The executorch package goes into a venv (below). Debian's own python3 needs
 # python3-venv for that; another python3 on PATH (pyenv, ...) brings its own.

@@ -171,7 +171,7 @@ TEST_F(CudaTest, LoadCliDigestsAndMaterializesOnTheGpu) {
     if (tc["expect"] != "ok" || !tc.contains("manifest") || !tc.contains("weights")) continue;
     SCOPED_TRACE(tc["name"].get<std::string>());
     const auto r = ::ptd::testing::RunCommand(
-        std::string(PTD_LOAD_BINARY) + " --device cuda --json --digest --manifest " +
+        ::ptd::testing::TestPath("PTD_LOAD_BINARY", PTD_LOAD_BINARY) + " --device cuda --json --digest --manifest " +
         ConformancePath(tc["manifest"]) + " " + ConformancePath(tc["ptd"]));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     const json j = json::parse(r.out);
