@@ -168,6 +168,8 @@ def _scalar_type(dtype: Any) -> int:
         except ImportError:
             name = None
         except TypeError:
+            if isinstance(dtype, str):
+                raise ValueError(f"unknown dtype {dtype!r}") from None
             raise TypeError(f"dtype {dtype!r} is not a dtype") from None
     if isinstance(name, str) and name in DTYPES:
         return DTYPES[name]
