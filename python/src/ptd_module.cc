@@ -317,7 +317,29 @@ class Weights {
     d["reads"] = s.reads;
     d["bytes_read"] = s.bytes_read;
     d["copies"] = s.copies;
+    d["reused"] = s.reused;
+    d["runtime_owned"] = s.runtime_owned;
     return d;
+  }
+  // Runtime-owned entries (the off-graph KV cache): not loaded; what a
+  // runtime needs to allocate them.
+  nb::list runtime_owned() const {
+    nb::list out;
+    for (const ptd::RuntimeOwnedWeight& r : w_->runtime_owned()) {
+      nb::dict d;
+      d["fqn"] = std::string(r.fqn);
+      d["dtype"] = std::string(DtypeName(r.dtype));
+      d["shape"] = nb::tuple(nb::cast(std::vector<int64_t>(r.sizes.begin(), r.sizes.end())));
+      d["strides"] =
+          nb::tuple(nb::cast(std::vector<int64_t>(r.strides.begin(), r.strides.end())));
+      d["offset"] = r.storage_offset;
+      d["required_nbytes"] = r.required_nbytes;
+      d["storage_key"] = std::string(r.storage_key);
+      d["storage_nbytes"] = r.storage_nbytes;
+      d["source"] = std::string(r.source);
+      out.append(d);
+    }
+    return out;
   }
 
  private:
@@ -650,5 +672,6 @@ NB_MODULE(_ptd, m) {
       .def_prop_ro("device", &Weights::device)
       .def("get", &Weights::Get, nb::arg("name"))
       .def_prop_ro("timings", &Weights::timings)
-      .def_prop_ro("stats", &Weights::stats);
+      .def_prop_ro("stats", &Weights::stats)
+      .def_prop_ro("runtime_owned", &Weights::runtime_owned);
 }

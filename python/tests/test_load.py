@@ -42,8 +42,10 @@ def test_weight_digests_through_dlpack(case):
     ptd_path, manifest, _ = case_args(case)
     weights = ptd.load(ptd_path, manifest=manifest, device="host")
     assert weights.has_manifest
-    assert sorted(weights) == sorted(w["fqn"] for w in case["weights"])
-    for expected in case["weights"]:
+    # Runtime-owned entries (sha256 null in cases.json) are not loaded.
+    stored = [w for w in case["weights"] if w["sha256"] is not None]
+    assert sorted(weights) == sorted(w["fqn"] for w in stored)
+    for expected in stored:
         t = weights[expected["fqn"]]
         assert t.fqn == expected["fqn"]
         assert t.storage_key == expected["storage_key"]
@@ -63,7 +65,7 @@ def test_weight_digests_through_dlpack(case):
 def test_through_pte(case):
     ptd_path, _, pte = case_args(case)
     weights = ptd.load(ptd_path, pte=pte, device="host", sm=90)
-    for expected in case["weights"]:
+    for expected in (w for w in case["weights"] if w["sha256"] is not None):
         assert sha(host_array(weights[expected["fqn"]])) == expected["sha256"]
 
 
@@ -229,8 +231,35 @@ def test_torch_from_dlpack():
         assert hashlib.sha256(b).hexdigest() == expected["sha256"]
 
 
-def test_runtime_owned_entries_bound():
-    """Issue 17's runtime-owned entries: enabled once the C++ API lands."""
-    if not hasattr(ptd._ptd._Weights, "runtime_owned"):
-        pytest.skip("runtime-owned entries (issue 17) are not in this build's C++ API yet")
-    raise AssertionError("bind and test runtime-owned entries here")
+def test_runtime_owned_entries_are_listed_not_loaded():
+    """Runtime-owned entries (the off-graph KV cache) have no stored bytes:
+    listed with their geometry, absent from the mapping."""
+    for case in CASES:
+        if case["expect"] != "ok" or not case.get("runtime_owned"):
+            continue
+        ptd_path, manifest, _ = case_args(case)
+        weights = ptd.load(ptd_path, manifest=manifest, device="host")
+        owned = {r.fqn: r for r in weights.runtime_owned}
+        assert set(owned) == set(case["runtime_owned"]), case["name"]
+        assert weights.stats["runtime_owned"] == len(owned)
+        for want in case["weights"]:
+            if want["fqn"] in owned:
+                r = owned[want["fqn"]]
+                assert want["fqn"] not in weights
+                assert r.shape == tuple(want["sizes"])
+                assert r.strides == tuple(want["strides"])
+                assert r.offset == want["storage_offset"]
+                assert r.required_nbytes == want["required_nbytes"]
+                assert r.storage_key == want["storage_key"]
+            else:
+                assert want["fqn"] in weights
+        assert len(weights) + len(owned) == len(case["weights"])
+
+
+def test_fqns_naming_a_runtime_owned_entry_is_an_error():
+    case = next(c for c in CASES if c["name"] == "k04_offgraph_kv_not_stored")
+    ptd_path, manifest, _ = case_args(case)
+    with pytest.raises((ValueError, KeyError)) as e:
+        ptd.load(ptd_path, manifest=manifest, device="host",
+                 fqns=["__et_offgraph_kv_layer_0_k"])
+    assert "runtime-owned" in str(e.value)

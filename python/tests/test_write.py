@@ -166,3 +166,24 @@ def test_bad_arguments(tmp_path, call, exc):
 def test_write_into_missing_directory_is_oserror(tmp_path):
     with pytest.raises(OSError):
         ptd.write(tmp_path / "no" / "w.ptd", None, {"a": np.ones(2, np.float32)})
+
+
+def test_runtime_owned_placeholder_w4(tmp_path):
+    """W4: an off-graph KV buffer, declared with a 0-byte storage, beside a
+    compact clone: no bytes in the .ptd, storage_nbytes from its view, and
+    listed (not loaded) by ptd.load."""
+    big = np.arange(32, dtype=np.float32).reshape(8, 4)
+    rows = ptd.Weight.from_array(
+        big[2:5], ptd.TensorProperties((3, 4), (4, 1), offset=8, storage_size=128))
+    kv = ptd.Weight(b"", dtype="bfloat16", sizes=(1, 8, 2, 4), strides=(64, 8, 4, 1),
+                    properties=ptd.TensorProperties((1, 8, 2, 4), (64, 8, 4, 1), offset=0))
+    p, m, report, e = written(tmp_path, {"rows": rows, "__et_offgraph_kv_layer_0_k": kv})
+    w = e["__et_offgraph_kv_layer_0_k"]
+    assert w["runtime_owned"] is True and w["sha256"] is None
+    assert (w["storage_nbytes"], w["required_nbytes"]) == (128, 128)
+    assert e["rows"]["runtime_owned"] is False
+    keys = [n["key"] for n in report.to_dict()["ptd"]["named_data"]]
+    assert keys == ["cuda_fqn_weight:cuda:rows"]
+    loaded = ptd.load(p, manifest=m, device="host")
+    assert list(loaded) == ["rows"]
+    assert [r.fqn for r in loaded.runtime_owned] == ["__et_offgraph_kv_layer_0_k"]
