@@ -3,7 +3,10 @@
 #   1. the normal build (build/): unit, conformance, CLI and fuzz-replay tests;
 #   2. the same suite under AddressSanitizer + LeakSanitizer + UBSan
 #      (build-asan/, scripts/sanitize.sh). Skip with PTD_SKIP_SANITIZE=1.
-#   3. the fuzz gate: every libFuzzer target built with clang, ASan + UBSan,
+#   3. the loader, device, data-map and CLI tests under ThreadSanitizer
+#      (build-tsan/, scripts/tsan.sh), the asynchronous test device
+#      included. Skip with PTD_SKIP_TSAN=1.
+#   4. the fuzz gate: every libFuzzer target built with clang, ASan + UBSan,
 #      run for FUZZ_SECONDS (default 30) from the checked-in corpus
 #      (build-fuzz/, scripts/fuzz.sh); any finding fails. Skip with
 #      PTD_SKIP_FUZZ=1.
@@ -19,6 +22,11 @@ ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)"
 if [[ ${PTD_SKIP_SANITIZE:-0} != 1 ]]; then
   echo "== tests under ASan + LSan + UBSan (build-asan/)"
   "$root/scripts/sanitize.sh"
+fi
+
+if [[ ${PTD_SKIP_TSAN:-0} != 1 ]]; then
+  echo "== loader, device, data-map and CLI tests under TSan (build-tsan/)"
+  "$root/scripts/tsan.sh"
 fi
 
 if [[ ${PTD_SKIP_FUZZ:-0} != 1 ]]; then
