@@ -5,7 +5,10 @@
 #      (build-asan/, scripts/sanitize.sh). Skip with PTD_SKIP_SANITIZE=1.
 #   3. the Python module's tests (python/tests, pytest in .venv). Skip with
 #      PTD_SKIP_PYTHON=1.
-#   4. the fuzz gate: every libFuzzer target built with clang, ASan + UBSan,
+#   4. the C++ suite (loader, device, data-map and CLI tests among them)
+#      under ThreadSanitizer (build-tsan/, scripts/tsan.sh), the asynchronous
+#      test device included. Skip with PTD_SKIP_TSAN=1.
+#   5. the fuzz gate: every libFuzzer target built with clang, ASan + UBSan,
 #      run for FUZZ_SECONDS (default 30) from the checked-in corpus
 #      (build-fuzz/, scripts/fuzz.sh); any finding fails. Skip with
 #      PTD_SKIP_FUZZ=1.
@@ -33,6 +36,11 @@ fi
 if [[ ${PTD_SKIP_SANITIZE:-0} != 1 ]]; then
   echo "== tests under ASan + LSan + UBSan (build-asan/)"
   "$root/scripts/sanitize.sh"
+fi
+
+if [[ ${PTD_SKIP_TSAN:-0} != 1 ]]; then
+  echo "== loader, device, data-map and CLI tests under TSan (build-tsan/)"
+  "$root/scripts/tsan.sh"
 fi
 
 if [[ ${PTD_SKIP_FUZZ:-0} != 1 ]]; then

@@ -64,7 +64,8 @@
 namespace ptd {
 
 inline constexpr size_t kDefaultLoadThreads = 4;
-inline constexpr size_t kDefaultRingSlots = 4;
+// The ring of the default load (ring_slots 0: threads + 2).
+inline constexpr size_t kDefaultRingSlots = kDefaultLoadThreads + 2;
 inline constexpr size_t kDefaultRingSlotBytes = size_t{16} << 20;
 inline constexpr size_t kDefaultMaxReadBytes = size_t{4} << 20;
 inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
@@ -78,11 +79,16 @@ struct LoadOptions {
   // device's. Without either (the host), a single untargeted variant is
   // chosen and otherwise none: then no library-local constant is filtered.
   std::optional<uint32_t> sm;
-  // Reader threads, the calling thread included (>= 1).
+  // Threads that read (>= 1; 0 is taken as 1). On a host-accessible device
+  // the calling thread is one of them (threads - 1 are started); on a
+  // staging device `threads` readers are started and the calling thread
+  // issues the copies and waits on them.
   size_t threads = kDefaultLoadThreads;
   // The staging ring of a device that is not host-accessible: slots of
-  // ring_slot_bytes each (default 4 x 16 MiB). Every staged read fits a slot.
-  size_t ring_slots = kDefaultRingSlots;
+  // ring_slot_bytes each; 0 means threads + 2 slots (default 6 x 16 MiB), so
+  // that readers need not wait for copies in flight. Every staged read fits
+  // a slot.
+  size_t ring_slots = 0;
   size_t ring_slot_bytes = kDefaultRingSlotBytes;
   // Largest single read on the host path: neighbouring small storages are
   // read together up to this size, larger storages in chunks of it.
