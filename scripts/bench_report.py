@@ -118,6 +118,7 @@ CASES = [
     ("Ceiling/memcpy", None, None, "memcpy, pre-faulted buffers (reused)"),
     ("Ceiling/pread_warm", "Ceiling/memcpy", None, "pread 4 MiB calls, warm cache, fresh buffer"),
     ("Ceiling/pread_warm_reused", "Ceiling/memcpy", None, "pread 4 MiB calls, warm cache, pre-faulted buffer"),
+    ("Ceiling/pread_populated", "Ceiling/pread_warm", None, "pread 4 MiB calls, warm cache, fresh huge pages populated first (timed)"),
     ("Ceiling/read_cold", "Ceiling/pread_warm", None, "pread 4 MiB calls, cold cache, fresh buffer"),
     ("Loader/host_warm", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: LoadWeights on HostDevice, warm"),
     ("Loader/host_cold", "Ceiling/read_cold", "Upstream/file_get_data_cold", "ours: LoadWeights on HostDevice, cold"),

@@ -11,6 +11,12 @@
 //                             included, as for the loader).
 //   Ceiling/pread_warm_reused/<set>  the same into a pre-faulted buffer
 //                             (informational: the fault-free read).
+//   Ceiling/pread_populated/<set>  the same into fresh memory from
+//                             HostDevice::AllocateMany: 2 MiB-aligned, THP
+//                             where the kernel allows, pre-faulted
+//                             (MADV_POPULATE_WRITE); the allocation and the
+//                             population are timed (counter populate_ms), so
+//                             the gap to pread_warm is what faults cost.
 //   Ceiling/read_cold/<set>   as pread_warm, right after the file's pages were
 //                             dropped: the cold read of the file.
 //   Loader/host_warm/<set>    LoadWeights(paths, HostDevice): open, verify,
@@ -223,6 +229,30 @@ void BM_Verify(benchmark::State& state, const ModelSet& m) {
 
 // Into reused memory: the same reads without first-touch faults, to show
 // what the fresh-memory ceiling pays for them.
+void BM_ReadFilePopulated(benchmark::State& state, const ModelSet& m) {
+  const int fd = ::open(m.ptd.c_str(), O_RDONLY | O_CLOEXEC);
+  Check(fd >= 0, "open " + m.ptd);
+  const uint64_t len = m.file_bytes - m.data_begin;
+  HostDevice device;
+  Samples samples;
+  std::vector<double> populate;
+  for (auto _ : state) {
+    Prepare(m, false, &samples);
+    const auto t0 = Clock::now();
+    auto bufs = device.AllocateMany({static_cast<size_t>(len)});
+    Check(bufs.ok(), "AllocateMany: " + bufs.status().ToString());
+    populate.push_back(Since(t0));
+    PreadAll(fd, static_cast<uint8_t*>((*bufs)[0].data()), len, m.data_begin);
+    benchmark::ClobberMemory();
+    samples.Add(state, Since(t0));
+  }
+  ::close(fd);
+  samples.Finish(state, len, false);
+  std::sort(populate.begin(), populate.end());
+  if (!populate.empty()) state.counters["populate_ms"] = populate[populate.size() / 2] * 1e3;
+  state.counters["thp"] = SystemHugePageMode() == HugePageMode::kNever ? 0 : 1;
+}
+
 void BM_ReadFileReused(benchmark::State& state, const ModelSet& m) {
   const int fd = ::open(m.ptd.c_str(), O_RDONLY | O_CLOEXEC);
   Check(fd >= 0, "open " + m.ptd);
@@ -272,6 +302,8 @@ int main(int argc, char** argv) {
                                       false), r);
     Tune(benchmark::RegisterBenchmark(("Ceiling/pread_warm_reused/" + m.name).c_str(),
                                       BM_ReadFileReused, m), r);
+    Tune(benchmark::RegisterBenchmark(("Ceiling/pread_populated/" + m.name).c_str(),
+                                      BM_ReadFilePopulated, m), r);
     if (flags.cold) {
       Tune(benchmark::RegisterBenchmark(("Ceiling/read_cold/" + m.name).c_str(), BM_ReadFile,
                                         m, true), r);

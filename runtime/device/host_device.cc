@@ -36,13 +36,13 @@ HugePageMode ReadHugePageMode() {
 }
 
 // Faults in [p, p + n) for writing: MADV_POPULATE_WRITE; on an older kernel
-// (EINVAL), one write per huge page. False when the memory is not there
+// (EINVAL), one write per 4 KiB page. False when the memory is not there
 // (ENOMEM): the caller fails the allocation instead of meeting the OOM
 // killer in the reads.
 bool Prefault(uint8_t* p, size_t n) {
   if (::madvise(p, n, MADV_POPULATE_WRITE) == 0) return true;
   if (errno != EINVAL) return false;
-  for (size_t off = 0; off < n; off += kHugePage) {
+  for (size_t off = 0; off < n; off += 4096) {
     reinterpret_cast<volatile uint8_t*>(p)[off] = 0;  // Fresh memory is zeros.
   }
   return true;
@@ -74,11 +74,33 @@ HugePageMode SystemHugePageMode() {
   return mode;
 }
 
-std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
+bool HugePageFaultsMayCompact() {
+  static const bool compacts = [] {
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/defrag");
+    std::string line;
+    if (!std::getline(in, line)) return true;
+    return !(line.find("[defer]") != std::string::npos ||
+             line.find("[never]") != std::string::npos);
+  }();
+  return compacts;
+}
+
+bool UsesHugePages(const HostMemoryOptions& options) {
   const HugePageMode mode = SystemHugePageMode();
-  const bool huge = total >= options_.huge_min_bytes &&
-                    (mode == HugePageMode::kAlways || mode == HugePageMode::kMadvise);
-  if (!huge) {
+  const bool thp = mode == HugePageMode::kAlways || mode == HugePageMode::kMadvise;
+  switch (options.huge_pages) {
+    case HugePages::kOff:
+      return false;
+    case HugePages::kOn:
+      return thp;
+    case HugePages::kAuto:
+      return thp && !HugePageFaultsMayCompact();
+  }
+  return false;
+}
+
+std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
+  if (total < options_.huge_min_bytes) {
     void* p = std::aligned_alloc(kDeviceAlignment, total);
     if (p == nullptr) return nullptr;
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
@@ -96,7 +118,9 @@ std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
   if (aligned > start) ::munmap(start, static_cast<size_t>(aligned - start));
   const size_t tail = static_cast<size_t>((start + size + kHugePage) - (aligned + size));
   if (tail > 0) ::munmap(aligned + size, tail);
-  (void)::madvise(aligned, size, MADV_HUGEPAGE);  // Advice: failure is harmless.
+  if (UsesHugePages(options_)) {
+    (void)::madvise(aligned, size, MADV_HUGEPAGE);  // Advice: failure is harmless.
+  }
   if (options_.populate && !PrefaultParallel(aligned, size, options_.populate_threads)) {
     ::munmap(aligned, size);
     return nullptr;

@@ -1,6 +1,6 @@
-// HostDevice's large blocks (issue 19): a 2 MiB-aligned mapping advised for
-// transparent huge pages and pre-faulted before the reads, where the kernel
-// offers THP; freed with the last buffer.
+// HostDevice's large blocks (issue 19): a 2 MiB-aligned mapping,
+// pre-faulted before the reads, advised for transparent huge pages when the
+// options say so; freed with the last buffer.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -57,9 +57,27 @@ std::string VmFlagsOf(const void* p) {
   return "";
 }
 
-TEST(HostMemoryTest, LargeBlockIsAdvisedForHugePagesAndResidentBeforeAnyWrite) {
+TEST(HostMemoryTest, LargeBlockIsResidentBeforeAnyWrite) {
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff});
+  auto got = device.AllocateMany({40 * kMiB, 1000});
+  ASSERT_TRUE(got.ok()) << got.status();
+  const void* base = (*got)[0].data();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (2 * kMiB), 0u) << "2 MiB-aligned";
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(ResidentPages(base, 40 * kMiB), static_cast<long>(40 * kMiB / page));
+  EXPECT_EQ(VmFlagsOf(base).find(" hg"), std::string::npos) << VmFlagsOf(base);
+}
+
+TEST(HostMemoryTest, AutoAsksForHugePagesOnlyWhereFaultsDoNotCompact) {
+  const bool thp = ThpAvailable();
+  EXPECT_EQ(UsesHugePages(HostMemoryOptions{}), thp && !HugePageFaultsMayCompact());
+  EXPECT_EQ(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOn}), thp);
+  EXPECT_FALSE(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOff}));
+}
+
+TEST(HostMemoryTest, HugePageBlockIsAdvisedAndResidentBeforeAnyWrite) {
   if (!ThpAvailable()) GTEST_SKIP() << "transparent huge pages are 'never' or unknown here";
-  HostDevice device;
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOn});
   const std::vector<size_t> sizes = {40 * kMiB, 1000, 24 * kMiB};
   auto got = device.AllocateMany(sizes);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -83,7 +101,7 @@ TEST(HostMemoryTest, LargeBlockIsAdvisedForHugePagesAndResidentBeforeAnyWrite) {
 
 TEST(HostMemoryTest, WithoutPopulateNothingIsResidentYet) {
   if (!ThpAvailable()) GTEST_SKIP() << "transparent huge pages are 'never' or unknown here";
-  HostDevice device(HostMemoryOptions{.populate = false});
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOn, .populate = false});
   auto got = device.AllocateMany({32 * kMiB});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(ResidentPages((*got)[0].data(), 32 * kMiB), 0);
