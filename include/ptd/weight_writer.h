@@ -90,6 +90,10 @@ class CudaWeightWriter {
 
  private:
   absl::Status AddRuntimeOwned(const WeightSpec& weight);
+  // The entry the exporter records (the properties' shape and stride), or
+  // the M5/M6 refusal.
+  absl::StatusOr<WeightEntry> NewEntry(const WeightSpec& weight, int64_t offset,
+                                       uint64_t storage_nbytes) const;
 
   std::string so_blob_key_;
   Manifest manifest_;

@@ -42,6 +42,25 @@ CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
   manifest_.variants = std::move(variants);
 }
 
+absl::StatusOr<WeightEntry> CudaWeightWriter::NewEntry(const WeightSpec& w, int64_t offset,
+                                                       uint64_t storage_nbytes) const {
+  WeightEntry entry{.fqn = w.fqn,
+                    .storage_key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_),
+                    .storage_nbytes = storage_nbytes,
+                    .dtype = w.dtype,
+                    .device_type = w.device_type,
+                    .storage_offset = offset,
+                    .sizes = w.properties.shape,
+                    .strides = w.properties.stride};
+  // Never record what the decoder would reject (M5, M6).
+  PTD_RETURN_IF_ERROR(CheckWeightEntry(entry));
+  if (fqns_.contains(w.fqn)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
+  }
+  return entry;
+}
+
 absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
   if (IsRuntimeOwnedFqn(w.fqn)) return AddRuntimeOwned(w);
   const TensorProperties& props = w.properties;
@@ -52,20 +71,7 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
   const bool clone = !w.value.is_original_storage &&
                      w.value.sizes == props.shape && w.value.strides == props.stride;
   const int64_t offset = clone ? 0 : props.offset;
-  WeightEntry entry{.fqn = w.fqn,
-                    .storage_key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_),
-                    .storage_nbytes = n,
-                    .dtype = w.dtype,
-                    .device_type = w.device_type,
-                    .storage_offset = offset,
-                    .sizes = props.shape,
-                    .strides = props.stride};
-  // Never record what the decoder would reject (M5, M6).
-  PTD_RETURN_IF_ERROR(CheckWeightEntry(entry));
-  if (fqns_.contains(w.fqn)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
-  }
+  PTD_ASSIGN_OR_RETURN(WeightEntry entry, NewEntry(w, offset, n));
   const uint32_t elem = *ElementSize(w.dtype);  // Known: checked above.
 
   // W2: any other value keeps the original's offset and storage size.
@@ -111,19 +117,7 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
 // G1/G2 hold against that (W3).
 absl::Status CudaWeightWriter::AddRuntimeOwned(const WeightSpec& w) {
   const TensorProperties& props = w.properties;
-  WeightEntry entry{.fqn = w.fqn,
-                    .storage_key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_),
-                    .storage_nbytes = 0,
-                    .dtype = w.dtype,
-                    .device_type = w.device_type,
-                    .storage_offset = props.offset,
-                    .sizes = props.shape,
-                    .strides = props.stride};
-  PTD_RETURN_IF_ERROR(CheckWeightEntry(entry));
-  if (fqns_.contains(w.fqn)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
-  }
+  PTD_ASSIGN_OR_RETURN(WeightEntry entry, NewEntry(w, props.offset, 0));
   const uint32_t elem = *ElementSize(w.dtype);  // Known: checked above.
   const GeometryResult g = ComputeExtent(ViewSpec{.element_size = elem,
                                                   .storage_offset = entry.storage_offset,
