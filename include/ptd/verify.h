@@ -58,9 +58,21 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
 // (async-signal-safe); `what` is copied (up to 1 KiB).
 void ExitOnMappedFileFault(const std::string& what);
 
+// The rule ID of an input that cannot be opened or read (docs/SPEC.md
+// section 6): its JSON error carries rule "I1", the Status code and the file.
+inline constexpr const char* kInputRule = "I1";
+
+struct TextOptions {
+  // Rows of the key table and of each weight table; past it, one summary
+  // row ("... and N more keys; --all lists them") and the verdict repeated
+  // last. 0: every row.
+  size_t max_rows = 0;
+};
+
 // The readable report: verdict, errors first, then warnings, the container,
-// and a table of weights per manifest.
-std::string FormatText(const VerifyOutcome& outcome);
+// and a table of weights per manifest. For an unreadable input, one line:
+// "cannot read input: <message> (I1)" (a CLI prefixes its name).
+std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text = {});
 
 // One diagnostic as the JSON object of SPEC section 6.
 nlohmann::ordered_json DiagnosticJson(const Diagnostic& d);

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/internal/strings.h"
 #include "runtime/internal/checked_math.h"
 #include "ptd/scalar_type.h"
 #include "ptd/file_source.h"
@@ -49,8 +51,10 @@ json ContainerJson(const std::string& path, const FileSource* source,
     for (const char* k : {"version", "segment_base_offset", "segment_data_size"}) {
       j[k] = nullptr;
     }
-    j["segments"] = json::array();
-    j["named_data"] = json::array();
+    // Not parsed: unknown, not empty (SPEC section 6: what cannot be
+    // computed is null).
+    j["segments"] = nullptr;
+    j["named_data"] = nullptr;
     return j;
   }
   j["version"] = c->version();
@@ -196,17 +200,86 @@ json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
   return out;
 }
 
+// The I1 error of an input that cannot be opened or read.
+json InputErrorJson(const absl::Status& s, const std::string& file) {
+  json j{{"rule", kInputRule},
+         {"message", absl::StrCat(s.message(), " (", kInputRule, ")")},
+         {"code", absl::StatusCodeToString(s.code())}};
+  if (!file.empty()) j["file"] = file;
+  return j;
+}
+
+// The input whose name a read error's message starts with ("" if none).
+std::string FileOfMessage(std::string_view message, const BundleSources& sources) {
+  for (const auto* s : {sources.ptd.get(), sources.manifest.get(), sources.pte.get()}) {
+    if (s != nullptr && absl::StartsWith(internal::Sv(message), s->name())) return s->name();
+  }
+  return "";
+}
+
+enum class FileKind { kUnknown, kPtd, kPte, kManifest };
+
+// What the first bytes of `source` say it is.
+FileKind SniffKind(const FileSource& source) {
+  uint8_t head[16] = {};
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof(head), source.size()));
+  if (!source.ReadAt(0, absl::MakeSpan(head, n)).ok()) return FileKind::kUnknown;
+  const std::string_view b(reinterpret_cast<const char*>(head), n);
+  if (absl::StartsWith(internal::Sv(b), internal::Sv(kManifestMagicPrefix))) return FileKind::kManifest;
+  if (n >= 12 && b.substr(4, 4) == "FT01" && b.substr(8, 4) == "FH01") return FileKind::kPtd;
+  if (n >= 8 && b.substr(4, 4) == "ET12") return FileKind::kPte;
+  return FileKind::kUnknown;
+}
+
+// A hint for a file given in the wrong place, or "".
+std::string WrongPlaceHint(const FileSource& source, FileKind expected) {
+  const FileKind kind = SniffKind(source);
+  if (kind == FileKind::kUnknown || kind == expected) return "";
+  switch (kind) {
+    case FileKind::kManifest: {
+      uint8_t magic[10] = {};
+      (void)source.ReadAt(0, absl::MakeSpan(magic, std::min<uint64_t>(10, source.size())));
+      return absl::StrCat("this is a CUDA weight manifest (",
+                          internal::Escaped(std::string_view(
+                              reinterpret_cast<const char*>(magic), sizeof(magic))),
+                          "): pass it with --manifest");
+    }
+    case FileKind::kPtd:
+      return "this is a .ptd weight container (FlatTensor 'FT01'): pass it as the FILE.ptd "
+             "argument";
+    case FileKind::kPte:
+      return "this is an ExecuTorch program (.pte, 'ET12'): pass it with --pte";
+    case FileKind::kUnknown:
+      break;
+  }
+  return "";
+}
+
+// Adds a hint to the first error about `source` when the file looks like
+// another kind than `expected`. Reads the file only when it has an error.
+void AttachHint(json& errors, const FileSource& source, FileKind expected) {
+  for (json& e : errors) {
+    if (e.contains("file") && e["file"] == source.name()) {
+      const std::string hint = WrongPlaceHint(source, expected);
+      if (!hint.empty()) e["hint"] = hint;
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 VerifyOutcome RunVerify(const VerifyOptions& options) {
   // Open every input first: a file that cannot be read is exit code 2.
   BundleSources sources;
   std::optional<std::string> io_error;
+  json io_errors = json::array();
   const auto open = [&](const std::string& path,
                         std::shared_ptr<const FileSource>* dst) {
     auto s = OpenFile(path, options.use_mmap);
     if (!s.ok()) {
       if (!io_error) io_error = std::string(s.status().message());
+      io_errors.push_back(InputErrorJson(s.status(), path));
       return;
     }
     *dst = std::move(*s);
@@ -222,8 +295,7 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
                     {"ptd", ContainerJson(options.ptd_path, sources.ptd.get(),
                                           nullptr, options, &io_error)},
                     {"manifests", json::array()},
-                    {"errors", json::array({json{{"rule", "IO"},
-                                                 {"message", *out.io_error}}})},
+                    {"errors", std::move(io_errors)},
                     {"warnings", json::array()}};
     return out;
   }
@@ -246,12 +318,25 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
         bundle.weights() ? &bundle.weights()->manifests()[m] : nullptr;
     mj.push_back(ManifestJson(bundle.manifests()[m], resolved, bundle.container(),
                               options, &report, &out.io_error));
+    // The file the manifest came from (the --manifest file, or the .pte).
+    const std::optional<std::string>& file =
+        bundle.manifests()[m].source == "manifest" ? options.manifest_path : options.pte_path;
+    if (file) mj.back()["file"] = *file;
   }
   j["manifests"] = std::move(mj);
   j["ok"] = report.ok() && !out.io_error;
   j["errors"] = DiagnosticsJson(report.errors());
   j["warnings"] = DiagnosticsJson(report.warnings());
-  if (out.io_error) j["error"] = *out.io_error;
+  if (out.io_error) {
+    j["error"] = *out.io_error;
+    const absl::Status st = bundle.io_error() ? *bundle.io_error()
+                                              : absl::DataLossError(*out.io_error);
+    j["errors"].push_back(InputErrorJson(st, FileOfMessage(*out.io_error, sources)));
+  }
+  // A file given in the wrong place says what it looks like.
+  if (sources.ptd) AttachHint(j["errors"], *sources.ptd, FileKind::kPtd);
+  if (sources.manifest) AttachHint(j["errors"], *sources.manifest, FileKind::kManifest);
+  if (sources.pte) AttachHint(j["errors"], *sources.pte, FileKind::kPte);
   out.json = std::move(j);
   return out;
 }

@@ -1,0 +1,121 @@
+#include "verifier/cli_util.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ptd::cli {
+namespace {
+
+int g_write_errno = 0;  // The first failed write to stdout.
+bool g_write_failed = false;
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string FailureMessage(const CLI::App* app, const CLI::Error& e) {
+  std::string msg = absl::StrCat(e.what(), "\n");
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    for (const std::string& arg : app->remaining()) {
+      if (arg.size() < 2 || arg[0] != '-') continue;
+      const std::string near = NearestOption(*app, arg.substr(0, arg.find('=')));
+      if (!near.empty()) absl::StrAppend(&msg, "Unknown flag ", arg, ": did you mean ", near, "?\n");
+    }
+  }
+  absl::StrAppend(&msg, "Run with --help for more information.\n");
+  return msg;
+}
+
+}  // namespace
+
+bool WriteOut(std::string_view text) {
+  if (g_write_failed) return false;
+  errno = 0;
+  const size_t n = std::fwrite(text.data(), 1, text.size(), stdout);
+  if (n != text.size() || std::fflush(stdout) != 0) {
+    g_write_failed = true;
+    g_write_errno = errno;
+    return false;
+  }
+  return true;
+}
+
+int RunGuarded(const char* program, const std::function<int()>& body) {
+  int rc = 0;
+  try {
+    rc = body();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: out of memory\n", program);
+    return 2;
+  } catch (const std::length_error&) {
+    std::fprintf(stderr, "%s: out of memory (a size past what can be allocated)\n", program);
+    return 2;
+  }
+  std::cout.flush();
+  errno = 0;
+  if (std::fflush(stdout) != 0 && !g_write_failed) {
+    g_write_failed = true;
+    g_write_errno = errno;
+  }
+  if (std::ferror(stdout) != 0) g_write_failed = true;
+  if (g_write_failed) {
+    std::fprintf(stderr, "%s: write error: %s\n", program,
+                 g_write_errno != 0 ? std::strerror(g_write_errno) : "standard output");
+    return 2;
+  }
+  return rc;
+}
+
+void SetUp(CLI::App& app) {
+  app.failure_message(FailureMessage);
+  app.get_formatter()->column_width(34);
+}
+
+bool ParseByteCount(const std::string& text, uint64_t* out) {
+  if (text.empty() || text.size() > 20) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  return absl::SimpleAtoi(text, out);  // False past 2^64 - 1.
+}
+
+std::string NearestOption(const CLI::App& app, const std::string& arg) {
+  std::string best;
+  size_t best_d = 3;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& name : o->get_lnames()) {
+      const std::string flag = "--" + name;
+      const size_t d = EditDistance(arg, flag);
+      if (d < best_d) {
+        best_d = d;
+        best = flag;
+      }
+    }
+  }
+  return best;
+}
+
+std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
+  return absl::StrCat(n, " ", absl::string_view((n == 1 ? one : many).data(), (n == 1 ? one : many).size()));
+}
+
+}  // namespace ptd::cli
