@@ -5,6 +5,7 @@
 #ifndef PTD_VERIFIER_CLI_UTIL_H_
 #define PTD_VERIFIER_CLI_UTIL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,6 +38,30 @@ std::string NearestOption(const CLI::App& app, const std::string& arg);
 
 // "1 warning", "2 warnings".
 std::string Plural(uint64_t n, std::string_view one, std::string_view many);
+
+// A progress bar on stderr (the caller checks that it is a terminal): one
+// line that fits the terminal, with the phase, the amount done, the rate and
+// the ETA; shown once a phase has taken half a second; erased when the phase
+// ends (Update with done == total, or Erase). Not thread-safe: the caller
+// serializes Update calls.
+class ProgressBar {
+ public:
+  enum Unit { kBytes, kItems };
+  void Start(std::string phase, Unit unit = kBytes);
+  // Always true (the loader's callback: continue).
+  bool Update(uint64_t done, uint64_t total);
+  void Erase();
+  // The line for `done` of `total` after `seconds`, at most `columns - 1`
+  // characters wide.
+  std::string Line(uint64_t done, uint64_t total, double seconds, int columns) const;
+
+ private:
+  std::string phase_ = "loading";
+  Unit unit_ = kBytes;
+  int delay_ms_ = 500;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_ = start_;
+  bool shown_ = false;
+};
 
 }  // namespace ptd::cli
 

@@ -8,7 +8,6 @@
 //
 // Exit codes: 0 loaded, 1 a rule is broken (nothing was allocated), 2 usage
 // error, unreadable input, or a load that failed (device, I/O).
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,71 +54,6 @@ json TimingsJson(const ptd::LoadTimings& t, uint64_t bytes) {
               {"total_s", t.total_s},     {"first_weight_s", t.first_weight_s},
               {"gbps", GBps(bytes, t.total_s)}, {"read_gbps", GBps(bytes, t.read_s)}};
 }
-
-// A progress bar on stderr, when stderr is a terminal and a phase takes over
-// half a second: one line that fits the terminal, with the phase, bytes,
-// rate and ETA, erased when the phase ends.
-class ProgressBar {
- public:
-  void Start(std::string phase) {
-    phase_ = std::move(phase);
-    start_ = last_ = Clock::now();
-  }
-  bool Update(uint64_t done, uint64_t total) {
-    const auto now = Clock::now();
-    if (done >= total) {
-      Erase();
-      return true;
-    }
-    if (now - start_ < std::chrono::milliseconds(500) ||
-        now - last_ < std::chrono::milliseconds(100)) {
-      return true;
-    }
-    last_ = now;
-    const double s = std::chrono::duration<double>(now - start_).count();
-    const double rate = s > 0 ? done / s : 0;
-    const std::string eta =
-        rate > 0 ? absl::StrFormat("ETA %.0f s", (total - done) / rate) : std::string("ETA -");
-    const std::string text =
-        absl::StrFormat(" %3d%% %s/%s %s/s %s", static_cast<int>(100 * done / total),
-                        Size(done), Size(total), Size(static_cast<uint64_t>(rate)), eta);
-    const int cols = Columns();
-    const int room = cols - 1 - static_cast<int>(phase_.size() + text.size()) - 3;
-    std::string line = phase_;
-    if (room >= 10) {
-      const int width = std::min(room, 40);
-      const int filled = static_cast<int>(width * done / total);
-      absl::StrAppend(&line, " [", std::string(filled, '#'), std::string(width - filled, ' '), "]");
-    }
-    absl::StrAppend(&line, text);
-    if (static_cast<int>(line.size()) > cols - 1) line.resize(std::max(cols - 1, 0));
-    std::fprintf(stderr, "\r\033[K%s", line.c_str());
-    std::fflush(stderr);
-    shown_ = true;
-    return true;
-  }
-  void Erase() {
-    if (!shown_) return;
-    std::fprintf(stderr, "\r\033[K");
-    std::fflush(stderr);
-    shown_ = false;
-  }
-
- private:
-  static std::string Size(uint64_t b) {
-    if (b >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / 1073741824.0);
-    if (b >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / 1048576.0);
-    return absl::StrFormat("%.0f KiB", b / 1024.0);
-  }
-  static int Columns() {
-    struct winsize ws {};
-    if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-    return 80;
-  }
-  std::string phase_ = "loading";
-  Clock::time_point start_ = Clock::now(), last_ = start_;
-  bool shown_ = false;
-};
 
 #ifdef PTD_HAVE_CUDA
 // sha256 of the dense, row-major copy of `w` made on the GPU and read back
@@ -275,7 +209,7 @@ int Main(int argc, char** argv) {
 
   ptd::LoadOptions lo{.fqns = fqns, .threads = threads};
   if (!sm_opt->empty()) lo.sm = sm;
-  ProgressBar bar;
+  ptd::cli::ProgressBar bar;
   const bool show_progress = ::isatty(STDERR_FILENO) != 0;
   if (show_progress) {
     lo.progress = [&bar](uint64_t done, uint64_t total) { return bar.Update(done, total); };
@@ -354,7 +288,7 @@ int Main(int argc, char** argv) {
   if (j["manifests"].empty() && j["ptd"]["named_data"].is_array()) {
     digest_total = j["ptd"]["named_data"].size();
   }
-  if (digest) bar.Start("digests");
+  if (digest) bar.Start("digests", ptd::cli::ProgressBar::kItems);
   const auto digest_tick = [&] {
     if (digest && show_progress) bar.Update(++digest_done, digest_total);
   };

@@ -4,6 +4,8 @@
 //
 // Exit codes: 0 no errors, 1 a rule is broken, 2 usage error or unreadable
 // input (including a stdout that cannot be written, and out of memory).
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -61,7 +63,7 @@ int Main(int argc, char** argv) {
                            ? std::string()
                            : "a byte count from 0 to 18446744073709551615 (2^64 - 1)";
               },
-              "BYTES"));
+              ""));
   auto* pread_flag = app.add_flag(
       "--pread", use_pread, "read with pread(2) (the default; a file that shrinks is exit 2)");
   app.add_flag("--mmap", use_mmap,
@@ -94,7 +96,14 @@ int Main(int argc, char** argv) {
     ptd::ExitOnMappedFileFault(files);
   }
 
+  // Digests are the slow part of a verification: a bar on a terminal.
+  ptd::cli::ProgressBar bar;
+  if (options.digest && ::isatty(STDERR_FILENO)) {
+    bar.Start("digests", ptd::cli::ProgressBar::kItems);
+    options.digest_progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
+  }
   const ptd::VerifyOutcome outcome = ptd::RunVerify(options);
+  bar.Erase();
   // An unreadable input is said once: on stderr, beside the JSON object (which
   // carries it too), or instead of the readable report.
   if (json_out) {

@@ -5,6 +5,7 @@
 #define PTD_VERIFY_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -29,6 +30,9 @@ struct VerifyOptions {
   // file that shrinks is a read error (exit code 2) naming the file. With
   // use_mmap, a CLI calls ExitOnMappedFileFault() first.
   bool use_mmap = false;
+  // With digest: called after each key's and each weight's digest with the
+  // number done and the total (keys plus weights), for a progress bar.
+  std::function<void(uint64_t done, uint64_t total)> digest_progress;
 };
 
 struct VerifyOutcome {

@@ -35,6 +35,15 @@ json LayoutJson(const std::optional<TensorLayout>& l) {
               {"dim_order", l->dim_order}};
 }
 
+// Digest progress: items (keys and weights) done out of the total.
+struct Progress {
+  const VerifyOptions* options = nullptr;
+  uint64_t done = 0, total = 0;
+  void Tick() {
+    if (options->digest && options->digest_progress) options->digest_progress(++done, total);
+  }
+};
+
 // Keeps the first read failure: a file that cannot be read (it shrank, an
 // I/O error) is exit code 2, never a digest silently left out.
 void NoteReadFailure(const absl::Status& s, std::optional<std::string>* io_error) {
@@ -43,7 +52,7 @@ void NoteReadFailure(const absl::Status& s, std::optional<std::string>* io_error
 
 json ContainerJson(const std::string& path, const FileSource* source,
                    const Container* c, const VerifyOptions& options,
-                   std::optional<std::string>* io_error) {
+                   std::optional<std::string>* io_error, Progress* progress = nullptr) {
   json j;
   j["path"] = path;
   j["size"] = source ? json(source->size()) : json(nullptr);
@@ -86,6 +95,7 @@ json ContainerJson(const std::string& path, const FileSource* source,
         }
       }
       n["sha256"] = sha;
+      if (progress != nullptr) progress->Tick();
     }
     named.push_back(std::move(n));
   }
@@ -164,7 +174,8 @@ namespace {
 
 json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
                   const Container* container, const VerifyOptions& options,
-                  Report* report, std::optional<std::string>* io_error) {
+                  Report* report, std::optional<std::string>* io_error,
+                  Progress* progress) {
   json one;
   one["source"] = s.source;
   one["format"] = std::string(ManifestFormatName(s.manifest.format));
@@ -189,6 +200,7 @@ json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
     const ResolvedWeight* w = resolved ? &resolved->weights[i] : nullptr;
     wj.push_back(WeightJson(s.manifest.entries[i], w, container, s.source, options,
                             report, io_error));
+    progress->Tick();
   }
   one["weights"] = std::move(wj);
   return one;
@@ -308,16 +320,20 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
   const WeightBundle bundle = WeightBundle::Verify(sources, &report);
   if (bundle.io_error()) out.io_error = std::string(bundle.io_error()->message());
 
+  Progress progress{.options = &options};
+  if (bundle.container()) progress.total += bundle.container()->named_data().size();
+  for (const SourcedManifest& s : bundle.manifests()) progress.total += s.manifest.entries.size();
+
   json j;
   j["ok"] = false;  // Set below, after digests may add warnings.
   j["ptd"] = ContainerJson(options.ptd_path, sources.ptd.get(), bundle.container(),
-                           options, &out.io_error);
+                           options, &out.io_error, &progress);
   json mj = json::array();
   for (size_t m = 0; m < bundle.manifests().size(); ++m) {
     const ResolvedManifest* resolved =
         bundle.weights() ? &bundle.weights()->manifests()[m] : nullptr;
     mj.push_back(ManifestJson(bundle.manifests()[m], resolved, bundle.container(),
-                              options, &report, &out.io_error));
+                              options, &report, &out.io_error, &progress));
     // The file the manifest came from (the --manifest file, or the .pte).
     const std::optional<std::string>& file =
         bundle.manifests()[m].source == "manifest" ? options.manifest_path : options.pte_path;

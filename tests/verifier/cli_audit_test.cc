@@ -12,8 +12,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "absl/strings/str_split.h"
 #include "ptd/ptd_writer.h"
+#include "ptd/verify.h"
 #include "tests/testing/test_util.h"
+#include "verifier/cli_util.h"
 
 namespace ptd {
 namespace {
@@ -367,6 +370,81 @@ TEST(CliAuditTest, WriteDemoIntoAMissingDirectoryIsAUsageError) {
   EXPECT_THAT(r.out, Not(HasSubstr(".tmp")));
   EXPECT_EQ(RunCommand(std::string(PTD_WRITE_DEMO_BINARY) + " " + dir.path()).exit_code, 0);
 #endif
+}
+
+TEST(CliAuditTest, ProgressLineFitsTheTerminalWithPhaseAmountRateAndEta) {
+  cli::ProgressBar bar;
+  bar.Start("loading");
+  const uint64_t total = uint64_t{8} << 30;
+  const std::string wide = bar.Line(total / 2, total, 2.0, 120);
+  EXPECT_LE(wide.size(), 119u);
+  EXPECT_THAT(wide, AllOf(HasSubstr("loading ["), HasSubstr(" 50% 4.00 GiB/8.00 GiB"),
+                          HasSubstr("2.00 GiB/s"), HasSubstr("ETA 2 s")));
+  for (int cols : {60, 40, 20, 5}) {
+    SCOPED_TRACE(cols);
+    EXPECT_LE(bar.Line(total / 2, total, 2.0, cols).size(), static_cast<size_t>(cols - 1));
+  }
+  EXPECT_THAT(bar.Line(total / 2, total, 2.0, 60), Not(HasSubstr("[")));  // No room for a bar.
+  bar.Start("digests", cli::ProgressBar::kItems);
+  EXPECT_THAT(bar.Line(30, 120, 3.0, 100), AllOf(HasSubstr("digests"), HasSubstr(" 25% 30/120"),
+                                                 HasSubstr("10/s"), HasSubstr("ETA 9 s")));
+}
+
+TEST(CliAuditTest, DigestProgressCountsEveryKeyAndWeight) {
+  VerifyOptions o{.ptd_path = kK01, .manifest_path = kK01Manifest, .digest = true};
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  o.digest_progress = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
+  const VerifyOutcome out = RunVerify(o);
+  ASSERT_EQ(out.exit_code(), 0);
+  ASSERT_EQ(calls.size(), 24u);  // 12 keys and 12 weights.
+  EXPECT_EQ(calls.front(), std::make_pair(uint64_t{1}, uint64_t{24}));
+  EXPECT_EQ(calls.back(), std::make_pair(uint64_t{24}, uint64_t{24}));
+  o.digest = false;
+  calls.clear();
+  (void)RunVerify(o);
+  EXPECT_TRUE(calls.empty());  // No digests, no progress.
+}
+
+TEST(CliAuditTest, ProgressBarIsErasedUnderTmux) {
+  if (RunCommand("command -v tmux >/dev/null 2>&1").exit_code != 0) {
+    GTEST_SKIP() << "tmux is not installed (apt-get install -y tmux)";
+  }
+  TempDir dir;
+  // 96 MiB in 24 keys, loaded 40 times on a 40-column terminal, the bar
+  // drawn at every update (PTD_PROGRESS_DELAY_MS=0).
+  const std::string ptd = dir.File("big.ptd");
+  {
+    PtdWriter w;
+    std::vector<uint8_t> b(size_t{4} << 20);
+    for (int i = 0; i < 24; ++i) {
+      b[0] = static_cast<uint8_t>(i);
+      ASSERT_TRUE(w.Add("key" + std::to_string(i), b).ok());
+    }
+    ASSERT_TRUE(w.Write(ptd).ok());
+  }
+  const std::string session = "ptd_cli_audit_" + std::to_string(::getpid());
+  const std::string done = dir.File("done");
+  const std::string cmd = "PTD_PROGRESS_DELAY_MS=0 " + std::string(PTD_LOAD_BINARY) +
+                          " --device host --threads 1 --digest --repeat 40 " +
+                          ptd + " >/dev/null; touch " + done;
+  ASSERT_EQ(RunCommand("tmux new-session -d -s " + session + " -x 40 -y 10 '" + cmd + "; sleep 30'")
+                .exit_code,
+            0);
+  bool saw_bar = false;
+  for (int i = 0; i < 600 && ::access(done.c_str(), F_OK) != 0; ++i) {
+    const auto pane = RunCommand("tmux capture-pane -p -t " + session);
+    for (const std::string& line : std::vector<std::string>(absl::StrSplit(pane.out, '\n'))) {
+      if (line.find("loading") != std::string::npos && line.find('%') != std::string::npos) {
+        saw_bar = true;
+        EXPECT_LE(line.size(), 39u) << line;  // One line that fits.
+      }
+    }
+    ::usleep(50 * 1000);
+  }
+  const auto after = RunCommand("tmux capture-pane -p -t " + session);
+  RunCommand("tmux kill-session -t " + session);
+  ASSERT_TRUE(saw_bar) << "no progress line was seen in 40 loads";
+  EXPECT_THAT(after.out, Not(HasSubstr("%")));  // Erased at the end.
 }
 
 }  // namespace
