@@ -13,6 +13,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "absl/strings/str_split.h"
+#include "ptd/host_device.h"
+#include "ptd/loader.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/verify.h"
 #include "tests/testing/test_util.h"
@@ -146,6 +148,20 @@ TEST(CliAuditTest, FqnNeedsAManifest) {
   const auto r = RunCommand(Load("--device host --fqn nope " + kK01) + " 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--fqn needs --manifest or --pte"));
+}
+
+TEST(CliAuditTest, TheLoaderRefusesFqnsWithoutAManifest) {
+  auto w = LoadWeights(BundlePaths{.ptd = kK01}, std::make_shared<HostDevice>(),
+                       LoadOptions{.fqns = {"layers.0.attn.q"}});
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(w.status().message()),
+              AllOf(HasSubstr("'layers.0.attn.q'"), HasSubstr("no manifest")));
+  // With one, the weight loads.
+  auto ok = LoadWeights(BundlePaths{.ptd = kK01, .manifest = kK01Manifest},
+                        std::make_shared<HostDevice>(), LoadOptions{.fqns = {"layers.0.attn.q"}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->weights().size(), 1u);
 }
 
 TEST(CliAuditTest, LoadFailuresAreOneJsonObjectWithRuleCodeAndFile) {
