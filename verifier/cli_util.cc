@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 #include <new>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -94,6 +95,14 @@ int RunGuarded(const char* program, const std::function<int()>& body) {
 void SetUp(CLI::App& app) {
   app.failure_message(FailureMessage);
   app.get_formatter()->column_width(34);
+}
+
+int ExitOnParseError(const CLI::App& app, const CLI::ParseError& e) {
+  std::ostringstream out, err;
+  const int rc = app.exit(e, out, err);
+  WriteOut(out.str());
+  std::fputs(err.str().c_str(), stderr);
+  return rc == 0 ? 0 : 2;
 }
 
 bool ParseByteCount(const std::string& text, uint64_t* out) {

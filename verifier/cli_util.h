@@ -28,6 +28,11 @@ bool WriteOut(std::string_view text);
 // unknown flag close to a known one, and "Run with --help".
 void SetUp(CLI::App& app);
 
+// After app.parse() threw: prints help or version to stdout (checked, like
+// every write) or the usage error to stderr; returns 0 for help/version and
+// 2 for a usage error.
+int ExitOnParseError(const CLI::App& app, const CLI::ParseError& e);
+
 // Parses `--digest-limit`-style values: a decimal integer in [0, 2^64).
 // Rejects signs, spaces and values past 2^64 - 1.
 bool ParseByteCount(const std::string& text, uint64_t* out);

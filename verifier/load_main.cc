@@ -154,8 +154,7 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return ptd::cli::ExitOnParseError(app, e);
   }
 
   const bool has_manifest = !manifest->empty() || !pte->empty();

@@ -74,8 +74,7 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // Prints help/version or the usage error.
-    return rc == 0 ? 0 : 2;
+    return ptd::cli::ExitOnParseError(app, e);
   }
   if (!manifest->empty()) options.manifest_path = manifest->as<std::string>();
   if (!pte->empty()) options.pte_path = pte->as<std::string>();

@@ -136,7 +136,8 @@ TEST(CliAuditTest, OutOfMemoryIsExitTwoWithOneLine) {
 TEST(CliAuditTest, WriteErrorsOnStdoutAreExitTwo) {
   for (const std::string& cmd : {Verify("--json " + kK01), Verify(kK01),
                                  Load("--device host --json " + kK01),
-                                 Load("--device host " + kK01)}) {
+                                 Load("--device host " + kK01), Verify("--help"),
+                                 Load("--help")}) {
     SCOPED_TRACE(cmd);
     const auto r = RunCommand(cmd + " 2>&1 >/dev/full");
     EXPECT_EQ(r.exit_code, 2) << r.out;
