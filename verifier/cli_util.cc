@@ -130,7 +130,8 @@ std::string NearestOption(const CLI::App& app, const std::string& arg) {
 }
 
 std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
-  return absl::StrCat(n, " ", absl::string_view((n == 1 ? one : many).data(), (n == 1 ? one : many).size()));
+  const std::string_view word = n == 1 ? one : many;
+  return absl::StrCat(n, " ", absl::string_view(word.data(), word.size()));
 }
 
 namespace {

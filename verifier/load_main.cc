@@ -148,6 +148,10 @@ int Main(int argc, char** argv) {
       ->type_name("N")
       ->capture_default_str();
   app.add_flag("--json", json_out, "print one JSON object on stdout");
+  bool all_rows = false;
+  app.add_flag("--all", all_rows,
+               "when verification fails, list every key and weight of the report (default: "
+               "the first 50 of each)");
   app.add_flag("--digest", digest,
                "add sha256 of each weight, from the loaded memory; on a CUDA device also "
                "check each weight's dense copy made on the GPU against it");
@@ -201,7 +205,8 @@ int Main(int argc, char** argv) {
     } else if (outcome.io_error) {
       std::cerr << "ptd-load: " << ptd::FormatText(outcome);
     } else {
-      ptd::cli::WriteOut(ptd::FormatText(outcome, ptd::TextOptions{.max_rows = 50}));
+      ptd::cli::WriteOut(
+          ptd::FormatText(outcome, ptd::TextOptions{.max_rows = all_rows ? 0 : size_t{50}}));
     }
     return outcome.exit_code();
   }

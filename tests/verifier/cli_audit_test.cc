@@ -286,6 +286,20 @@ TEST(CliAuditTest, LongTablesEndInASummaryRowAndTheVerdict) {
   EXPECT_EQ(json::parse(r.out)["ptd"]["named_data"].size(), 80u);  // Complete.
 }
 
+TEST(CliAuditTest, LoadOfAFailingFileBoundsItsReportToo) {
+  TempDir dir;
+  const std::string ptd = ManyKeys(dir, 80);
+  std::vector<uint8_t> bytes = testing::ReadFileBytes(ptd);
+  bytes.resize(bytes.size() - 2);  // The data region now ends past the file: a broken rule.
+  testing::WriteFileBytes(ptd, bytes);
+  auto r = RunCommand(Load("--device host " + ptd));
+  ASSERT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("... and 30 more keys; --all lists them"));
+  r = RunCommand(Load("--device host --all " + ptd));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("key79"));
+}
+
 TEST(CliAuditTest, ReadableReportSaysEachThingOnceWithUnitsAndLabels) {
   const auto r = RunCommand(Verify("--manifest " + DataPath("rules/G2_view_past_storage.manifest") +
                                    " " + DataPath("rules/G2_view_past_storage.ptd")));
