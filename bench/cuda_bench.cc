@@ -13,11 +13,11 @@
 //                                     in for pread), CopyToDeviceAsync, Wait before
 //                                     a slot is refilled.
 //
-// Data: PTD_CUDA_BENCH_BYTES bytes (default 256 MiB; scripts/gpu-check.sh uses
-// 4 GiB) in PTD_CUDA_BENCH_STORAGES storages (default 1024), from a pageable,
-// pre-faulted host buffer. This file calls the CUDA runtime directly for the
-// ceiling and the upstream baseline; the library itself keeps CUDA in
-// runtime/cuda.
+// Data: PTD_CUDA_BENCH_BYTES bytes (default 256 MiB; gpu-bundle/run.sh uses
+// 1 GiB, then 4 GiB) in PTD_CUDA_BENCH_STORAGES storages (default 1024), from
+// a pageable, pre-faulted host buffer. This file calls the CUDA runtime
+// directly for the ceiling and the upstream baseline; the library itself keeps
+// CUDA in runtime/cuda.
 //
 // The loader from a file (warm page cache), on a .ptd + manifest of
 // PTD_CUDA_LOADER_BYTES bytes (default 4 GiB) in PTD_CUDA_LOADER_STORAGES
@@ -39,7 +39,8 @@
 //                                     reader threads as the pread ceiling.
 // Counters of BM_Loader_Cuda: GBps, vs_ceiling (over the lower of the two
 // ceilings, target >= 0.85), vs_upstream (target >= 4), meets_targets (1 or
-// 0). Freeing a load's memory is outside the timed region everywhere.
+// 0), p50_ms / p90_ms of one load and first_weight_p50_ms (time to the first
+// complete storage) over the iterations. Freeing a load's memory is outside the timed region everywhere.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -47,6 +48,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -492,6 +494,14 @@ void BM_LoaderUpstream_MallocPreadCudaMemcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_LoaderUpstream_MallocPreadCudaMemcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The q-quantile (nearest rank) of `v`; 0 when empty.
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
 void BM_Loader_Cuda(benchmark::State& state) {
   if (NoGpu(state)) return;
   const LoaderFile* f = LoaderFileFor(state);
@@ -506,6 +516,7 @@ void BM_Loader_Cuda(benchmark::State& state) {
   LoadTimings last;
   LoadStats stats;
   double timed_s = 0;
+  std::vector<double> load_s, first_s;  // Per iteration: p50/p90 below.
   for (auto _ : state) {
     const auto t0 = Clock::now();
     auto w = LoadWeights(paths, *device, options);
@@ -513,7 +524,10 @@ void BM_Loader_Cuda(benchmark::State& state) {
       state.SkipWithError(std::string(w.status().message()).c_str());
       return;
     }
-    timed_s += Seconds(Clock::now() - t0);
+    const double dt = Seconds(Clock::now() - t0);
+    timed_s += dt;
+    load_s.push_back(dt);
+    first_s.push_back(w->timings().first_weight_s);
     last = w->timings();
     stats = w->stats();
     std::optional<LoadedWeights> held(*std::move(w));
@@ -530,6 +544,9 @@ void BM_Loader_Cuda(benchmark::State& state) {
   if (g_upstream_rate > 0) state.counters["vs_upstream"] = r / g_upstream_rate;
   state.counters["meets_targets"] =
       ceiling > 0 && g_upstream_rate > 0 && r / ceiling >= 0.85 && r / g_upstream_rate >= 4 ? 1 : 0;
+  state.counters["p50_ms"] = Percentile(load_s, 0.5) * 1e3;
+  state.counters["p90_ms"] = Percentile(load_s, 0.9) * 1e3;
+  state.counters["first_weight_p50_ms"] = Percentile(first_s, 0.5) * 1e3;
   state.counters["storages"] = static_cast<double>(stats.storages);
   state.counters["copies"] = static_cast<double>(stats.copies);
   state.counters["verify_ms"] = last.verify_s * 1e3;

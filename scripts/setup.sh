@@ -23,6 +23,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer + sanitizer runtimes: the fuzz gate
   gnuplot-nox                # scripts/bench.sh's plots
+  patchelf                   # scripts/gpu-bundle.sh: $ORIGIN RUNPATHs in the GPU bundle
 )
 # The executorch package goes into a venv (below). Debian's own python3 needs
 # python3-venv for that; another python3 on PATH (pyenv, ...) brings its own.
@@ -78,3 +79,27 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTD_WERROR=ON $
 targets=()
 for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build" --parallel "$(nproc)" "${targets[@]}"
+
+# The Python module `ptd` (python/, pyproject.toml) in the same .venv:
+# nanobind, scikit-build-core, numpy and pytest from PyPI, then `pip install .`
+# without build isolation. Its CMake tree is build/python/<tag>, so a re-run
+# rebuilds only what changed. CMAKE_ARGS reach its configure too. Without
+# PyPI this prints a note and goes on (scripts/test.sh then says the Python
+# tests were skipped). Skip with PTD_SKIP_PYTHON=1.
+if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
+  if [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
+    echo "setup: note: python3 -m venv $venv failed; the Python module is not installed" >&2
+  elif ! "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest" 2>/dev/null &&
+       ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 20 \
+           --retries 1 nanobind scikit-build-core numpy pytest; then
+    echo "setup: note: could not pip-install nanobind, scikit-build-core, numpy, pytest" \
+         "(no network?); the Python module is not installed" >&2
+  else
+    echo "setup: pip install . (the Python module ptd) into $venv"
+    # shellcheck disable=SC2086
+    SKBUILD_CMAKE_ARGS=$(printf '%s;' ${CMAKE_ARGS:-}) \
+      CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+      "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
+      --no-deps "$root"
+  fi
+fi

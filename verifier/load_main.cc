@@ -23,6 +23,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "ptd/scalar_type.h"
 #include "ptd/loader.h"
 #include "ptd/open_device.h"
 #include "ptd/sha256.h"
@@ -302,6 +304,7 @@ int Main(int argc, char** argv) {
       const ptd::LoadedWeight* lw = w.Find(source, wj["fqn"].get<std::string>());
       wj["loaded"] = lw != nullptr;
       digest_tick();
+      if (digest && lw == nullptr && wj.value("runtime_owned", false)) wj["sha256"] = nullptr;
       if (digest && lw != nullptr) {
         wj["sha256"] = digest_of(ptd::DigestLoadedWeight(w, *lw));
         if (!wj["sha256"].is_null()) digests.emplace_back(lw->fqn, wj["sha256"]);
@@ -324,10 +327,25 @@ int Main(int argc, char** argv) {
   bar.Erase();
 
   if (json_out) {
-    j["load"] = json{{"weights", st.weights},         {"storages", st.storages},
+    j["load"] = json{{"weights", st.weights},         {"reused", st.reused},
+                     {"runtime_owned", st.runtime_owned}, {"storages", st.storages},
                      {"bytes", st.bytes},             {"allocations", st.allocations},
                      {"reads", st.reads},             {"bytes_read", st.bytes_read},
                      {"copies", st.copies},           {"threads", threads}};
+    json owned = json::array();
+    for (const ptd::RuntimeOwnedWeight& r : w.runtime_owned()) {
+      owned.push_back(json{{"fqn", std::string(r.fqn)},
+                           {"source", std::string(r.source)},
+                           {"storage_key", std::string(r.storage_key)},
+                           {"dtype", r.dtype},
+                           {"device_type", r.device_type},
+                           {"sizes", std::vector<int64_t>(r.sizes.begin(), r.sizes.end())},
+                           {"strides", std::vector<int64_t>(r.strides.begin(), r.strides.end())},
+                           {"storage_offset", r.storage_offset},
+                           {"storage_nbytes", r.storage_nbytes},
+                           {"required_nbytes", r.required_nbytes}});
+    }
+    j["runtime_owned"] = std::move(owned);
     j["timings"] = TimingsJson(w.timings(), st.bytes);
     if (materialized > 0 || materialize_failed) {
       j["materialized"] = json{{"checked", materialized}, {"ok", !materialize_failed}};
@@ -353,7 +371,8 @@ int Main(int argc, char** argv) {
     absl::StrAppend(&out, "  warning ", d.rule, ": ", d.message, "\n");
   }
   absl::StrAppend(
-      &out, "  ", ptd::cli::Plural(st.weights, "weight", "weights"), ", ",
+      &out, "  ", ptd::cli::Plural(st.weights, "weight", "weights"), " (", st.reused,
+      " reused, ", st.runtime_owned, " runtime-owned), ",
       ptd::cli::Plural(st.storages, "storage", "storages"), ", ",
       ptd::cli::Plural(st.bytes, "byte", "bytes"), ", ",
       ptd::cli::Plural(st.allocations, "allocation call", "allocation calls"), ", ",
@@ -370,6 +389,16 @@ int Main(int argc, char** argv) {
     absl::StrAppend(&out, absl::StrFormat("  %d loads: median %s (%.2f GB/s), best %s (%.2f GB/s)\n",
                                           repeat, Ms(median), GBps(st.bytes, median), Ms(best),
                                           GBps(st.bytes, best)));
+  }
+  if (!w.runtime_owned().empty()) {
+    absl::StrAppend(&out, "  runtime-owned, not loaded (the runtime allocates them):\n");
+    for (const ptd::RuntimeOwnedWeight& r : w.runtime_owned()) {
+      absl::StrAppend(&out, "    ", std::string(r.fqn), "  ",
+                      std::string(ptd::ScalarTypeName(r.dtype)), " (",
+                      absl::StrJoin(r.sizes, ","), ") strides (", absl::StrJoin(r.strides, ","),
+                      ") offset ", r.storage_offset, " elements, ", r.required_nbytes,
+                      " bytes\n");
+    }
   }
   for (const auto& [name, sha] : digests) absl::StrAppend(&out, "  ", sha, "  ", name, "\n");
   if (materialized > 0 || materialize_failed) {

@@ -9,20 +9,31 @@
 // - AllocateMany makes one cudaMalloc (an arena) and hands out 256-byte
 //   aligned slices of it; the arena is freed when its last slice goes.
 //   Allocate makes one cudaMalloc per call.
-// - AllocateStaging returns page-locked host memory (cudaHostAlloc). A freed
-//   staging block goes to a cache keyed by its size, and a later request of
-//   that size reuses it, so repeated loads with the same ring of slots make
-//   no new pinned allocations. The cache is bounded
+// - AllocateStaging returns page-locked host memory (cudaHostAlloc) in size
+//   classes (powers of two from 64 KiB). A freed staging block goes to a
+//   cache, and a later request of any size up to the block's reuses it (the
+//   smallest block large enough), so repeated loads, of one model or of
+//   others, make no new pinned allocations. The cache is bounded
 //   (CudaDeviceOptions::staging_cache_bytes) and freed with the device.
-// - CopyToDeviceAsync issues cudaMemcpyAsync round-robin on `streams`
-//   non-blocking streams and records a pooled event after the copy; the
-//   ticket names that event. Wait() synchronizes on the event and recycles
+// - CopyManyToDeviceAsync issues a batch of cudaMemcpyAsync (one staging
+//   slot's pieces) on one of `streams` non-blocking streams, round-robin by
+//   batch, and records one pooled event after the batch's last copy: one
+//   ticket, one wait per slot. CopyToDeviceAsync is a batch of one. The
+//   event is taken before the first copy is issued, so no copy is ever in
+//   flight without a ticket. Wait() synchronizes on the event and recycles
 //   it. Waiting again on a ticket already waited (or covered by
 //   Synchronize) returns OK; a ticket this device never issued is
 //   InvalidArgument.
-// - CopyToHost and Materialize run on the device's own stream and return
-//   when done. They see device memory written by copies whose Wait (or a
-//   Synchronize) has returned; they do not wait for copies in flight.
+// - CopyToHost and Materialize run on the device's own stream, which first
+//   waits (cudaStreamWaitEvent, not the host) for every copy issued before
+//   the call, waited on or not; they return when done. A zero-byte
+//   CopyToHost returns at once.
+// - Every entry point makes the device current for its CUDA calls and
+//   restores the caller's device after (no context appears on cuda:0 for
+//   work on cuda:1).
+// - An AllocateMany whose arena cannot be allocated names, in its message
+//   and in payload kAllocateManyIndexPayload, the first buffer that does not
+//   fit in the free memory.
 // - Errors name the CUDA call, the device and CUDA's message ("cudaMemcpyAsync
 //   on cuda:0: an illegal memory access was encountered"); out of memory is
 //   ResourceExhausted, other CUDA failures Internal.
@@ -56,8 +67,9 @@ int CudaDeviceCount();
 struct CudaDeviceOptions {
   // Streams that host-to-device copies are spread over (at least 1).
   int streams = 2;
-  // Freed staging blocks kept for reuse, in bytes; beyond it they are freed.
-  uint64_t staging_cache_bytes = uint64_t{1} << 30;
+  // Freed staging blocks kept for reuse, in bytes; beyond it they are freed
+  // (the default holds the default ring, 6 x 16 MiB, with room to spare).
+  uint64_t staging_cache_bytes = uint64_t{256} << 20;
 };
 
 class CudaDevice final : public Device {
@@ -83,6 +95,8 @@ class CudaDevice final : public Device {
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
   absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
                                                size_t nbytes) override;
+  absl::StatusOr<std::vector<CopyTicket>> CopyManyToDeviceAsync(
+      absl::Span<const CopyRequest> requests) override;
   absl::Status Wait(const CopyTicket& ticket) override;
   absl::Status Synchronize() override;
   absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) override;

@@ -77,6 +77,13 @@ struct CopyTicket {
   uint32_t stream = 0;
 };
 
+// One host-to-device copy of a batch (CopyManyToDeviceAsync).
+struct CopyRequest {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t nbytes = 0;
+};
+
 // Counters, for tests and reports. Monotonic except the live_* ones.
 struct DeviceStats {
   uint64_t allocations = 0;          // Device blocks allocated (cudaMalloc calls).
@@ -124,6 +131,14 @@ class Device {
   // valid and unchanged until Wait() on the ticket returns OK.
   virtual absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
                                                        size_t nbytes) = 0;
+  // Starts every copy of `requests` (say, the pieces of one staging buffer)
+  // and returns tickets that together cover them: once Wait() returned OK on
+  // each, every copy of the batch is done. The default calls
+  // CopyToDeviceAsync per request and returns every ticket; a device may put
+  // the batch on one stream behind one ticket (CudaDevice: one event). On
+  // failure no copy of the batch is left in flight.
+  virtual absl::StatusOr<std::vector<CopyTicket>> CopyManyToDeviceAsync(
+      absl::Span<const CopyRequest> requests);
   // Blocks until the ticket's copy (and those before it on its stream) are
   // done; the copy's error if it failed.
   virtual absl::Status Wait(const CopyTicket& ticket) = 0;
@@ -131,6 +146,7 @@ class Device {
   virtual absl::Status Synchronize() = 0;
 
   // Copies device memory back to the host, synchronously (digests, tests).
+  // It sees every copy issued before it, waited on or not.
   virtual absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) = 0;
 
   virtual DeviceStats stats() const = 0;

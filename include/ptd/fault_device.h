@@ -7,6 +7,9 @@
 // path runs without a GPU; and it can defer copies until Wait() (as a real
 // asynchronous copy may), so that a loader reusing a staging buffer before
 // waiting on its ticket loads wrong bytes, which digests then catch.
+// Without defer_copies, copies go straight to the wrapped device and stay
+// as asynchronous as it makes them (CudaDevice, AsyncDevice): Wait() waits
+// on the wrapped device's ticket.
 //
 // Example:
 //   auto dev = std::make_shared<FaultDevice>(std::make_shared<HostDevice>(),
@@ -20,6 +23,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -101,6 +105,7 @@ class FaultDevice final : public Device {
   FaultPlan plan_;
   std::shared_ptr<Shared> shared_;
   std::deque<Pending> pending_;
+  std::map<uint64_t, CopyTicket> inner_tickets_;  // Ours -> the wrapped device's.
   uint64_t next_ticket_ = 0;
 };
 

@@ -30,6 +30,12 @@
 // Weights whose device_type is CPU (0) go to host memory whichever device
 // is chosen (the result keeps a HostDevice for them).
 //
+// Runtime-owned entries (fqn "__et_offgraph_kv_*", the off-graph KV cache;
+// docs/SPEC.md section 2) have a verified view but no stored bytes: they are
+// neither read nor allocated, and their storage keys are never looked up in
+// the source. LoadedWeights::runtime_owned() lists them so that a runtime
+// can allocate and bind them itself.
+//
 // Lifetime: LoadedWeights holds its storages and a shared_ptr to each device
 // they live on; views stay valid as long as it does. Movable, not copyable.
 // Thread-safety: LoadWeights may run concurrently; a LoadedWeights is
@@ -58,7 +64,8 @@
 namespace ptd {
 
 inline constexpr size_t kDefaultLoadThreads = 4;
-inline constexpr size_t kDefaultRingSlots = 4;
+// The ring of the default load (ring_slots 0: threads + 2).
+inline constexpr size_t kDefaultRingSlots = kDefaultLoadThreads + 2;
 inline constexpr size_t kDefaultRingSlotBytes = size_t{16} << 20;
 inline constexpr size_t kDefaultMaxReadBytes = size_t{4} << 20;
 inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
@@ -66,17 +73,23 @@ inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
 struct LoadOptions {
   // Load only these weights (by fqn, in any manifest); empty loads all.
   // Only the storages they need are read. NotFound for an unknown fqn;
-  // InvalidArgument without a manifest (there are no weights to name).
+  // InvalidArgument for a runtime-owned one (it has no stored bytes), and
+  // without a manifest (there are no weights to name).
   std::vector<std::string> fqns;
   // Compute capability for choosing each manifest's variant; overrides the
   // device's. Without either (the host), a single untargeted variant is
   // chosen and otherwise none: then no library-local constant is filtered.
   std::optional<uint32_t> sm;
-  // Reader threads, the calling thread included (>= 1).
+  // Threads that read (>= 1; 0 is taken as 1). On a host-accessible device
+  // the calling thread is one of them (threads - 1 are started); on a
+  // staging device `threads` readers are started and the calling thread
+  // issues the copies and waits on them.
   size_t threads = kDefaultLoadThreads;
   // The staging ring of a device that is not host-accessible: slots of
-  // ring_slot_bytes each (default 4 x 16 MiB). Every staged read fits a slot.
-  size_t ring_slots = kDefaultRingSlots;
+  // ring_slot_bytes each; 0 means threads + 2 slots (default 6 x 16 MiB), so
+  // that readers need not wait for copies in flight. Every staged read fits
+  // a slot.
+  size_t ring_slots = 0;
   size_t ring_slot_bytes = kDefaultRingSlotBytes;
   // Largest single read on the host path: neighbouring small storages are
   // read together up to this size, larger storages in chunks of it.
@@ -105,6 +118,10 @@ struct LoadTimings {
 
 struct LoadStats {
   uint64_t weights = 0;      // Views handed out.
+  // Of those, views whose storage an earlier view already uses (upstream's
+  // "reused": keys and entries that share one stored segment).
+  uint64_t reused = 0;
+  uint64_t runtime_owned = 0;  // Runtime-owned entries listed, not loaded.
   uint64_t storages = 0;     // Distinct storages loaded (= buffers allocated).
   uint64_t bytes = 0;        // Bytes of those storages.
   uint64_t allocations = 0;  // AllocateMany calls (one per device used).
@@ -149,6 +166,23 @@ struct LoadedWeight {
   }
 };
 
+// A runtime-owned entry: the view a runtime allocates and binds itself
+// (nothing is loaded for it). Strings and dims are views into the
+// LoadedWeights that lists it.
+struct RuntimeOwnedWeight {
+  std::string_view fqn;
+  std::string_view storage_key;
+  std::string_view source;  // As LoadedWeight::source.
+  int32_t dtype = 0;
+  uint32_t element_size = 1;
+  absl::Span<const int64_t> sizes;
+  absl::Span<const int64_t> strides;  // Elements.
+  int64_t storage_offset = 0;         // Elements.
+  int32_t device_type = 1;            // The manifest's: 0 CPU, 1 CUDA.
+  uint64_t storage_nbytes = 0;        // The manifest's.
+  uint64_t required_nbytes = 0;       // What the view spans (G2 holds).
+};
+
 class LoadedWeights {
  public:
   LoadedWeights(LoadedWeights&&) = default;
@@ -159,6 +193,10 @@ class LoadedWeights {
   // Every loaded weight, manifest by manifest in entry order.
   const std::vector<LoadedWeight>& weights() const { return weights_; }
   const std::vector<LoadedStorage>& storages() const { return storages_; }
+  // The runtime-owned entries of the manifests, in manifest and entry
+  // order, when every weight was loaded (empty for a load of LoadOptions::
+  // fqns: none was asked for).
+  const std::vector<RuntimeOwnedWeight>& runtime_owned() const { return runtime_owned_; }
 
   // The weight named `fqn` (of the first manifest that has it), or null. O(1).
   const LoadedWeight* Find(std::string_view fqn) const;
@@ -189,6 +227,7 @@ class LoadedWeights {
   std::shared_ptr<Device> host_device_;  // For CPU weights when device_ is not the host.
   std::vector<LoadedStorage> storages_;
   std::vector<LoadedWeight> weights_;
+  std::vector<RuntimeOwnedWeight> runtime_owned_;
   std::vector<std::optional<size_t>> chosen_;
   // Names and dims the views point into: sized once, never reallocated.
   std::unique_ptr<char[]> names_;

@@ -43,6 +43,16 @@ struct Variant {
 
 enum class DeviceType : int32_t { kCpu = 0, kCuda = 1 };
 
+// The fqn prefix of runtime-owned entries (SPEC section 2): the off-graph KV
+// cache, whose bytes the runtime allocates itself and never reads from the
+// .ptd. A byte-prefix match on the fqn, case-sensitive.
+inline constexpr std::string_view kRuntimeOwnedPrefix = "__et_offgraph_kv_";
+
+// True when `fqn` names a runtime-owned entry.
+inline bool IsRuntimeOwnedFqn(std::string_view fqn) {
+  return fqn.substr(0, kRuntimeOwnedPrefix.size()) == kRuntimeOwnedPrefix;
+}
+
 struct WeightEntry {
   std::string fqn;
   std::string storage_key;
@@ -55,6 +65,11 @@ struct WeightEntry {
   // False when the decoder reported an M5/M6 error for this entry; geometry
   // checks skip such entries (their numbers are meaningless).
   bool well_formed = true;
+
+  // A runtime-owned entry (kRuntimeOwnedPrefix): its view is checked (M5,
+  // M6, G1, G2, G4) but no stored bytes are expected (no X1, no G3) and a
+  // loader does not load it.
+  bool runtime_owned() const { return IsRuntimeOwnedFqn(fqn); }
 };
 
 // The on-disk layout a manifest was read from, or is to be written in.

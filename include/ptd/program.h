@@ -26,7 +26,11 @@ namespace ptd {
 inline constexpr std::string_view kCudaBackendId = "CudaBackend";
 inline constexpr uint32_t kMinPteHeaderLength = 24;
 
+// The extended header ("eh00" at offset 8). It is optional (SPEC section 4):
+// without one (present == false) the program is the whole file
+// (program_size = the file size) and has no segment data.
 struct PteHeader {
+  bool present = true;
   uint32_t header_length = 0;
   uint64_t program_size = 0;
   uint64_t segment_base_offset = 0;

@@ -63,6 +63,7 @@ absl::StatusOr<BundleSources> OpenBundleSources(const BundlePaths& paths);
 struct SourcedManifest {
   std::string source;  // "manifest" or "pte:<method>:<delegate index>".
   Manifest manifest;
+  std::string file;    // The file it was read from (the manifest or the .pte).
 };
 
 class WeightBundle {

@@ -6,7 +6,12 @@
 // exactly storage_nbytes (G3), and entries sharing a storage key agree on
 // storage_nbytes and device_type across all manifests (G4). Bytes of a
 // segment that no view reaches (G5) and cuda_fqn_weight keys that no
-// manifest references (X3) are warnings. Work is O(entries + keys).
+// manifest references (X3) are warnings. Runtime-owned entries (the
+// off-graph KV cache, SPEC section 2) skip X1 and G3; one whose key is
+// stored anyway draws warning R1. Each cause is reported once: a view
+// rejected by G1/G2 does not also make its segment "unreached" (G5), and an
+// entry that disagrees with another on storage_nbytes (G4) is not compared
+// with the segment again (G3). Work is O(entries + keys).
 //
 // Lifetime: the WeightSet points into the container and the manifests,
 // which must outlive it.
@@ -34,13 +39,19 @@ inline constexpr std::string_view kCudaWeightKeyPrefix = "cuda_fqn_weight:";
 struct ManifestInput {
   std::string source;        // "manifest" or "pte:<method>:<index>".
   const Manifest* manifest;  // Not owned.
+  // The file the manifest was read from: the `file` of diagnostics about the
+  // manifest's own contents (G1, G2, G4). Empty: the container's path.
+  std::string file = {};
 };
 
 struct ResolvedWeight {
   const WeightEntry* entry = nullptr;
   const NamedDataEntry* named = nullptr;     // Null when X1 failed.
   std::optional<ViewExtent> extent;          // Null when not computable.
-  bool ok = false;  // Every check passed: the view can be loaded.
+  // Every check passed. A stored weight can then be loaded; a runtime-owned
+  // one (below) has a valid view but no bytes to load.
+  bool ok = false;
+  bool runtime_owned = false;  // entry->runtime_owned(): SPEC section 2.
 
   ViewSpec view() const;  // REQUIRES: the entry's dtype is known.
 };
@@ -74,7 +85,8 @@ class WeightSet {
   using StorageSizeFn = std::function<std::optional<uint64_t>(std::string_view key)>;
 
   // Resolves against storage sizes alone: G1, G2, G4 as Resolve does, X1
-  // and G3 through `storage_size`. Without segments there is no G5 and no
+  // and G3 through `storage_size` (never called for a runtime-owned entry;
+  // so no R1 either). Without segments there is no G5 and no
   // X3 (nothing lists the keys no manifest names), and `named` stays null;
   // a weight is ok when every check passed.
   static WeightSet ResolveSizes(absl::Span<const ManifestInput> manifests,

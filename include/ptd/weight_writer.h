@@ -71,6 +71,12 @@ class CudaWeightWriter {
   // Applies W1-W3 and records the weight. InvalidArgument with the
   // exporter's message and the rule when the weight is rejected; nothing is
   // recorded then.
+  //
+  // A runtime-owned weight (fqn "__et_offgraph_kv_*", W4) gets no storage
+  // size check and no bytes in the .ptd: its entry takes the properties'
+  // offset, shape and stride, and storage_nbytes = properties.storage_size,
+  // else the view's required_nbytes; its value's storage is ignored (the
+  // lowering declares it with 0 bytes). W3 still holds.
   absl::Status Add(const WeightSpec& weight);
 
   const Manifest& manifest() const { return manifest_; }
@@ -83,6 +89,8 @@ class CudaWeightWriter {
                      const std::string& manifest_path = "") const;
 
  private:
+  absl::Status AddRuntimeOwned(const WeightSpec& weight);
+
   std::string so_blob_key_;
   Manifest manifest_;
   absl::flat_hash_set<std::string> fqns_;

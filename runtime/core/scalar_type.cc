@@ -35,4 +35,17 @@ std::string_view ScalarTypeName(int64_t type) {
   return kTypes[static_cast<size_t>(type)].name;
 }
 
+bool UpstreamCudaAcceptsDtype(int64_t type) {
+  switch (type) {
+    case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 11: case 15:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string_view UpstreamCudaDtypeList() {
+  return "Byte, Char, Short, Int, Long, Half, Float, Bool and BFloat16";
+}
+
 }  // namespace ptd

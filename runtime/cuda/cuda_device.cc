@@ -8,10 +8,12 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "ptd/open_device.h"
 #include "ptd/status_macros.h"
@@ -69,6 +71,17 @@ uint32_t WordSize(uint32_t element_size, const void* first) {
   return 1;
 }
 
+// Staging blocks come in size classes (powers of two from 64 KiB), so that
+// a freed block serves later requests of other, nearby sizes.
+size_t StagingClass(size_t nbytes) {
+  constexpr size_t kMin = size_t{64} << 10;
+  if (nbytes <= kMin) return kMin;
+  if (nbytes > (size_t{1} << 62)) return nbytes;
+  size_t c = kMin;
+  while (c < nbytes) c <<= 1;
+  return c;
+}
+
 }  // namespace
 
 struct CudaDevice::Impl {
@@ -86,13 +99,20 @@ struct CudaDevice::Impl {
   std::vector<cudaStream_t> copy_streams;  // Host-to-device copies, round-robin.
   cudaStream_t work_stream = nullptr;      // CopyToHost and Materialize.
   std::atomic<uint64_t> next_stream{0};
+  // One event per copy stream, recorded there and waited on by the work
+  // stream so that CopyToHost and Materialize see every copy issued before
+  // them. The record and the wait are one step under marker_mu.
+  std::vector<cudaEvent_t> stream_markers;
+  std::mutex marker_mu;
 
   mutable std::mutex mu;
   DeviceStats stats;                                    // Guarded by mu.
   std::vector<cudaEvent_t> free_events;                 // Guarded by mu.
   std::unordered_map<uint64_t, PendingCopy> pending;    // Guarded by mu.
   uint64_t next_ticket = 1;                             // Guarded by mu.
-  std::unordered_map<size_t, std::vector<void*>> staging_cache;  // Guarded by mu.
+  // Freed staging blocks by size: any block at least as large as a request
+  // serves it (the smallest such). Guarded by mu.
+  std::multimap<size_t, void*> staging_cache;
   uint64_t staging_cache_bytes = 0;                     // Guarded by mu.
 
   ~Impl() {
@@ -101,12 +121,37 @@ struct CudaDevice::Impl {
     if (work_stream != nullptr) (void)cudaStreamSynchronize(work_stream);
     for (auto& [id, copy] : pending) (void)cudaEventDestroy(copy.event);
     for (cudaEvent_t e : free_events) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : stream_markers) (void)cudaEventDestroy(e);
     for (cudaStream_t s : copy_streams) (void)cudaStreamDestroy(s);
     if (work_stream != nullptr) (void)cudaStreamDestroy(work_stream);
-    for (auto& [size, blocks] : staging_cache) {
-      for (void* p : blocks) (void)cudaFreeHost(p);
-    }
+    for (auto& [size, p] : staging_cache) (void)cudaFreeHost(p);
     (void)cudaGetLastError();
+  }
+
+  // Makes the work stream wait for every copy issued so far on the copy
+  // streams (cudaStreamWaitEvent: the host does not block).
+  absl::Status OrderAfterCopies() {
+    std::lock_guard<std::mutex> lock(marker_mu);
+    for (size_t i = 0; i < copy_streams.size(); ++i) {
+      PTD_CUDA_RETURN_IF_ERROR(index, cudaEventRecord, stream_markers[i], copy_streams[i]);
+      PTD_CUDA_RETURN_IF_ERROR(index, cudaStreamWaitEvent, work_stream, stream_markers[i], 0);
+    }
+    return absl::OkStatus();
+  }
+
+  // An event from the pool, or a new one.
+  absl::StatusOr<cudaEvent_t> AcquireEvent() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!free_events.empty()) {
+        cudaEvent_t e = free_events.back();
+        free_events.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    PTD_CUDA_RETURN_IF_ERROR(index, cudaEventCreateWithFlags, &e, cudaEventDisableTiming);
+    return e;
   }
 
   // Frees a device block; called by the last DeviceBuffer of the block, on
@@ -121,17 +166,19 @@ struct CudaDevice::Impl {
     stats.live_bytes -= nbytes;
   }
 
-  // Takes back a staging block: into the cache, or freed beyond its bound.
-  void ReleaseStaging(void* p, size_t nbytes) {
+  // Takes back a staging block of `block_bytes`: into the cache, or freed
+  // beyond its bound.
+  void ReleaseStaging(void* p, size_t block_bytes) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      stats.live_staging_bytes -= nbytes;
-      if (staging_cache_bytes + nbytes <= options.staging_cache_bytes) {
-        staging_cache[nbytes].push_back(p);
-        staging_cache_bytes += nbytes;
+      stats.live_staging_bytes -= block_bytes;
+      if (staging_cache_bytes + block_bytes <= options.staging_cache_bytes) {
+        staging_cache.emplace(block_bytes, p);
+        staging_cache_bytes += block_bytes;
         return;
       }
     }
+    DeviceScope scope(index);
     if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
   }
 
@@ -209,6 +256,11 @@ absl::StatusOr<std::shared_ptr<CudaDevice>> CudaDevice::Open(int index,
   }
   PTD_CUDA_RETURN_IF_ERROR(index, cudaStreamCreateWithFlags, &impl->work_stream,
                            cudaStreamNonBlocking);
+  for (int i = 0; i < options.streams; ++i) {
+    cudaEvent_t marker = nullptr;
+    PTD_CUDA_RETURN_IF_ERROR(index, cudaEventCreateWithFlags, &marker, cudaEventDisableTiming);
+    impl->stream_markers.push_back(marker);
+  }
   return std::shared_ptr<CudaDevice>(new CudaDevice(std::move(impl)));
 }
 
@@ -259,14 +311,45 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
     const auto start = internal::AlignUp(end, kDeviceAlignment);
     const auto next = start ? internal::CheckedAdd(*start, uint64_t{sizes[i]}) : std::nullopt;
     if (!next) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
           "AllocateMany on cuda:", impl_->index, ": the total of ", sizes.size(),
           " buffers overflows 64 bits at buffer ", i, " (", sizes[i], " bytes)"));
+      status.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(i)));
+      return status;
     }
     offsets.push_back(*start);
     end = *next;
   }
-  PTD_ASSIGN_OR_RETURN(DeviceBuffer arena, Allocate(static_cast<size_t>(end)));
+  auto got = Allocate(static_cast<size_t>(end));
+  if (!got.ok()) {
+    // Name the first buffer that does not fit in the free memory (the last
+    // one when all would fit, as with fragmentation).
+    size_t failed = sizes.size() - 1;
+    std::string free_note;
+    size_t free_bytes = 0, total_bytes = 0;
+    {
+      DeviceScope scope(impl_->index);
+      if (scope.status().ok() && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          if (offsets[i] + sizes[i] > free_bytes) {
+            failed = i;
+            break;
+          }
+        }
+        free_note = absl::StrCat("; ", free_bytes, " of ", total_bytes, " bytes free");
+      } else {
+        (void)cudaGetLastError();
+      }
+    }
+    absl::Status status(got.status().code(),
+                        absl::StrCat("buffer ", failed, " of ", sizes.size(), " (", sizes[failed],
+                                     " bytes, ending at byte ", offsets[failed] + sizes[failed],
+                                     " of a ", end, "-byte arena): ", got.status().message(),
+                                     free_note));
+    status.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(failed)));
+    return status;
+  }
+  DeviceBuffer arena = *std::move(got);
   buffers.reserve(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     buffers.push_back(arena.Slice(static_cast<size_t>(offsets[i]), sizes[i]));
@@ -276,69 +359,89 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
 
 absl::StatusOr<HostBuffer> CudaDevice::AllocateStaging(size_t nbytes) {
   void* p = nullptr;
+  size_t block_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    auto it = impl_->staging_cache.find(nbytes);
-    if (it != impl_->staging_cache.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
-      impl_->staging_cache_bytes -= nbytes;
-      impl_->stats.live_staging_bytes += nbytes;
+    auto it = impl_->staging_cache.lower_bound(nbytes);  // The smallest large enough.
+    if (it != impl_->staging_cache.end()) {
+      block_bytes = it->first;
+      p = it->second;
+      impl_->staging_cache.erase(it);
+      impl_->staging_cache_bytes -= block_bytes;
+      impl_->stats.live_staging_bytes += block_bytes;
     }
   }
   if (p == nullptr) {
+    block_bytes = StagingClass(nbytes);
     DeviceScope scope(impl_->index);
     PTD_RETURN_IF_ERROR(scope.status());
-    const cudaError_t error = cudaHostAlloc(&p, std::max<size_t>(nbytes, 1), cudaHostAllocDefault);
+    const cudaError_t error = cudaHostAlloc(&p, block_bytes, cudaHostAllocDefault);
     if (error != cudaSuccess) {
       absl::Status status = internal::CudaStatus(error, "cudaHostAlloc", impl_->index);
-      return absl::Status(status.code(), absl::StrCat(status.message(), " (", nbytes,
-                                                      " bytes of pinned staging)"));
+      return absl::Status(status.code(),
+                          absl::StrCat(status.message(), " (", nbytes, " bytes of pinned staging, ",
+                                       block_bytes, " with its size class)"));
     }
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stats.staging_allocations += 1;
-    impl_->stats.live_staging_bytes += nbytes;
+    impl_->stats.live_staging_bytes += block_bytes;
   }
   Impl* impl = impl_.get();
-  std::shared_ptr<void> block(p, [impl, nbytes](void* q) { impl->ReleaseStaging(q, nbytes); });
+  std::shared_ptr<void> block(
+      p, [impl, block_bytes](void* q) { impl->ReleaseStaging(q, block_bytes); });
   return HostBuffer(std::move(block), p, nbytes);
 }
 
 absl::StatusOr<CopyTicket> CudaDevice::CopyToDeviceAsync(void* dst, const void* src,
                                                          size_t nbytes) {
+  const CopyRequest request{.dst = dst, .src = src, .nbytes = nbytes};
+  PTD_ASSIGN_OR_RETURN(std::vector<CopyTicket> tickets,
+                       CopyManyToDeviceAsync(absl::MakeConstSpan(&request, 1)));
+  return tickets.front();
+}
+
+absl::StatusOr<std::vector<CopyTicket>> CudaDevice::CopyManyToDeviceAsync(
+    absl::Span<const CopyRequest> requests) {
+  std::vector<CopyTicket> tickets;
+  if (requests.empty()) return tickets;
   DeviceScope scope(impl_->index);
   PTD_RETURN_IF_ERROR(scope.status());
+  // The event first: once a copy is issued, nothing can keep it from its
+  // ticket (a failure after it drains the stream before returning).
+  PTD_ASSIGN_OR_RETURN(cudaEvent_t event, impl_->AcquireEvent());
   const auto stream_index = static_cast<uint32_t>(
       impl_->next_stream.fetch_add(1, std::memory_order_relaxed) % impl_->copy_streams.size());
   cudaStream_t stream = impl_->copy_streams[stream_index];
-  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemcpyAsync, dst, src, nbytes,
-                           cudaMemcpyHostToDevice, stream);
-  cudaEvent_t event = nullptr;
-  {
+  const auto fail = [&](cudaError_t error, const char* call) {
+    (void)cudaStreamSynchronize(stream);  // Nothing of the batch stays in flight.
+    (void)cudaGetLastError();
     std::lock_guard<std::mutex> lock(impl_->mu);
-    if (!impl_->free_events.empty()) {
-      event = impl_->free_events.back();
-      impl_->free_events.pop_back();
-    }
-  }
-  if (event == nullptr) {
-    PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaEventCreateWithFlags, &event,
-                             cudaEventDisableTiming);
-  }
-  const cudaError_t error = cudaEventRecord(event, stream);
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  if (error != cudaSuccess) {
     impl_->free_events.push_back(event);
-    return internal::CudaStatus(error, "cudaEventRecord", impl_->index);
+    return internal::CudaStatus(error, call, impl_->index);
+  };
+  uint64_t bytes = 0;
+  for (const CopyRequest& r : requests) {
+    if (r.nbytes == 0) continue;
+    const cudaError_t error =
+        cudaMemcpyAsync(r.dst, r.src, r.nbytes, cudaMemcpyHostToDevice, stream);
+    if (error != cudaSuccess) return fail(error, "cudaMemcpyAsync");
+    bytes += r.nbytes;
   }
+  // One event after the batch's last copy: one ticket, one wait.
+  const cudaError_t error = cudaEventRecord(event, stream);
+  if (error != cudaSuccess) return fail(error, "cudaEventRecord");
+  std::lock_guard<std::mutex> lock(impl_->mu);
   const uint64_t id = impl_->next_ticket++;
   impl_->pending.emplace(id, Impl::PendingCopy{event, stream_index, 0, false});
-  impl_->stats.copies += 1;
-  impl_->stats.copied_bytes += nbytes;
-  return CopyTicket{id, stream_index};
+  impl_->stats.copies += requests.size();
+  impl_->stats.copied_bytes += bytes;
+  tickets.push_back(CopyTicket{id, stream_index});
+  return tickets;
 }
 
 absl::Status CudaDevice::Wait(const CopyTicket& ticket) {
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
   cudaEvent_t event = nullptr;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -397,8 +500,10 @@ absl::Status CudaDevice::Synchronize() {
 }
 
 absl::Status CudaDevice::CopyToHost(void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return absl::OkStatus();  // CUDA is never handed a null pointer.
   DeviceScope scope(impl_->index);
   PTD_RETURN_IF_ERROR(scope.status());
+  PTD_RETURN_IF_ERROR(impl_->OrderAfterCopies());
   PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemcpyAsync, dst, src, nbytes,
                            cudaMemcpyDeviceToHost, impl_->work_stream);
   PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaStreamSynchronize, impl_->work_stream);
@@ -416,16 +521,15 @@ uint64_t CudaDevice::staging_cache_bytes() const {
 }
 
 void CudaDevice::TrimStagingCache() {
-  std::unordered_map<size_t, std::vector<void*>> cache;
+  std::multimap<size_t, void*> cache;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     cache.swap(impl_->staging_cache);
     impl_->staging_cache_bytes = 0;
   }
-  for (auto& [size, blocks] : cache) {
-    for (void* p : blocks) {
-      if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
-    }
+  DeviceScope scope(impl_->index);
+  for (auto& [size, p] : cache) {
+    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
   }
 }
 
@@ -436,6 +540,7 @@ absl::StatusOr<DeviceBuffer> CudaDevice::Materialize(const DeviceBuffer& storage
   if (plan.extent.empty()) return out;
   DeviceScope scope(impl_->index);
   PTD_RETURN_IF_ERROR(scope.status());
+  PTD_RETURN_IF_ERROR(impl_->OrderAfterCopies());
   const int device = impl_->index;
   cudaStream_t stream = impl_->work_stream;
   const void* first = static_cast<const uint8_t*>(storage.data()) + plan.extent.first_byte;

@@ -25,4 +25,20 @@ absl::StatusOr<std::vector<DeviceBuffer>> Device::AllocateMany(
   return out;
 }
 
+absl::StatusOr<std::vector<CopyTicket>> Device::CopyManyToDeviceAsync(
+    absl::Span<const CopyRequest> requests) {
+  std::vector<CopyTicket> tickets;
+  tickets.reserve(requests.size());
+  for (const CopyRequest& r : requests) {
+    auto t = CopyToDeviceAsync(r.dst, r.src, r.nbytes);
+    if (!t.ok()) {
+      // Nothing of the batch stays in flight: the caller may reuse sources.
+      for (const CopyTicket& done : tickets) (void)Wait(done);
+      return t.status();
+    }
+    tickets.push_back(*t);
+  }
+  return tickets;
+}
+
 }  // namespace ptd

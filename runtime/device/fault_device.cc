@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ptd/status_macros.h"
+
 namespace ptd {
 
 struct FaultDevice::Shared {
@@ -112,11 +114,10 @@ absl::StatusOr<CopyTicket> FaultDevice::CopyToDeviceAsync(void* dst, const void*
   }
   auto t = inner_->CopyToDeviceAsync(dst, src, nbytes);
   if (!t.ok()) return t.status();
-  // Our ids are issue order; the inner ticket is waited on at once, which
-  // keeps Wait() simple (a wrapped asynchronous device becomes synchronous).
-  auto st = inner_->Wait(*t);
-  if (!st.ok()) return st;
-  return CopyTicket{.id = id, .stream = 0};
+  // Our ids are issue order; Wait() waits on the wrapped device's ticket, so
+  // a wrapped asynchronous device stays asynchronous.
+  inner_tickets_.emplace(id, *t);
+  return CopyTicket{.id = id, .stream = t->stream};
 }
 
 absl::Status FaultDevice::FlushLocked(uint64_t id) {
@@ -137,14 +138,29 @@ absl::Status FaultDevice::Wait(const CopyTicket& ticket) {
     std::lock_guard<std::mutex> lock(shared_->mu);
     n = ++shared_->counts.waits;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (n == plan_.fail_wait) return plan_.status;
-  return FlushLocked(ticket.id);
+  std::optional<CopyTicket> inner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n == plan_.fail_wait) return plan_.status;
+    PTD_RETURN_IF_ERROR(FlushLocked(ticket.id));
+    auto it = inner_tickets_.find(ticket.id);
+    if (it != inner_tickets_.end()) {
+      inner = it->second;
+      inner_tickets_.erase(it);
+    }
+  }
+  // Not under mu_: other threads' calls need not wait for this copy.
+  if (inner) return inner_->Wait(*inner);
+  return absl::OkStatus();
 }
 
 absl::Status FaultDevice::Synchronize() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return FlushLocked(~uint64_t{0});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PTD_RETURN_IF_ERROR(FlushLocked(~uint64_t{0}));
+    inner_tickets_.clear();
+  }
+  return inner_->Synchronize();
 }
 
 absl::Status FaultDevice::CopyToHost(void* dst, const void* src, size_t nbytes) {

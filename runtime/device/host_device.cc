@@ -1,6 +1,12 @@
 #include "ptd/host_device.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +18,91 @@
 #include "absl/strings/str_cat.h"
 
 namespace ptd {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+#ifndef MADV_POPULATE_WRITE
+constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack it.
+#endif
+
+HugePageMode ReadHugePageMode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(in, line)) return HugePageMode::kUnknown;
+  if (line.find("[always]") != std::string::npos) return HugePageMode::kAlways;
+  if (line.find("[madvise]") != std::string::npos) return HugePageMode::kMadvise;
+  if (line.find("[never]") != std::string::npos) return HugePageMode::kNever;
+  return HugePageMode::kUnknown;
+}
+
+// Faults in [p, p + n) for writing: MADV_POPULATE_WRITE; on an older kernel
+// (EINVAL), one write per huge page. False when the memory is not there
+// (ENOMEM): the caller fails the allocation instead of meeting the OOM
+// killer in the reads.
+bool Prefault(uint8_t* p, size_t n) {
+  if (::madvise(p, n, MADV_POPULATE_WRITE) == 0) return true;
+  if (errno != EINVAL) return false;
+  for (size_t off = 0; off < n; off += kHugePage) {
+    reinterpret_cast<volatile uint8_t*>(p)[off] = 0;  // Fresh memory is zeros.
+  }
+  return true;
+}
+
+// Prefaults on up to `threads` threads, in huge-page-aligned pieces.
+bool PrefaultParallel(uint8_t* p, size_t n, size_t threads) {
+  const size_t pages = (n + kHugePage - 1) / kHugePage;
+  threads = std::max<size_t>(1, std::min({threads, pages, size_t{16}}));
+  const size_t per = (pages + threads - 1) / threads * kHugePage;
+  std::vector<std::thread> workers;
+  std::vector<char> ok(threads, 1);
+  for (size_t t = 1; t < threads; ++t) {
+    const size_t begin = t * per;
+    if (begin >= n) break;
+    workers.emplace_back([&ok, t, q = p + begin, m = std::min(per, n - begin)] {
+      ok[t] = Prefault(q, m) ? 1 : 0;
+    });
+  }
+  ok[0] = Prefault(p, std::min(per, n)) ? 1 : 0;
+  for (std::thread& w : workers) w.join();
+  return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
+}
+
+}  // namespace
+
+HugePageMode SystemHugePageMode() {
+  static const HugePageMode mode = ReadHugePageMode();
+  return mode;
+}
+
+std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
+  const HugePageMode mode = SystemHugePageMode();
+  const bool huge = total >= options_.huge_min_bytes &&
+                    (mode == HugePageMode::kAlways || mode == HugePageMode::kMadvise);
+  if (!huge) {
+    void* p = std::aligned_alloc(kDeviceAlignment, total);
+    if (p == nullptr) return nullptr;
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  // A mapping aligned to 2 MiB (over-map, then trim both ends), so that
+  // every huge page of the block can be one.
+  const size_t size = (total + kHugePage - 1) / kHugePage * kHugePage;
+  if (size < total || size + kHugePage < size) return nullptr;
+  void* raw = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  auto* start = static_cast<uint8_t*>(raw);
+  auto* aligned = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(start) + kHugePage - 1) / kHugePage * kHugePage);
+  if (aligned > start) ::munmap(start, static_cast<size_t>(aligned - start));
+  const size_t tail = static_cast<size_t>((start + size + kHugePage) - (aligned + size));
+  if (tail > 0) ::munmap(aligned + size, tail);
+  (void)::madvise(aligned, size, MADV_HUGEPAGE);  // Advice: failure is harmless.
+  if (options_.populate && !PrefaultParallel(aligned, size, options_.populate_threads)) {
+    ::munmap(aligned, size);
+    return nullptr;
+  }
+  return std::shared_ptr<void>(aligned, [size](void* q) { ::munmap(q, size); });
+}
 
 absl::StatusOr<DeviceBuffer> HostDevice::AllocateBlock(size_t nbytes, bool staging) {
   // aligned_alloc needs a size that is a multiple of the alignment, and a
@@ -75,22 +166,24 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
     total += rounded;
     data_bytes += sizes[i];
   }
-  auto* base = static_cast<uint8_t*>(std::aligned_alloc(kDeviceAlignment, total));
-  if (base == nullptr) {
+  std::shared_ptr<void> memory = AllocateManyBlock(total);
+  if (memory == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "host: out of memory allocating ", sizes.size(), " buffers (", total, " bytes)"));
   }
+  auto* base = static_cast<uint8_t*>(memory.get());
   const uint64_t count = sizes.size();
   Counters& c = *counters_;
   c.allocations.fetch_add(count, std::memory_order_relaxed);
   c.allocated_bytes.fetch_add(data_bytes, std::memory_order_relaxed);
   c.live_allocations.fetch_add(count, std::memory_order_relaxed);
   c.live_bytes.fetch_add(data_bytes, std::memory_order_relaxed);
-  std::shared_ptr<void> block(base, [counters = counters_, count, data_bytes](void* q) {
-    std::free(q);
-    counters->live_allocations.fetch_sub(count, std::memory_order_relaxed);
-    counters->live_bytes.fetch_sub(data_bytes, std::memory_order_relaxed);
-  });
+  std::shared_ptr<void> block(
+      base, [memory = std::move(memory), counters = counters_, count, data_bytes](void*) mutable {
+        memory.reset();
+        counters->live_allocations.fetch_sub(count, std::memory_order_relaxed);
+        counters->live_bytes.fetch_sub(data_bytes, std::memory_order_relaxed);
+      });
   out.reserve(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     void* p = base + offsets[i];

@@ -177,8 +177,11 @@ absl::StatusOr<LoadedWeights> LoadWeightsFromNamedDataMap(
   // Size every key the manifest names first: NotFound is the verifier's X1,
   // but any other failure of the map is the map's error, naming the key.
   // (The sizes are cached for the verification and the load that follow.)
+  // Runtime-owned entries' keys are never asked for: the runtime allocates
+  // them (SPEC section 2).
   if (auto m = ParseManifest(manifest, "manifest"); m.ok()) {
     for (const WeightEntry& e : m->entries) {
+      if (e.runtime_owned()) continue;
       auto size = source->Size(e.storage_key);
       if (!size.ok() && size.status().code() != absl::StatusCode::kNotFound) {
         return size.status();

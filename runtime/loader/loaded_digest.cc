@@ -1,11 +1,15 @@
 // Digests of loaded memory, for checking that the right bytes reached the
 // right place (ptd-load --digest, tests).
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ptd/loader.h"
 #include "ptd/sha256.h"
+#include "ptd/status_macros.h"
 #include "ptd/view_digest.h"
+#include "ptd/view_geometry.h"
 #include "runtime/internal/checked_math.h"
 
 namespace ptd {
@@ -35,6 +39,13 @@ class DeviceMemorySource final : public FileSource {
   std::string name_;
 };
 
+// A view of device memory whose byte range is at most this is read back
+// whole, in CopyToHost calls of kGatherWindowBytes, and gathered on the
+// host: a transposed matrix then costs its bytes / 1 MiB copies, not one
+// per element. A larger range is gathered through DeviceMemorySource's
+// bounded window (one read per 4 KiB block it touches).
+constexpr uint64_t kReadBackSpanLimit = uint64_t{512} << 20;
+
 }  // namespace
 
 absl::StatusOr<std::string> DigestLoadedWeight(const LoadedWeights& weights,
@@ -46,7 +57,25 @@ absl::StatusOr<std::string> DigestLoadedWeight(const LoadedWeights& weights,
         weight.view());
   }
   const DeviceMemorySource source(weights.DeviceOf(s), s.buffer.data(), s.nbytes);
-  return DigestView(source, 0, s.nbytes, weight.view());
+  const ViewSpec view = weight.view();
+  const GeometryResult g = ComputeExtent(view);
+  if (!g.ok() || g.extent.empty() || g.extent.required_nbytes > s.nbytes ||
+      g.extent.required_nbytes - g.extent.first_byte > kReadBackSpanLimit) {
+    return DigestView(source, 0, s.nbytes, view);  // Its errors, or the window.
+  }
+  // The view's byte range [first_byte, required_nbytes), then the same view
+  // relative to it (strides are never negative: first_byte is its lowest).
+  const uint64_t span = g.extent.required_nbytes - g.extent.first_byte;
+  std::vector<uint8_t> host(span);
+  for (uint64_t done = 0; done < span;) {
+    const uint64_t n = std::min<uint64_t>(kGatherWindowBytes, span - done);
+    PTD_RETURN_IF_ERROR(
+        source.ReadAt(g.extent.first_byte + done, absl::MakeSpan(host.data() + done, n)));
+    done += n;
+  }
+  ViewSpec shifted = view;
+  shifted.storage_offset = 0;
+  return DigestView(absl::MakeConstSpan(host), shifted);
 }
 
 absl::StatusOr<std::string> DigestLoadedStorage(const LoadedWeights& weights,

@@ -116,6 +116,13 @@ class StoragePlanner {
   absl::flat_hash_map<uint64_t, uint32_t> by_segment_[2];
 };
 
+// A runtime-owned entry, listed rather than loaded.
+struct Owned {
+  const WeightEntry* entry;
+  uint32_t manifest;
+  uint32_t element_size;
+};
+
 // A weight chosen for loading.
 struct Selected {
   const WeightEntry* entry;
@@ -167,6 +174,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   StoragePlanner planner(source);
   std::vector<std::string> all;  // The source's keys, without a manifest.
   std::vector<Selected> selected;
+  std::vector<Owned> owned;
   if (all_keys) {
     all = source.Keys();
     for (const std::string& key : all) PTD_RETURN_IF_ERROR(planner.Add(key, 0).status());
@@ -195,6 +203,21 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
       const bool filter_constants = chosen && variants.size() > 1;
       selected.reserve(selected.size() + m.manifest->entries.size());
       for (const WeightEntry& e : m.manifest->entries) {
+        if (e.runtime_owned()) {
+          // Never planned: no storage lookup, no read, no allocation.
+          if (wanted.contains(e.fqn)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "weight '", e.fqn, "' is runtime-owned (", Sv(kRuntimeOwnedPrefix),
+                "*): it has no stored bytes to load; the runtime allocates it"));
+          }
+          const auto elem = ElementSize(e.dtype);
+          if (!elem) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("weight '", e.fqn, "': unknown dtype ", e.dtype, " (M5)"));
+          }
+          if (wanted.empty()) owned.push_back(Owned{&e, mi, *elem});
+          continue;
+        }
         if (!wanted.empty() && !wanted.contains(e.fqn)) continue;
         if (filter_constants) {
           const std::optional<size_t> lib = LibraryOf(e, *m.manifest);
@@ -306,6 +329,10 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
     num_dims += w.entry->sizes.size() + w.entry->strides.size();
   }
+  for (const Owned& w : owned) {
+    name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
+    num_dims += w.entry->sizes.size() + w.entry->strides.size();
+  }
   NameArena names(name_bytes);
   out.dims_.reset(new int64_t[std::max<size_t>(num_dims, 1)]);
   for (const ManifestRef& m : manifests) out.sources_.push_back(names.Add(m.source));
@@ -328,14 +355,17 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   out.by_fqn_.reserve(selected.size());
   out.by_source_fqn_.reserve(selected.size());
   int64_t* dims = out.dims_.get();
+  const auto copy_dims = [&](const std::vector<int64_t>& v) {
+    std::copy(v.begin(), v.end(), dims);
+    const absl::Span<const int64_t> span(dims, v.size());
+    dims += v.size();
+    return span;
+  };
+  std::vector<bool> storage_used(out.storages_.size(), false);
   for (const Selected& sel : selected) {
     const WeightEntry& e = *sel.entry;
-    const auto copy_dims = [&](const std::vector<int64_t>& v) {
-      std::copy(v.begin(), v.end(), dims);
-      const absl::Span<const int64_t> span(dims, v.size());
-      dims += v.size();
-      return span;
-    };
+    if (storage_used[sel.storage]) ++out.stats_.reused;
+    storage_used[sel.storage] = true;
     LoadedWeight w{.fqn = names.Add(e.fqn),
                    .storage_key = names.Add(e.storage_key),
                    .source = out.sources_[sel.manifest],
@@ -355,6 +385,32 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     out.by_source_fqn_.try_emplace(std::make_pair(sel.manifest, w.fqn), index);
     out.weights_.push_back(w);
   }
+  out.runtime_owned_.reserve(owned.size());
+  for (const Owned& o : owned) {
+    const WeightEntry& e = *o.entry;
+    RuntimeOwnedWeight r{.fqn = names.Add(e.fqn),
+                         .storage_key = names.Add(e.storage_key),
+                         .source = out.sources_[o.manifest],
+                         .dtype = e.dtype,
+                         .element_size = o.element_size,
+                         .sizes = copy_dims(e.sizes),
+                         .strides = copy_dims(e.strides),
+                         .storage_offset = e.storage_offset,
+                         .device_type = e.device_type,
+                         .storage_nbytes = e.storage_nbytes};
+    // Verified before the load (G1, G2): the span is computable.
+    const GeometryResult g = ComputeExtent(ViewSpec{.element_size = r.element_size,
+                                                    .storage_offset = r.storage_offset,
+                                                    .sizes = r.sizes,
+                                                    .strides = r.strides});
+    if (!g.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight '", e.fqn, "': view span arithmetic fails: ", g.detail, " (G1)"));
+    }
+    r.required_nbytes = g.extent.required_nbytes;
+    out.runtime_owned_.push_back(r);
+  }
+  out.stats_.runtime_owned = out.runtime_owned_.size();
   out.names_ = names.Release();
   out.stats_.weights = out.weights_.size();
   out.stats_.storages = out.storages_.size();

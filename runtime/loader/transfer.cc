@@ -204,8 +204,12 @@ absl::Status Transfer::RunDirect(const ReadPlan& plan) {
 
 absl::Status Transfer::RunStaged(Device& device, const ReadPlan& plan) {
   if (plan.items.empty()) return absl::OkStatus();
-  const size_t num_slots =
-      std::max<size_t>(1, std::min(options_.ring_slots, plan.items.size()));
+  const size_t num_readers_wanted = std::max<size_t>(1, options_.threads);
+  // Two slots beyond the readers: one being copied, one waited on, while
+  // every reader fills one.
+  const size_t ring_slots =
+      options_.ring_slots != 0 ? options_.ring_slots : num_readers_wanted + 2;
+  const size_t num_slots = std::max<size_t>(1, std::min(ring_slots, plan.items.size()));
   struct Slot {
     HostBuffer buffer;
     size_t item = 0;
@@ -266,7 +270,7 @@ absl::Status Transfer::RunStaged(Device& device, const ReadPlan& plan) {
       filled_cv.notify_one();
     }
   };
-  const size_t num_readers = std::min(std::max<size_t>(1, options_.threads), num_slots);
+  const size_t num_readers = std::min(num_readers_wanted, num_slots);
   std::vector<std::thread> readers;
   readers.reserve(num_readers);
   for (size_t t = 0; t < num_readers; ++t) readers.emplace_back(reader);
@@ -274,6 +278,7 @@ absl::Status Transfer::RunStaged(Device& device, const ReadPlan& plan) {
   // The calling thread drains: copies filled slots to the device, and waits
   // on the oldest copy when nothing is filled (which frees a slot).
   std::deque<size_t> in_flight;
+  std::vector<CopyRequest> requests;
   size_t completed = 0;
   const auto wait_slot = [&](size_t slot) -> absl::Status {
     const auto t0 = Clock::now();
@@ -299,24 +304,26 @@ absl::Status Transfer::RunStaged(Device& device, const ReadPlan& plan) {
         filled.pop_front();
       }
     }
-    if (slot) {  // Issue its copies.
+    if (slot) {  // Issue its copies, as one batch (one ticket per stream on a GPU).
       const ReadItem& item = plan.items[slots[*slot].item];
       const auto t0 = Clock::now();
-      absl::Status st;
+      requests.clear();
       for (uint32_t k = 0; k < item.num_pieces; ++k) {
         const Piece& p = plan.pieces[item.first_piece + k];
-        auto t = device.CopyToDeviceAsync(
-            storages_[p.storage].dest + p.dst_offset,
-            static_cast<const uint8_t*>(slots[*slot].buffer.data()) + p.src_offset, p.nbytes);
-        if (!t.ok()) {
-          st = t.status();
-          break;
-        }
-        copies_.fetch_add(1, std::memory_order_relaxed);
-        slots[*slot].tickets.push_back(*t);
+        requests.push_back(CopyRequest{
+            .dst = storages_[p.storage].dest + p.dst_offset,
+            .src = static_cast<const uint8_t*>(slots[*slot].buffer.data()) + p.src_offset,
+            .nbytes = p.nbytes});
+      }
+      auto tickets = device.CopyManyToDeviceAsync(requests);
+      absl::Status st = tickets.status();
+      if (st.ok()) {
+        copies_.fetch_add(item.num_pieces, std::memory_order_relaxed);
+        slots[*slot].tickets = *std::move(tickets);
       }
       copy_s_ += Seconds(Clock::now() - t0);
-      in_flight.push_back(*slot);  // Even on error: its issued copies are waited below.
+      // On error the batch left nothing in flight; the slot is freed below.
+      in_flight.push_back(*slot);
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         set_error(Fail(plan, item, "copy", st));

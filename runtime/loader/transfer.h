@@ -81,7 +81,10 @@ class Transfer {
   // Host-accessible destinations: reads straight into them, packed reads
   // through a per-thread buffer; `threads` workers, the caller included.
   absl::Status RunDirect(const ReadPlan& plan);
-  // Through a ring of staging buffers of `device` (see loader.h).
+  // Through a ring of staging buffers of `device` (see loader.h): `threads`
+  // reader threads fill slots (ring_slots, or threads + 2 when 0) while the
+  // calling thread copies each filled slot as one batch and waits on its
+  // tickets before the slot is reused.
   absl::Status RunStaged(Device& device, const ReadPlan& plan);
 
   void AddTo(LoadStats* stats, LoadTimings* timings) const;

@@ -160,6 +160,19 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
       err(absl::StrCat("strides[", d, "] is ", e.strides[d], ", negative"));
     }
   }
+  // U1: a dtype this project loads but upstream's CUDA runtime refuses.
+  if (ok && !UpstreamCudaAcceptsDtype(e.dtype)) {
+    Where where = base;
+    where.fqn = e.fqn;
+    where.key = e.storage_key;
+    report->Warning(
+        "U1",
+        absl::StrCat("weight '", internal::Escaped(e.fqn), "': dtype ",
+                     internal::Sv(ScalarTypeName(e.dtype)), " (", e.dtype,
+                     ") is refused by upstream's CUDA runtime, which loads only ",
+                     internal::Sv(UpstreamCudaDtypeList())),
+        std::move(where));
+  }
   return ok;
 }
 

@@ -54,18 +54,31 @@ bool StartsWith(absl::Span<const uint8_t> bytes, std::string_view prefix) {
          std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
 }
 
-// Reads and checks the extended header (P1). nullopt after reporting when
-// the header is unusable.
+// P1: the FlatBuffer must be under FlatBuffers' 2^31-byte limit.
+bool CheckProgramSize(uint64_t program_size, const std::string& path, Report* report) {
+  if (program_size < kMaxFlatBufferSize) return true;
+  report->Error("P1", absl::StatusCode::kDataLoss,
+                absl::StrCat("program_size ", program_size,
+                             " is not under the FlatBuffer limit of ",
+                             kMaxFlatBufferSize, " bytes"),
+                At(path));
+  return false;
+}
+
+// Reads and checks the file identifier and the optional extended header
+// (P1). nullopt after reporting when the program cannot be framed. Without
+// "eh00" at bytes 8..12, the program is the whole file with no segments, as
+// upstream's runtime reads it (executorch 1.5.1 writes such files).
 std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
   const std::string& path = source.name();
   const uint64_t file_size = source.size();
-  const uint64_t min_size = kHeaderOffset + kMinPteHeaderLength;
-  if (file_size < min_size) {
+  constexpr uint64_t kIdentifierEnd = 8;
+  if (file_size < kIdentifierEnd) {
     report->Error("P1", absl::StatusCode::kDataLoss,
                   absl::StrCat("file is ", file_size,
-                               " bytes, too small for a program with an "
-                               "extended header (at least ",
-                               min_size, " bytes)"),
+                               " bytes, too small for a program (its FlatBuffer "
+                               "identifier ends at byte ",
+                               kIdentifierEnd, ")"),
                   At(path));
     return std::nullopt;
   }
@@ -91,15 +104,24 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
         At(path));
     ok = false;
   }
-  if (std::memcmp(raw.data() + kHeaderOffset, kHeaderMagic.data(), 4) != 0) {
-    report->Error(
-        "P1", absl::StatusCode::kDataLoss,
-        absl::StrCat("extended header magic at bytes 8..12 is '",
-                     internal::Escaped(std::string_view(
-                         reinterpret_cast<const char*>(raw.data() + 8), 4)),
-                     "', expected '", kHeaderMagic, "'"),
-        At(path));
-    return std::nullopt;  // Nothing else of the header can be trusted.
+  if (to_read < kHeaderOffset + kHeaderMagic.size() ||
+      std::memcmp(raw.data() + kHeaderOffset, kHeaderMagic.data(), 4) != 0) {
+    // No extended header: the FlatBuffer is the whole file.
+    if (!ok || !CheckProgramSize(file_size, path, report)) return std::nullopt;
+    PteHeader h;
+    h.present = false;
+    h.program_size = file_size;
+    return h;
+  }
+  const uint64_t min_size = kHeaderOffset + kMinPteHeaderLength;
+  if (file_size < min_size) {
+    report->Error("P1", absl::StatusCode::kDataLoss,
+                  absl::StrCat("file is ", file_size,
+                               " bytes, too small for a program with an "
+                               "extended header (at least ",
+                               min_size, " bytes)"),
+                  At(path));
+    return std::nullopt;
   }
 
   PteHeader h = internal::DecodePteHeader(absl::MakeConstSpan(raw.data(), to_read));
@@ -126,12 +148,7 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
                      " is past the end of the ", file_size, "-byte file"),
         At(path));
     ok = false;
-  } else if (h.program_size >= kMaxFlatBufferSize) {
-    report->Error("P1", absl::StatusCode::kDataLoss,
-                  absl::StrCat("program_size ", h.program_size,
-                               " is not under the FlatBuffer limit of ",
-                               kMaxFlatBufferSize, " bytes"),
-                  At(path));
+  } else if (!CheckProgramSize(h.program_size, path, report)) {
     ok = false;
   }
   if (!ok) return std::nullopt;
@@ -159,6 +176,9 @@ std::vector<bool> CheckSegments(const SegmentTable* segments,
                                 const std::string& path, Report* report) {
   const uint32_t num_segments = segments == nullptr ? 0 : segments->size();
   std::vector<bool> segment_ok(num_segments, false);
+  // Without an extended header there is no segment data: a delegate that
+  // refers to a segment is P2 (LocatePayload).
+  if (!header.present) return segment_ok;
   for (uint32_t i = 0; i < num_segments; ++i) {
     const fb::DataSegment* seg = segments->Get(i);
     const std::optional<uint64_t> start =
@@ -238,6 +258,12 @@ bool LocatePayload(const fb::BackendDelegate& delegate, const PayloadContext& ct
                                   num_segments, " segments)"));
     }
     const fb::DataSegment* seg = segments->Get(index);
+    if (!ctx.header.present) {
+      return missing(absl::StrCat("segment ", index,
+                                  " is referenced, but the program has no extended "
+                                  "header ('",
+                                  kHeaderMagic, "' at bytes 8..12), so no segment data"));
+    }
     if (!ctx.segment_ok[index]) {
       report->Error(
           "P2", absl::StatusCode::kDataLoss,

@@ -154,8 +154,10 @@ json SegmentSizeOf(const json& named_data, const json& key) {
   return nullptr;
 }
 
-// Marks for a weight's notes column (empty today).
-std::string WeightNotes(const json& /*weight*/) { return ""; }
+// Marks for a weight's notes column.
+std::string WeightNotes(const json& weight) {
+  return weight.value("runtime_owned", false) ? "runtime-owned" : "";
+}
 
 }  // namespace
 
@@ -169,6 +171,13 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
   absl::StrAppend(&out, Verdict(j));
   Diagnostics(j["errors"], "error", "errors", &out);
   Diagnostics(j["warnings"], "warning", "warnings", &out);
+  size_t refused = 0;  // U1: what upstream's CUDA runtime would not load.
+  for (const auto& d : j["warnings"]) refused += d["rule"] == "U1" ? 1 : 0;
+  if (refused > 0) {
+    absl::StrAppend(&out, "U1: upstream's CUDA runtime would refuse this file: ", refused,
+                    refused == 1 ? " weight has a dtype" : " weights have dtypes",
+                    " it does not load\n");
+  }
 
   const json& p = j["ptd"];
   absl::StrAppend(&out, "\ncontainer ", Str(p["path"]), ": ", ByteSize(p["size"]));

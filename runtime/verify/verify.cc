@@ -127,9 +127,11 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
   } else {
     j["required_nbytes"] = nullptr;
   }
+  // SPEC section 2: no stored bytes, so never a digest.
+  j["runtime_owned"] = e.runtime_owned();
   if (!options.digest) return j;
   json sha = nullptr;
-  if (w != nullptr && w->ok && c != nullptr) {
+  if (w != nullptr && w->ok && !w->runtime_owned && w->named != nullptr && c != nullptr) {
     const ViewSpec view = w->view();
     const auto gathered = internal::CheckedMul(w->extent->numel, view.element_size);
     if (!gathered || *gathered > options.digest_limit) {
@@ -335,9 +337,7 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
     mj.push_back(ManifestJson(bundle.manifests()[m], resolved, bundle.container(),
                               options, &report, &out.io_error, &progress));
     // The file the manifest came from (the --manifest file, or the .pte).
-    const std::optional<std::string>& file =
-        bundle.manifests()[m].source == "manifest" ? options.manifest_path : options.pte_path;
-    if (file) mj.back()["file"] = *file;
+    if (!bundle.manifests()[m].file.empty()) mj.back()["file"] = bundle.manifests()[m].file;
   }
   j["manifests"] = std::move(mj);
   j["ok"] = report.ok() && !out.io_error;

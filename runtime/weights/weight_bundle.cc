@@ -61,7 +61,7 @@ void WeightBundle::ReadManifestFile(const FileSource& source, Report* report) {
     return;
   }
   if (auto m = DecodeManifest(bytes->span(), where, report)) {
-    manifests_->push_back({"manifest", std::move(*m)});
+    manifests_->push_back({"manifest", std::move(*m), source.name()});
   }
 }
 
@@ -74,7 +74,7 @@ void WeightBundle::ReadProgram(std::shared_ptr<const FileSource> source,
     if (auto m = DecodeManifest(d.payload.span(),
                                 Where{.file = program_->path(), .source = d.source},
                                 report)) {
-      manifests_->push_back({d.source, std::move(*m)});
+      manifests_->push_back({d.source, std::move(*m), program_->path()});
     }
   }
 }
@@ -109,7 +109,7 @@ WeightBundle WeightBundle::Verify(const BundleSources& sources, Report* report) 
     std::vector<ManifestInput> inputs;
     inputs.reserve(b.manifests_->size());
     for (const SourcedManifest& s : *b.manifests_) {
-      inputs.push_back({s.source, &s.manifest});
+      inputs.push_back({s.source, &s.manifest, s.file});
     }
     b.weights_ = b.container_ ? WeightSet::Resolve(*b.container_, inputs, report)
                               : WeightSet::CheckWithoutContainer(inputs, report);

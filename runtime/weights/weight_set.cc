@@ -48,19 +48,28 @@ class Resolver {
     referenced_.reserve(entries);
   }
 
-  // Every check of one entry of the manifest from `source`.
-  ResolvedWeight ResolveEntry(const WeightEntry& e, const std::string& source) {
-    ResolvedWeight w{.entry = &e};
+  // Every check of one entry of the manifest `in`.
+  ResolvedWeight ResolveEntry(const WeightEntry& e, const ManifestInput& in) {
+    ResolvedWeight w{.entry = &e, .runtime_owned = e.runtime_owned()};
     // A malformed entry still references its key (no X3 for it).
     if (!e.storage_key.empty()) referenced_.insert(e.storage_key);
     if (!e.well_formed) return w;  // The decoder reported it (M5/M6).
-    bool ok = CheckGeometry(e, source, &w);
-    ok &= CheckSharedStorage(e, source);
-    // X1, G3: with a container, or with the sizes of a storage source.
+    const std::string& file = in.file.empty() ? file_ : in.file;
+    const bool view_ok = CheckGeometry(e, in.source, file, &w);
+    const bool shared_ok = CheckSharedStorage(e, in.source, file);
+    bool ok = view_ok && shared_ok;
+    if (w.runtime_owned) {
+      // No X1, no G3: the runtime allocates it. Stored bytes are R1.
+      ReportStoredRuntimeOwned(e, in.source);
+      w.ok = ok && (container_ != nullptr || storage_size_ != nullptr);
+      return w;
+    }
+    // X1, G3: with a container, or with the sizes of a storage source. G3
+    // is left out after a G4 disagreement: one cause, reported once.
     if (container_ != nullptr) {
-      ok &= LocateStorage(e, source, &w);
+      ok &= LocateStorage(e, in.source, view_ok, shared_ok, &w);
     } else if (storage_size_ != nullptr) {
-      ok &= CheckStorageSize(e, source);
+      ok &= CheckStorageSize(e, in.source, shared_ok);
     } else {
       ok = false;
     }
@@ -127,21 +136,26 @@ class Resolver {
   // Built only for a diagnostic: resolution allocates nothing per entry.
   Where At(const WeightEntry& e, const std::string& source,
            std::optional<uint64_t> segment = std::nullopt) const {
-    return Where{.file = file_, .key = e.storage_key, .fqn = e.fqn,
+    return At(e, source, file_, segment);
+  }
+  static Where At(const WeightEntry& e, const std::string& source,
+                  const std::string& file,
+                  std::optional<uint64_t> segment = std::nullopt) {
+    return Where{.file = file, .key = e.storage_key, .fqn = e.fqn,
                  .segment = segment, .source = source};
   }
   static std::string Name(const WeightEntry& e) {
     return absl::StrCat("weight '", e.fqn, "'");
   }
 
-  // G1, G2.
+  // G1, G2. Diagnostics name `file`: the manifest's.
   bool CheckGeometry(const WeightEntry& e, const std::string& source,
-                     ResolvedWeight* w) {
+                     const std::string& file, ResolvedWeight* w) {
     const GeometryResult g = ComputeExtent(w->view());
     if (!g.ok()) {
       report_->Error("G1", kDataLoss,
                      absl::StrCat(Name(e), ": view span arithmetic fails: ", g.detail),
-                     At(e, source));
+                     At(e, source, file));
       return false;
     }
     w->extent = g.extent;
@@ -150,14 +164,15 @@ class Resolver {
                      absl::StrCat(Name(e), ": view requires ",
                                   g.extent.required_nbytes, " bytes from a ",
                                   e.storage_nbytes, "-byte storage"),
-                     At(e, source));
+                     At(e, source, file));
       return false;
     }
     return true;
   }
 
-  // G4, across every manifest of the run.
-  bool CheckSharedStorage(const WeightEntry& e, const std::string& source) {
+  // G4, across every manifest of the run. Diagnostics name `file`.
+  bool CheckSharedStorage(const WeightEntry& e, const std::string& source,
+                          const std::string& file) {
     auto [it, inserted] = owners_.try_emplace(
         e.storage_key, KeyOwner{e.storage_nbytes, e.device_type, &e.fqn, &source});
     if (inserted) return true;
@@ -169,7 +184,7 @@ class Resolver {
                      absl::StrCat(Name(e), ": storage '", e.storage_key, "' has ",
                                   internal::Sv(field), " ", mine, ", but weight '", *o.fqn,
                                   "' (", *o.source, ") says ", theirs),
-                     At(e, source));
+                     At(e, source, file));
       ok = false;
     };
     disagree("storage_nbytes", e.storage_nbytes, o.storage_nbytes);
@@ -177,9 +192,31 @@ class Resolver {
     return ok;
   }
 
-  // X1, G3, and the bytes the view reaches (for G5). REQUIRES: a container.
-  bool LocateStorage(const WeightEntry& e, const std::string& source,
-                     ResolvedWeight* w) {
+  // R1: a runtime-owned entry whose key has stored bytes anyway. The key is
+  // referenced (no X3) and its segment is not reported under G5. Only with
+  // a container: a storage source (a runtime's named-data map) is never
+  // asked about a runtime-owned key.
+  void ReportStoredRuntimeOwned(const WeightEntry& e, const std::string& source) {
+    if (container_ == nullptr) return;
+    const NamedDataEntry* named = container_->Find(e.storage_key);
+    if (named == nullptr) return;
+    const std::optional<uint64_t> size = container_->SegmentSize(*named);
+    const uint64_t segment = named->segment_index;
+    report_->Warning(
+        "R1",
+        absl::StrCat(Name(e), " is runtime-owned, but its storage key '", e.storage_key,
+                     "' is stored in the .ptd: ",
+                     size ? absl::StrCat(*size, " bytes") : std::string("a segment"),
+                     " (segment ", segment, ") that the runtime never reads"),
+        At(e, source, file_, segment));
+  }
+
+  // X1, G3, and the bytes the view reaches (for G5). A view that failed
+  // G1/G2 (`view_ok` false) marks nothing reached, and an entry that failed
+  // G4 (`shared_ok` false) is not compared with the segment (G3): each cause
+  // is reported once. REQUIRES: a container.
+  bool LocateStorage(const WeightEntry& e, const std::string& source, bool view_ok,
+                     bool shared_ok, ResolvedWeight* w) {
     w->named = container_->Find(e.storage_key);
     if (w->named == nullptr) {
       report_->Error("X1", absl::StatusCode::kNotFound,
@@ -191,7 +228,7 @@ class Resolver {
     const auto seg_size = container_->SegmentSize(*w->named);
     if (!seg_size) return false;  // C7 was reported by the container.
     bool ok = true;
-    if (*seg_size != e.storage_nbytes) {
+    if (*seg_size != e.storage_nbytes && shared_ok) {
       report_->Error("G3", kDataLoss,
                      absl::StrCat(Name(e), ": segment ", w->named->segment_index,
                                   " behind '", e.storage_key, "' holds ",
@@ -200,7 +237,10 @@ class Resolver {
                      At(e, source, w->named->segment_index));
       ok = false;
     }
+    if (*seg_size != e.storage_nbytes) ok = false;
     if (!container_->segments()[w->named->segment_index].in_bounds) ok = false;
+    // A rejected entry reaches nothing: its cause is reported, not a G5 too.
+    if (!ok || !view_ok || !shared_ok) return false;
     Reach& r = reach_[w->named->segment_index];
     r.any_view = true;
     if (w->extent && !w->extent->empty() && w->extent->required_nbytes <= *seg_size) {
@@ -211,7 +251,8 @@ class Resolver {
   }
 
   // X1, G3 against a source that knows only the size behind each key.
-  bool CheckStorageSize(const WeightEntry& e, const std::string& source) const {
+  bool CheckStorageSize(const WeightEntry& e, const std::string& source,
+                        bool shared_ok) const {
     const std::optional<uint64_t> size = (*storage_size_)(e.storage_key);
     if (!size) {
       report_->Error("X1", absl::StatusCode::kNotFound,
@@ -221,6 +262,7 @@ class Resolver {
       return false;
     }
     if (*size != e.storage_nbytes) {
+      if (!shared_ok) return false;  // G4 reported the disagreement.
       report_->Error("G3", kDataLoss,
                      absl::StrCat(Name(e), ": the bytes behind '", e.storage_key,
                                   "' are ", *size, " bytes, manifest says ",
@@ -292,7 +334,7 @@ WeightSet WeightSet::ResolveImpl(const Container* container,
     ResolvedManifest rm{.source = in.source, .manifest = in.manifest};
     rm.weights.reserve(in.manifest->entries.size());
     for (const WeightEntry& e : in.manifest->entries) {
-      rm.weights.push_back(resolver.ResolveEntry(e, in.source));
+      rm.weights.push_back(resolver.ResolveEntry(e, in));
     }
     set.manifests_.push_back(std::move(rm));
   }

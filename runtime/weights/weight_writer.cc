@@ -43,6 +43,7 @@ CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
 }
 
 absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
+  if (IsRuntimeOwnedFqn(w.fqn)) return AddRuntimeOwned(w);
   const TensorProperties& props = w.properties;
   const uint64_t n = w.value.storage.size();
 
@@ -99,6 +100,48 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
   }
 
   PTD_RETURN_IF_ERROR(ptd_.Add(entry.storage_key, w.value.storage, /*alignment=*/1));
+  fqns_.insert(w.fqn);
+  manifest_.entries.push_back(std::move(entry));
+  return absl::OkStatus();
+}
+
+// W4: the lowering declares runtime-owned buffers with a 0-byte storage; the
+// runtime allocates them. No W2, no bytes in the .ptd; the entry takes the
+// TensorProperties' geometry and storage_size (else the view's span), and
+// G1/G2 hold against that (W3).
+absl::Status CudaWeightWriter::AddRuntimeOwned(const WeightSpec& w) {
+  const TensorProperties& props = w.properties;
+  WeightEntry entry{.fqn = w.fqn,
+                    .storage_key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_),
+                    .storage_nbytes = 0,
+                    .dtype = w.dtype,
+                    .device_type = w.device_type,
+                    .storage_offset = props.offset,
+                    .sizes = props.shape,
+                    .strides = props.stride};
+  PTD_RETURN_IF_ERROR(CheckWeightEntry(entry));
+  if (fqns_.contains(w.fqn)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
+  }
+  const uint32_t elem = *ElementSize(w.dtype);  // Known: checked above.
+  const GeometryResult g = ComputeExtent(ViewSpec{.element_size = elem,
+                                                  .storage_offset = entry.storage_offset,
+                                                  .sizes = props.shape,
+                                                  .strides = props.stride});
+  if (!g.ok()) {
+    return Reject(absl::StrCat("AOTI view '", w.fqn, "' has invalid geometry: ",
+                               g.detail),
+                  "W3");
+  }
+  entry.storage_nbytes = props.storage_size.value_or(g.extent.required_nbytes);
+  if (g.extent.required_nbytes > entry.storage_nbytes) {
+    return Reject(absl::StrCat("AOTI runtime-owned view '", w.fqn, "' requires ",
+                               g.extent.required_nbytes, " bytes from a ",
+                               entry.storage_nbytes,
+                               "-byte storage (TensorProperties storage_size)"),
+                  "W3");
+  }
   fqns_.insert(w.fqn);
   manifest_.entries.push_back(std::move(entry));
   return absl::OkStatus();

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptd/cuda_device.h"
+#include "ptd/view_materialize.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace ptd {
@@ -171,18 +172,141 @@ TEST_F(CudaTest, ErrorsAreStatusesAndLeaveNothingAllocated) {
   EXPECT_EQ(device_->stats().live_allocations, 0u);
 }
 
+// Copies from pinned staging (truly asynchronous, unlike pageable memory),
+// 16 x 4 MiB, none waited on.
 TEST_F(CudaTest, SynchronizeCoversUnwaitedTickets) {
-  auto buffer = device_->Allocate(kMiB);
+  constexpr size_t kPiece = 4 * kMiB, kPieces = 16;
+  auto buffer = device_->Allocate(kPiece * kPieces);
   ASSERT_TRUE(buffer.ok());
-  std::vector<uint8_t> host(kMiB, 3);
+  std::vector<HostBuffer> slots;
   std::vector<CopyTicket> tickets;
-  for (int i = 0; i < 16; ++i) {
-    auto ticket = device_->CopyToDeviceAsync(buffer->data(), host.data(), host.size());
+  for (size_t i = 0; i < kPieces; ++i) {
+    auto slot = device_->AllocateStaging(kPiece);
+    ASSERT_TRUE(slot.ok()) << slot.status();
+    std::memset(slot->data(), static_cast<int>(i + 1), kPiece);
+    auto ticket = device_->CopyToDeviceAsync(static_cast<uint8_t*>(buffer->data()) + i * kPiece,
+                                             slot->data(), kPiece);
     ASSERT_TRUE(ticket.ok());
     tickets.push_back(*ticket);
+    slots.push_back(*std::move(slot));
   }
   ASSERT_TRUE(device_->Synchronize().ok());
+  for (HostBuffer& slot : slots) std::memset(slot.data(), 0xEE, kPiece);  // Safe now.
   for (const CopyTicket& t : tickets) EXPECT_TRUE(device_->Wait(t).ok());
+  std::vector<uint8_t> back(kPiece * kPieces);
+  ASSERT_TRUE(device_->CopyToHost(back.data(), buffer->data(), back.size()).ok());
+  for (size_t i = 0; i < kPieces; ++i) {
+    EXPECT_EQ(back[i * kPiece], i + 1) << i;
+    EXPECT_EQ(back[(i + 1) * kPiece - 1], i + 1) << i;
+  }
+}
+
+// CopyToHost and Materialize order themselves after copies in flight
+// (cudaStreamWaitEvent on the copy streams): no Wait before them.
+TEST_F(CudaTest, CopyToHostAndMaterializeSeeCopiesNotWaitedOn) {
+  constexpr size_t kBytes = 64 * kMiB;
+  auto buffer = device_->Allocate(kBytes);
+  ASSERT_TRUE(buffer.ok());
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    std::vector<HostBuffer> slots;
+    constexpr size_t kPiece = 8 * kMiB;
+    for (size_t off = 0; off < kBytes; off += kPiece) {
+      auto slot = device_->AllocateStaging(kPiece);
+      ASSERT_TRUE(slot.ok());
+      auto* p = static_cast<uint8_t*>(slot->data());
+      for (size_t i = 0; i < kPiece; ++i) p[i] = static_cast<uint8_t>((off + i) * 7 + round);
+      ASSERT_TRUE(device_->CopyToDeviceAsync(static_cast<uint8_t*>(buffer->data()) + off, p,
+                                             kPiece)
+                      .ok());
+      slots.push_back(*std::move(slot));
+    }
+    std::vector<uint8_t> back(kBytes);
+    ASSERT_TRUE(device_->CopyToHost(back.data(), buffer->data(), kBytes).ok());
+    size_t wrong = 0;
+    for (size_t i = 0; i < kBytes; ++i) wrong += back[i] != static_cast<uint8_t>(i * 7 + round);
+    EXPECT_EQ(wrong, 0u);
+    // Again through Materialize (a device-to-device copy for a dense view).
+    ASSERT_TRUE(device_->Synchronize().ok());
+    for (size_t k = 0; k < slots.size(); ++k) std::memset(slots[k].data(), round + 100, kPiece);
+    ASSERT_TRUE(device_->CopyToDeviceAsync(buffer->data(), slots[0].data(), kPiece).ok());
+    const int64_t sizes[] = {static_cast<int64_t>(kPiece)}, strides[] = {1};
+    ViewSpec view;
+    view.sizes = sizes;
+    view.strides = strides;
+    auto dense = device_->Materialize(*buffer, view);
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    std::vector<uint8_t> head(kPiece);
+    ASSERT_TRUE(device_->CopyToHost(head.data(), dense->data(), kPiece).ok());
+    EXPECT_EQ(head.front(), round + 100);
+    EXPECT_EQ(head.back(), round + 100);
+    ASSERT_TRUE(device_->Synchronize().ok());
+  }
+}
+
+TEST_F(CudaTest, ZeroByteCopyToHostReturnsAtOnce) {
+  EXPECT_TRUE(device_->CopyToHost(nullptr, nullptr, 0).ok());
+}
+
+TEST_F(CudaTest, ABatchOfCopiesIsOneTicket) {
+  constexpr size_t kPieces = 100, kPiece = 4096;
+  auto slot = device_->AllocateStaging(kPieces * kPiece);
+  auto buffer = device_->Allocate(kPieces * kPiece);
+  ASSERT_TRUE(slot.ok() && buffer.ok());
+  auto* p = static_cast<uint8_t*>(slot->data());
+  for (size_t i = 0; i < kPieces * kPiece; ++i) p[i] = static_cast<uint8_t>(i / kPiece);
+  std::vector<CopyRequest> requests;
+  for (size_t i = 0; i < kPieces; ++i) {
+    // Reversed: piece i goes to the place of piece kPieces - 1 - i.
+    requests.push_back(CopyRequest{
+        .dst = static_cast<uint8_t*>(buffer->data()) + (kPieces - 1 - i) * kPiece,
+        .src = p + i * kPiece,
+        .nbytes = kPiece});
+  }
+  const DeviceStats before = device_->stats();
+  auto tickets = device_->CopyManyToDeviceAsync(requests);
+  ASSERT_TRUE(tickets.ok()) << tickets.status();
+  EXPECT_EQ(tickets->size(), 1u) << "one event per batch";
+  ASSERT_TRUE(device_->Wait(tickets->front()).ok());
+  EXPECT_EQ(device_->stats().copies - before.copies, kPieces);
+  std::vector<uint8_t> back(kPieces * kPiece);
+  ASSERT_TRUE(device_->CopyToHost(back.data(), buffer->data(), back.size()).ok());
+  for (size_t i = 0; i < kPieces; ++i) EXPECT_EQ(back[i * kPiece], kPieces - 1 - i) << i;
+}
+
+TEST_F(CudaTest, TheStagingCacheServesAnyLargeEnoughBlock) {
+  device_->TrimStagingCache();
+  const uint64_t allocations = device_->stats().staging_allocations;
+  { auto a = device_->AllocateStaging(3 * kMiB + 5); ASSERT_TRUE(a.ok()); }  // A 4 MiB class.
+  EXPECT_EQ(device_->staging_cache_bytes(), 4 * kMiB);
+  for (size_t n : {size_t{4} * kMiB, 2 * kMiB + 1, kMiB, size_t{100}}) {
+    SCOPED_TRACE(n);
+    auto b = device_->AllocateStaging(n);  // Other sizes, one block.
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(b->size(), n);
+    EXPECT_EQ(device_->staging_cache_bytes(), 0u);
+  }
+  EXPECT_EQ(device_->stats().staging_allocations, allocations + 1);
+  EXPECT_EQ(device_->stats().live_staging_bytes, 0u);
+  device_->TrimStagingCache();
+}
+
+TEST_F(CudaTest, AllocateManyFailureNamesTheBuffer) {
+  const std::vector<size_t> sizes = {kMiB, size_t{1} << 50, kMiB};
+  const auto got = device_->AllocateMany(sizes);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  const auto payload = got.status().GetPayload(kAllocateManyIndexPayload);
+  ASSERT_TRUE(payload.has_value()) << got.status();
+  EXPECT_EQ(std::string(*payload), "1");
+  EXPECT_THAT(got.status().message(), HasSubstr("buffer 1 of 3"));
+  const std::vector<size_t> overflow = {100, ~size_t{0} - 10};
+  const auto over = device_->AllocateMany(overflow);
+  ASSERT_FALSE(over.ok());
+  const auto over_payload = over.status().GetPayload(kAllocateManyIndexPayload);
+  ASSERT_TRUE(over_payload.has_value());
+  EXPECT_EQ(std::string(*over_payload), "1");
+  EXPECT_EQ(device_->stats().live_allocations, 0u);
 }
 
 }  // namespace

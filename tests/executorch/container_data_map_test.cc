@@ -137,6 +137,32 @@ TEST_F(ContainerDataMapTest, KeysInFileOrderLikeUpstream) {
   EXPECT_EQ(ours_->get_key(0).get(), ours_->get_key(0).get());
 }
 
+// Upstream's CUDA weight cache scopes storage sharing by the pointer that
+// get_key() returns: every call must give the same pointer for the map's
+// whole lifetime, whatever was called in between.
+TEST_F(ContainerDataMapTest, GetKeyPointersAreStableForTheMapsLifetime) {
+  const uint32_t n = ours_->get_num_keys().get();
+  std::vector<const char*> first;
+  for (uint32_t i = 0; i < n; ++i) first.push_back(ours_->get_key(i).get());
+  uint8_t buf[4096];
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t i = n; i-- > 0;) {
+      const char* key = ours_->get_key(i).get();
+      ASSERT_EQ(key, first[i]) << "key " << i << " round " << round;
+      (void)ours_->get_tensor_layout(key);
+      auto data = ours_->get_data(key);
+      ASSERT_TRUE(data.ok());
+      (void)ours_->load_data_into(key, buf, std::min(sizeof(buf), data->size()));
+      data->Free();
+    }
+    (void)ours_->get_key(n);  // An out-of-range call changes nothing either.
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    EXPECT_EQ(ours_->get_key(i).get(), first[i]);
+    EXPECT_STREQ(first[i], up().get_key(i).get());
+  }
+}
+
 TEST_F(ContainerDataMapTest, GetDataIsZeroCopyFromTheMapping) {
   for (const char* key : {"w", "half", "full", "raw"}) {
     SCOPED_TRACE(key);

@@ -306,8 +306,13 @@ TEST(NamedDataMapSourceConformanceTest, UpstreamMapGivesExpectedDigests) {
       auto device = MakeDevice(staged);
       auto w = LoadWeightsFromNamedDataMap(manifest, *up->map, device);
       ASSERT_TRUE(w.ok()) << w.status();
-      ASSERT_EQ(w->weights().size(), tc["weights"].size());
+      // Runtime-owned entries (no digest) are listed, not loaded.
+      ASSERT_EQ(w->weights().size() + w->runtime_owned().size(), tc["weights"].size());
       for (const auto& want : tc["weights"]) {
+        if (want["sha256"].is_null()) {
+          EXPECT_EQ(w->Find(want["fqn"].get<std::string>()), nullptr) << want["fqn"];
+          continue;
+        }
         const LoadedWeight* lw = w->Find(want["fqn"].get<std::string>());
         ASSERT_NE(lw, nullptr) << want["fqn"];
         auto d = DigestLoadedWeight(*w, *lw);
@@ -317,6 +322,26 @@ TEST(NamedDataMapSourceConformanceTest, UpstreamMapGivesExpectedDigests) {
     }
   }
   EXPECT_GE(cases, 2);
+}
+
+// Runtime-owned entries (SPEC section 2): upstream's runtime never looks
+// their storage keys up, and neither does the backend's entry point, even
+// when the .ptd stores them (k05, warning R1 in the verifier).
+TEST(NamedDataMapSourceConformanceTest, RuntimeOwnedKeysAreNeverAskedFor) {
+  const std::string ptd = ConformancePath("files/k05_offgraph_kv_stored_zero_blob.ptd");
+  auto up = UpstreamMap::Open(ptd);
+  ASSERT_TRUE(up->map.has_value()) << ErrorName(up->error);
+  FailingMap map(*up->map);  // Counts only.
+  const std::vector<uint8_t> manifest =
+      ReadFileBytes(ConformancePath("files/k05_offgraph_kv_stored_zero_blob.manifest"));
+  auto w = LoadWeightsFromNamedDataMap(manifest, map, MakeDevice(true));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->weights().size(), 5u);
+  ASSERT_EQ(w->runtime_owned().size(), 4u);
+  for (const RuntimeOwnedWeight& r : w->runtime_owned()) {
+    EXPECT_EQ(map.calls(std::string(r.storage_key)), 0) << r.storage_key;
+  }
+  EXPECT_GE(map.calls("cuda_fqn_weight:cuda:layers.0.attn.qkv"), 1);
 }
 
 }  // namespace

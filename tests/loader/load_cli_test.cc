@@ -59,12 +59,26 @@ TEST(LoadCliTest, EveryOkCaseLoadsWithTheExpectedDigests) {
           for (const auto& got : j["manifests"][0]["weights"]) {
             if (got["fqn"] != want["fqn"]) continue;
             found = true;
-            EXPECT_TRUE(got["loaded"].get<bool>());
+            // Runtime-owned entries (no digest in cases.json) are listed,
+            // never loaded, and have no sha256.
+            const bool owned = want["sha256"].is_null();
+            EXPECT_EQ(got["runtime_owned"].get<bool>(), owned) << want["fqn"];
+            EXPECT_EQ(got["loaded"].get<bool>(), !owned) << want["fqn"];
             EXPECT_EQ(got["sha256"], want["sha256"]) << want["fqn"];
           }
           EXPECT_TRUE(found) << want["fqn"];
         }
-        EXPECT_EQ(j["load"]["weights"], tc["weights"].size());
+        size_t owned = 0;
+        for (const auto& want : tc["weights"]) owned += want["sha256"].is_null() ? 1 : 0;
+        EXPECT_EQ(j["load"]["weights"], tc["weights"].size() - owned);
+        EXPECT_EQ(j["load"]["runtime_owned"], owned);
+        ASSERT_EQ(j["runtime_owned"].size(), owned);
+        for (const auto& ro : j["runtime_owned"]) {
+          EXPECT_TRUE(ro.contains("required_nbytes") && ro.contains("sizes") &&
+                      ro.contains("strides") && ro.contains("storage_offset") &&
+                      ro.contains("dtype"))
+              << ro.dump();
+        }
       }
       ++checked;
     }
@@ -95,7 +109,7 @@ TEST(LoadCliTest, TextReportAndRepeat) {
                                  " " +
                                  ConformancePath("files/k02_one_storage_key_many_views.ptd")));
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("4 weights, 1 storage, 192 bytes"));
+  EXPECT_THAT(r.out, HasSubstr("4 weights (3 reused, 0 runtime-owned), 1 storage, 192 bytes"));
   EXPECT_THAT(r.out, HasSubstr("3 loads: median"));
   EXPECT_THAT(r.out, HasSubstr("GB/s"));
 }

@@ -1,7 +1,11 @@
 // Failures halfway through a load: every allocation, staging allocation,
 // copy, wait and read index in turn; a file that shrinks during the load; a
 // cancel. Each gives a clean Status naming the storage and the phase, and
-// leaves nothing allocated (the suite also runs under ASan/LSan).
+// leaves nothing allocated (the suite also runs under ASan/LSan and TSan).
+// Three paths: direct reads into host memory, a staging device that copies
+// at Wait, and FaultDevice over AsyncDevice (copies completing later on
+// other threads), where a failure must also leave no copy in flight from a
+// staging block that goes.
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -11,6 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ptd/async_device.h"
 #include "ptd/fault_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
@@ -39,7 +44,32 @@ struct Loaded {
   FaultCounts counts;
 };
 
-class LoaderFaultTest : public ::testing::TestWithParam<bool> {
+enum class Path { kDirect, kStaged, kAsync };
+
+// The device under the FaultDevice for `path`.
+std::shared_ptr<Device> Inner(Path path) {
+  if (path == Path::kAsync) return std::make_shared<AsyncDevice>();
+  return std::make_shared<HostDevice>();
+}
+
+FaultPlan ForPath(Path path, FaultPlan plan) {
+  if (path != Path::kAsync) {
+    plan.host_accessible = path == Path::kDirect;
+    plan.defer_copies = path == Path::kStaged;
+  }
+  return plan;
+}
+
+void ExpectNothingLeft(const Device& inner) {
+  EXPECT_EQ(inner.stats().live_allocations, 0u);
+  EXPECT_EQ(inner.stats().live_bytes, 0u);
+  EXPECT_EQ(inner.stats().live_staging_bytes, 0u);
+  if (const auto* a = dynamic_cast<const AsyncDevice*>(&inner)) {
+    EXPECT_EQ(a->counts().staging_freed_in_flight, 0u);
+  }
+}
+
+class LoaderFaultTest : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
     model_ = WriteTestModel(dir_.path(), FaultSizes(), /*with_cpu_weight=*/true);
@@ -49,7 +79,7 @@ class LoaderFaultTest : public ::testing::TestWithParam<bool> {
     bundle_ = std::make_unique<WeightBundle>(*std::move(b));
     source_ = MakeContainerByteSource(*bundle_->container());
   }
-  bool staged() const { return GetParam(); }
+  bool staged() const { return GetParam() != Path::kDirect; }
   LoadOptions Options() const {
     return LoadOptions{.threads = 3, .ring_slots = 3, .ring_slot_bytes = 128 << 10,
                        .max_read_bytes = 128 << 10};
@@ -58,18 +88,15 @@ class LoaderFaultTest : public ::testing::TestWithParam<bool> {
   // Loads through the ByteSource entry with `plan` and `fail_read`, then
   // checks that nothing stays allocated once the result is gone.
   Loaded Load(FaultPlan plan, uint64_t fail_read = 0) {
-    plan.host_accessible = !staged();
-    plan.defer_copies = staged();
-    auto host = std::make_shared<HostDevice>();
-    auto device = std::make_shared<FaultDevice>(host, plan);
+    std::shared_ptr<Device> host = Inner(GetParam());
+    auto device = std::make_shared<FaultDevice>(host, ForPath(GetParam(), plan));
     const FaultyByteSource source(*source_, fail_read);
     std::vector<uint8_t> manifest = ::ptd::testing::ReadFileBytes(model_.manifest);
     Loaded out{LoadWeights(manifest, source, device, Options()), {}};
     out.counts = device->counts();
     if (!out.weights.ok()) {
-      EXPECT_EQ(host->stats().live_allocations, 0u) << out.weights.status();
-      EXPECT_EQ(host->stats().live_bytes, 0u);
-      EXPECT_EQ(host->stats().live_staging_bytes, 0u);
+      SCOPED_TRACE(out.weights.status().ToString());
+      ExpectNothingLeft(*host);
       EXPECT_EQ(device->counts().live_allocations, 0u);
       EXPECT_EQ(device->counts().live_staging_bytes, 0u);
     }
@@ -135,9 +162,8 @@ TEST_P(LoaderFaultTest, EveryReadFailsCleanly) {
 }
 
 TEST_P(LoaderFaultTest, CancelStopsTheLoadAndFreesEverything) {
-  auto host = std::make_shared<HostDevice>();
-  auto device = std::make_shared<FaultDevice>(
-      host, FaultPlan{.host_accessible = !staged(), .defer_copies = staged()});
+  std::shared_ptr<Device> host = Inner(GetParam());
+  auto device = std::make_shared<FaultDevice>(host, ForPath(GetParam(), {}));
   LoadOptions o = Options();
   int calls = 0;
   o.progress = [&](uint64_t, uint64_t) { return ++calls < 3; };
@@ -149,14 +175,12 @@ TEST_P(LoaderFaultTest, CancelStopsTheLoadAndFreesEverything) {
     EXPECT_THAT(w.status().message(), HasSubstr("cancelled"));
   }
   EXPECT_EQ(calls, 3);
-  EXPECT_EQ(host->stats().live_allocations, 0u);
-  EXPECT_EQ(host->stats().live_staging_bytes, 0u);
+  ExpectNothingLeft(*host);
 }
 
 TEST_P(LoaderFaultTest, FileShrinkingDuringTheLoadIsDataLoss) {
-  auto host = std::make_shared<HostDevice>();
-  auto device = std::make_shared<FaultDevice>(
-      host, FaultPlan{.host_accessible = !staged(), .defer_copies = staged()});
+  std::shared_ptr<Device> host = Inner(GetParam());
+  auto device = std::make_shared<FaultDevice>(host, ForPath(GetParam(), {}));
   LoadOptions o = Options();
   o.threads = 1;
   const std::string path = model_.ptd;
@@ -172,8 +196,7 @@ TEST_P(LoaderFaultTest, FileShrinkingDuringTheLoadIsDataLoss) {
     EXPECT_THAT(w.status().message(), HasSubstr("storage '"));
     EXPECT_THAT(w.status().message(), HasSubstr("read: "));
   }
-  EXPECT_EQ(host->stats().live_allocations, 0u);
-  EXPECT_EQ(host->stats().live_staging_bytes, 0u);
+  ExpectNothingLeft(*host);
 }
 
 TEST(LoaderShrinkTest, MappedBundleOfAShrunkFileIsDataLossNotSigbus) {
@@ -194,8 +217,16 @@ TEST(LoaderShrinkTest, MappedBundleOfAShrunkFileIsDataLossNotSigbus) {
   EXPECT_EQ(device->stats().live_allocations, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, LoaderFaultTest, ::testing::Bool(),
-                         [](const auto& p) { return p.param ? "Staged" : "Direct"; });
+INSTANTIATE_TEST_SUITE_P(Paths, LoaderFaultTest,
+                         ::testing::Values(Path::kDirect, Path::kStaged, Path::kAsync),
+                         [](const auto& p) {
+                           switch (p.param) {
+                             case Path::kDirect: return "Direct";
+                             case Path::kStaged: return "Staged";
+                             case Path::kAsync: return "Async";
+                           }
+                           return "";
+                         });
 
 }  // namespace
 }  // namespace ptd

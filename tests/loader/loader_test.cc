@@ -1,4 +1,6 @@
-// Tests of the loader on the host device and on a staging device: every ok
+// Tests of the loader on the host device and on staging devices (one that
+// defers copies to Wait, a CUDA-like one, and AsyncDevice, whose copies
+// complete later on other threads, out of order): every ok
 // conformance case lands with the expected digests and one allocation per
 // distinct segment; shared storages load once; subsets read only what they
 // need; variants pick their library-local constants; coalescing; CPU
@@ -15,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "ptd/async_device.h"
 #include "ptd/fault_device.h"
 #include "ptd/host_device.h"
 #include "ptd/ptd_writer.h"
@@ -35,7 +38,7 @@ using ::testing::HasSubstr;
 using json = nlohmann::json;
 
 // The devices every conformance case is loaded onto.
-enum class Target { kHost, kStagedDeferred, kFakeCuda };
+enum class Target { kHost, kStagedDeferred, kFakeCuda, kAsync };
 
 std::shared_ptr<Device> MakeDevice(Target t) {
   switch (t) {
@@ -47,8 +50,31 @@ std::shared_ptr<Device> MakeDevice(Target t) {
           FaultPlan{.host_accessible = false, .defer_copies = true});
     case Target::kFakeCuda:
       return std::make_shared<FakeCudaDevice>(std::nullopt);
+    case Target::kAsync:
+      return std::make_shared<AsyncDevice>();
   }
   return nullptr;
+}
+
+// The staging devices the loader tests below run on: one over host memory
+// that copies at once, and AsyncDevice (sm 90 like FakeCudaDevice's default).
+struct StagedDevice {
+  const char* name;
+  std::shared_ptr<Device> (*make)();
+};
+const StagedDevice kStagedDevices[] = {
+    {"fake-cuda", [] { return std::shared_ptr<Device>(std::make_shared<FakeCudaDevice>()); }},
+    {"async", [] {
+       return std::shared_ptr<Device>(
+           std::make_shared<AsyncDevice>(AsyncDeviceOptions{.compute_capability = 90}));
+     }},
+};
+
+// A staging block dropped with a copy from it still in flight (AsyncDevice
+// counts it; the loader must never do it).
+uint64_t StagingFreedInFlight(const Device& d) {
+  const auto* a = dynamic_cast<const AsyncDevice*>(&d);
+  return a ? a->counts().staging_freed_in_flight : 0;
 }
 
 // Distinct segments behind `keys` in the .ptd.
@@ -93,9 +119,23 @@ void ExpectLoadsCase(const json& tc, Target target) {
         }
       }
       if (tc.contains("weights")) {
-        ASSERT_EQ(w->weights().size(), tc["weights"].size());
+        // Runtime-owned entries are listed, not loaded (SPEC section 2).
+        ASSERT_EQ(w->weights().size() + w->runtime_owned().size(), tc["weights"].size());
+        EXPECT_EQ(w->stats().runtime_owned, w->runtime_owned().size());
         for (const auto& want : tc["weights"]) {
           const std::string fqn = want["fqn"];
+          if (want["sha256"].is_null()) {
+            const auto owned = std::find_if(
+                w->runtime_owned().begin(), w->runtime_owned().end(),
+                [&](const RuntimeOwnedWeight& r) { return r.fqn == fqn; });
+            ASSERT_NE(owned, w->runtime_owned().end()) << fqn;
+            EXPECT_EQ(w->Find(fqn), nullptr) << fqn;
+            EXPECT_EQ(w->FindStorage(want["storage_key"].get<std::string>()), nullptr) << fqn;
+            EXPECT_EQ(owned->sizes, want["sizes"].get<std::vector<int64_t>>());
+            EXPECT_EQ(owned->strides, want["strides"].get<std::vector<int64_t>>());
+            EXPECT_EQ(owned->required_nbytes, want["required_nbytes"].get<uint64_t>());
+            continue;
+          }
           const LoadedWeight* lw = w->Find(fqn);
           ASSERT_NE(lw, nullptr) << fqn;
           keys.push_back(want["storage_key"]);
@@ -121,6 +161,7 @@ void ExpectLoadsCase(const json& tc, Target target) {
     }
     EXPECT_EQ(device->stats().live_allocations, 0u);
     EXPECT_EQ(device->stats().live_staging_bytes, 0u);
+    EXPECT_EQ(StagingFreedInFlight(*device), 0u);
   }
 }
 
@@ -141,6 +182,9 @@ TEST_P(LoaderConformanceTest, StagedDeviceGetsExpectedBytes) {
 }
 TEST_P(LoaderConformanceTest, CudaLikeDeviceGetsExpectedBytes) {
   ExpectLoadsCase(Case(GetParam()), Target::kFakeCuda);
+}
+TEST_P(LoaderConformanceTest, AsyncDeviceGetsExpectedBytes) {
+  ExpectLoadsCase(Case(GetParam()), Target::kAsync);
 }
 
 std::vector<std::string> Cases(bool ok) {
@@ -253,11 +297,12 @@ TEST(LoaderTest, CoalescesAdjacentSmallStoragesOnBothPaths) {
   const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
   auto bundle = WeightBundle::Open(paths);
   ASSERT_TRUE(bundle.ok());
-  for (bool staged : {false, true}) {
-    SCOPED_TRACE(staged ? "staged" : "host");
+  auto reference = LoadWeights(*bundle, std::make_shared<HostDevice>());
+  ASSERT_TRUE(reference.ok());
+  for (int d = -1; d < static_cast<int>(std::size(kStagedDevices)); ++d) {
+    SCOPED_TRACE(d < 0 ? "host" : kStagedDevices[d].name);
     std::shared_ptr<Device> device =
-        staged ? std::shared_ptr<Device>(std::make_shared<FakeCudaDevice>())
-               : std::make_shared<HostDevice>();
+        d < 0 ? std::make_shared<HostDevice>() : kStagedDevices[d].make();
     LoadOptions o{.ring_slot_bytes = 256 << 10, .max_read_bytes = 256 << 10};
     auto w = LoadWeights(*bundle, device, o);
     ASSERT_TRUE(w.ok()) << w.status();
@@ -266,8 +311,9 @@ TEST(LoaderTest, CoalescesAdjacentSmallStoragesOnBothPaths) {
     EXPECT_LE(w->stats().reads, 20u);
     EXPECT_GE(w->stats().reads, 16u);
     for (const char* f : {"w0", "w1", "w2047", "w4095"}) {
-      auto d = DigestLoadedWeight(*w, *w->Find(f));
-      ASSERT_TRUE(d.ok());
+      auto digest = DigestLoadedWeight(*w, *w->Find(f));
+      ASSERT_TRUE(digest.ok());
+      EXPECT_EQ(*digest, DigestLoadedWeight(*reference, *reference->Find(f)).value()) << f;
       const LoadedStorage& s = w->storage(*w->Find(f));
       EXPECT_EQ(s.nbytes, 1024u);
     }
@@ -281,18 +327,23 @@ TEST(LoaderTest, LargeStoragesAreReadInChunksByThreads) {
   auto reference = LoadWeights(paths, std::make_shared<HostDevice>(), LoadOptions{.threads = 1});
   ASSERT_TRUE(reference.ok());
   for (size_t threads : {1, 2, 4}) {
-    auto w = LoadWeights(paths, std::make_shared<FakeCudaDevice>(),
-                         LoadOptions{.threads = threads, .ring_slots = 3,
-                                     .ring_slot_bytes = 256 << 10, .max_read_bytes = 256 << 10});
-    ASSERT_TRUE(w.ok()) << w.status();
-    auto h = LoadWeights(paths, std::make_shared<HostDevice>(),
-                         LoadOptions{.threads = threads, .max_read_bytes = 256 << 10});
-    ASSERT_TRUE(h.ok()) << h.status();
-    EXPECT_GE(h->stats().reads, 17u);  // 3 MiB + 1 MiB in 256 KiB chunks.
-    for (const std::string& f : m.fqns) {
-      const auto want = DigestLoadedWeight(*reference, *reference->Find(f));
-      EXPECT_EQ(DigestLoadedWeight(*w, *w->Find(f)).value(), want.value()) << f;
-      EXPECT_EQ(DigestLoadedWeight(*h, *h->Find(f)).value(), want.value()) << f;
+    for (const StagedDevice& staged : kStagedDevices) {
+      SCOPED_TRACE(staged.name);
+      auto w = LoadWeights(paths, staged.make(),
+                           LoadOptions{.threads = threads,
+                                       .ring_slots = 3,
+                                       .ring_slot_bytes = 256 << 10,
+                                       .max_read_bytes = 256 << 10});
+      ASSERT_TRUE(w.ok()) << w.status();
+      auto h = LoadWeights(paths, std::make_shared<HostDevice>(),
+                           LoadOptions{.threads = threads, .max_read_bytes = 256 << 10});
+      ASSERT_TRUE(h.ok()) << h.status();
+      EXPECT_GE(h->stats().reads, 17u);  // 3 MiB + 1 MiB in 256 KiB chunks.
+      for (const std::string& f : m.fqns) {
+        const auto want = DigestLoadedWeight(*reference, *reference->Find(f));
+        EXPECT_EQ(DigestLoadedWeight(*w, *w->Find(f)).value(), want.value()) << f;
+        EXPECT_EQ(DigestLoadedWeight(*h, *h->Find(f)).value(), want.value()) << f;
+      }
     }
   }
 }
@@ -300,17 +351,20 @@ TEST(LoaderTest, LargeStoragesAreReadInChunksByThreads) {
 TEST(LoaderTest, CpuWeightsGoToHostMemoryOnAnotherDevice) {
   TempDir dir;
   const TestModel m = WriteTestModel(dir.path(), {256, 512}, /*with_cpu_weight=*/true);
-  auto device = std::make_shared<FakeCudaDevice>();
-  auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest}, device);
-  ASSERT_TRUE(w.ok()) << w.status();
-  const LoadedWeight* cpu = w->Find("cpu.table");
-  ASSERT_NE(cpu, nullptr);
-  EXPECT_EQ(cpu->device, DeviceKind::kHost);
-  EXPECT_TRUE(w->storage(*cpu).host_accessible);
-  EXPECT_EQ(w->Find("w0")->device, DeviceKind::kCuda);
-  EXPECT_EQ(device->stats().allocations, 2u);  // The CPU weight is not on it.
-  EXPECT_EQ(w->stats().allocations, 2u);       // One AllocateMany per device.
-  EXPECT_EQ(w->DeviceOf(w->storage(*cpu)).kind(), DeviceKind::kHost);
+  for (const StagedDevice& staged : kStagedDevices) {
+    SCOPED_TRACE(staged.name);
+    std::shared_ptr<Device> device = staged.make();
+    auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest}, device);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const LoadedWeight* cpu = w->Find("cpu.table");
+    ASSERT_NE(cpu, nullptr);
+    EXPECT_EQ(cpu->device, DeviceKind::kHost);
+    EXPECT_TRUE(w->storage(*cpu).host_accessible);
+    EXPECT_EQ(w->Find("w0")->device, DeviceKind::kCuda);
+    EXPECT_EQ(device->stats().allocations, 2u);  // The CPU weight is not on it.
+    EXPECT_EQ(w->stats().allocations, 2u);       // One AllocateMany per device.
+    EXPECT_EQ(w->DeviceOf(w->storage(*cpu)).kind(), DeviceKind::kHost);
+  }
 }
 
 TEST(LoaderTest, StagingUsesAtMostTheRingWhateverTheFileSize) {
@@ -319,27 +373,50 @@ TEST(LoaderTest, StagingUsesAtMostTheRingWhateverTheFileSize) {
   for (int i = 0; i < 3000; ++i) sizes.push_back(1024 + 4 * (i % 7));
   const TestModel m = WriteTestModel(dir.path(), sizes);
   const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
-  auto host = std::make_shared<HostDevice>();
-  auto device = std::make_shared<FaultDevice>(
-      host, FaultPlan{.host_accessible = false, .defer_copies = true});
-  const LoadOptions o{.threads = 3, .ring_slots = 2, .ring_slot_bytes = 256 << 10};
-  ASSERT_GT(m.data_bytes, 20 * 2 * o.ring_slot_bytes);  // Many times the ring.
-  auto w = LoadWeights(paths, device, o);
-  ASSERT_TRUE(w.ok()) << w.status();
-  EXPECT_LE(device->counts().peak_live_staging_bytes, o.ring_slots * o.ring_slot_bytes);
-  EXPECT_GT(device->counts().peak_live_staging_bytes, 0u);
-  EXPECT_EQ(device->counts().staging_allocations, o.ring_slots);
-  auto ref = LoadWeights(paths, std::make_shared<HostDevice>());
-  ASSERT_TRUE(ref.ok());
-  for (const std::string& f : m.fqns) {
-    EXPECT_EQ(DigestLoadedWeight(*w, *w->Find(f)).value(),
-              DigestLoadedWeight(*ref, *ref->Find(f)).value())
-        << f;
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "deferred");
+    // Counted by FaultDevice: over host memory copying at Wait, or passing
+    // copies through to AsyncDevice.
+    std::shared_ptr<Device> host = async ? std::shared_ptr<Device>(std::make_shared<AsyncDevice>())
+                                         : std::make_shared<HostDevice>();
+    auto device = std::make_shared<FaultDevice>(
+        host, FaultPlan{.host_accessible = false, .defer_copies = !async});
+    const LoadOptions o{.threads = 3, .ring_slots = 2, .ring_slot_bytes = 256 << 10};
+    ASSERT_GT(m.data_bytes, 20 * 2 * o.ring_slot_bytes);  // Many times the ring.
+    auto w = LoadWeights(paths, device, o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_LE(device->counts().peak_live_staging_bytes, o.ring_slots * o.ring_slot_bytes);
+    EXPECT_GT(device->counts().peak_live_staging_bytes, 0u);
+    EXPECT_EQ(device->counts().staging_allocations, o.ring_slots);
+    auto ref = LoadWeights(paths, std::make_shared<HostDevice>());
+    ASSERT_TRUE(ref.ok());
+    for (const std::string& f : m.fqns) {
+      EXPECT_EQ(DigestLoadedWeight(*w, *w->Find(f)).value(),
+                DigestLoadedWeight(*ref, *ref->Find(f)).value())
+          << f;
+    }
+    EXPECT_GT(w->stats().copies, 0u);
+    w = absl::CancelledError("dropped");
+    EXPECT_EQ(host->stats().live_allocations, 0u);
+    EXPECT_EQ(host->stats().live_staging_bytes, 0u);
+    EXPECT_EQ(StagingFreedInFlight(*host), 0u);
   }
-  EXPECT_GT(w->stats().copies, 0u);
-  w = absl::CancelledError("dropped");
-  EXPECT_EQ(host->stats().live_allocations, 0u);
-  EXPECT_EQ(host->stats().live_staging_bytes, 0u);
+}
+
+TEST(LoaderTest, TheDefaultRingIsTwoSlotsDeeperThanTheReaders) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(64, 64 << 10));
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  for (size_t threads : {1, 4, 7}) {
+    SCOPED_TRACE(threads);
+    auto device = std::make_shared<FaultDevice>(std::make_shared<AsyncDevice>());
+    auto w = LoadWeights(paths, device,
+                         LoadOptions{.threads = threads, .ring_slot_bytes = 64 << 10});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(device->counts().staging_allocations, threads + 2);
+  }
+  EXPECT_EQ(kDefaultRingSlots, kDefaultLoadThreads + 2);
+  EXPECT_EQ(LoadOptions{}.ring_slots, 0u);  // 0: threads + 2.
 }
 
 TEST(LoaderTest, ProgressReportsEveryByteAndTimingsAreFilled) {
@@ -403,10 +480,13 @@ TEST(LoaderTest, LibraryLocalConstantsFollowTheChosenVariant) {
     for (const LoadedWeight& x : w.weights()) out.insert(std::string(x.fqn));
     return out;
   };
-  auto on90 = LoadWeights(f.manifest, *source, std::make_shared<FakeCudaDevice>(90));
-  ASSERT_TRUE(on90.ok()) << on90.status();
-  EXPECT_EQ(names(*on90), (std::set<std::string>{"layer.weight", "_tensor_constant1"}));
-  EXPECT_EQ(on90->chosen_variants(), (std::vector<std::optional<size_t>>{1}));
+  for (const StagedDevice& staged : kStagedDevices) {  // Both report sm 90.
+    SCOPED_TRACE(staged.name);
+    auto on90 = LoadWeights(f.manifest, *source, staged.make());
+    ASSERT_TRUE(on90.ok()) << on90.status();
+    EXPECT_EQ(names(*on90), (std::set<std::string>{"layer.weight", "_tensor_constant1"}));
+    EXPECT_EQ(on90->chosen_variants(), (std::vector<std::optional<size_t>>{1}));
+  }
   auto sm80 = LoadWeights(f.manifest, *source, std::make_shared<HostDevice>(),
                           LoadOptions{.sm = 80});
   ASSERT_TRUE(sm80.ok());

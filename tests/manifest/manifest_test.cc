@@ -12,6 +12,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
+#include "ptd/scalar_type.h"
 #include "tests/testing/diagnostics.h"
 #include "runtime/internal/bytes_le.h"
 
@@ -906,6 +908,72 @@ TEST(ManifestTest, SelectNonFallbackMultiVariantNeverViaPtx) {
   // With several variants, only a fallback is a PTX candidate.
   const std::vector<Variant> vs = {V(90, 0, 0, "a"), V(80, 0, 0, "b")};
   EXPECT_EQ(SelectVariant(vs, 86).status().code(), absl::StatusCode::kNotFound);
+}
+
+// --- U1: dtypes upstream's CUDA runtime refuses --------------------------------
+
+std::vector<std::string> WarningRules(const Report& r) {
+  std::vector<std::string> rules;
+  for (const Diagnostic& d : r.warnings()) rules.push_back(d.rule);
+  return rules;
+}
+
+TEST(ManifestTest, U1ExactlyForDtypesOutsideUpstreamsNine) {
+  const std::set<int> accepted = {0, 1, 2, 3, 4, 5, 6, 11, 15};
+  for (int dtype = 0; dtype < 30; ++dtype) {
+    SCOPED_TRACE(dtype);
+    EntryFields e;
+    e.dtype = dtype;
+    e.nbytes = 1024;  // Any element size fits.
+    const Decoded d = Decode(ManifestBytes::WithEntries({e}));
+    ASSERT_TRUE(d.report.ok()) << Messages(d.report);  // The verdict never changes.
+    ASSERT_TRUE(d.manifest.has_value());
+    EXPECT_TRUE(d.manifest->entries[0].well_formed);
+    EXPECT_EQ(UpstreamCudaAcceptsDtype(dtype), accepted.count(dtype) > 0);
+    if (accepted.count(dtype)) {
+      EXPECT_THAT(WarningRules(d.report), IsEmpty());
+    } else {
+      EXPECT_THAT(WarningRules(d.report), ElementsAre("U1"));
+      const Diagnostic& w = d.report.warnings()[0];
+      EXPECT_EQ(w.fqn, "layers.0.w");
+      EXPECT_EQ(w.key, "cuda_fqn_weight:cuda:layers.0.w");
+      EXPECT_EQ(w.file, "test.manifest");
+      EXPECT_THAT(w.message,
+                  AllOf(HasSubstr("weight 'layers.0.w'"),
+                        HasSubstr(absl::StrCat("dtype ", std::string(ScalarTypeName(dtype)),
+                                               " (", dtype, ")")),
+                        HasSubstr("Byte, Char, Short, Int, Long, Half, Float, Bool and "
+                                  "BFloat16 (U1)")));
+    }
+  }
+}
+
+TEST(ManifestTest, U1NotForAnUnknownDtype) {
+  // An unknown dtype is M5 (an error), not also U1.
+  EntryFields e;
+  e.dtype = 30;
+  const Decoded d = Decode(ManifestBytes::WithEntries({e}));
+  EXPECT_THAT(Rules(d.report), ElementsAre("M5"));
+  EXPECT_THAT(WarningRules(d.report), IsEmpty());
+}
+
+TEST(ManifestTest, U1Float64InBothLayouts) {
+  // The SPEC's example: a float64 buffer, as executorch 1.5.1 exports it.
+  EntryFields e;
+  e.fqn = "rope.freqs";
+  e.key = "cuda_fqn_weight:cuda:rope.freqs";
+  e.dtype = 7;
+  e.nbytes = 96;
+  for (const std::vector<uint8_t>& bytes :
+       {ManifestBytes::WithEntries({e}), Released("so_blob", {e}).bytes()}) {
+    const Decoded d = Decode(bytes);
+    ASSERT_TRUE(d.report.ok()) << Messages(d.report);
+    ASSERT_THAT(WarningRules(d.report), ElementsAre("U1"));
+    EXPECT_EQ(d.report.warnings()[0].message,
+              "weight 'rope.freqs': dtype Double (7) is refused by upstream's CUDA runtime, "
+              "which loads only Byte, Char, Short, Int, Long, Half, Float, Bool and BFloat16 "
+              "(U1)");
+  }
 }
 
 }  // namespace

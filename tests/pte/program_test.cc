@@ -21,6 +21,7 @@ using ::ptd::testing::PatchU64;
 using ::ptd::testing::PteSpec;
 using ::ptd::testing::ReadU64;
 using ::ptd::testing::ToBytes;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -188,13 +189,55 @@ TEST(ProgramTest, ReadsShortHeaderWithoutSegmentDataSize) {
 
 // ---- P1 ----
 
-TEST(ProgramTest, RejectsBadHeaderMagic) {
+// The extended header is optional (SPEC section 4): without "eh00" the
+// program is the whole file and has no segment data.
+TEST(ProgramTest, WithoutExtendedHeaderASegmentPayloadIsP2) {
   std::vector<uint8_t> bytes = BuildPte(OneSegmentDelegate());
   bytes[testing::kPteMagicOffset + 3] = '1';
+  const uint64_t size = bytes.size();
   Verified v = VerifyBytes(std::move(bytes));
-  EXPECT_EQ(v.program, nullptr);
-  EXPECT_TRUE(v.report.HasError("P1"));
-  EXPECT_THAT(v.report.errors()[0].message, HasSubstr("'eh01'"));
+  ASSERT_NE(v.program, nullptr);
+  EXPECT_FALSE(v.program->header().present);
+  EXPECT_EQ(v.program->header().program_size, size);
+  EXPECT_FALSE(v.report.HasError("P1"));
+  ASSERT_TRUE(v.report.HasError("P2"));
+  EXPECT_THAT(v.report.errors()[0].message,
+              AllOf(HasSubstr("segment 1"), HasSubstr("no extended header")));
+  EXPECT_THAT(v.program->cuda_delegates(), IsEmpty());
+}
+
+TEST(ProgramTest, ReadsAProgramWithoutExtendedHeader) {
+  // An inline payload needs no segment data: the header's bytes are not
+  // part of the FlatBuffer's tables, so zeroing its magic leaves a program
+  // that upstream's runtime loads as the whole file.
+  PteSpec spec;
+  spec.plans = {testing::PtePlanSpec{
+      .name = "forward", .delegates = {testing::PteDelegateSpec{.location = 0, .index = 0}}}};
+  spec.inline_data = {ToBytes(kManifestA)};
+  std::vector<uint8_t> bytes = BuildPte(spec);
+  std::fill(bytes.begin() + testing::kPteMagicOffset,
+            bytes.begin() + testing::kPteMagicOffset + 4, 0);
+  Verified v = VerifyBytes(std::move(bytes));
+  ASSERT_NE(v.program, nullptr);
+  EXPECT_TRUE(v.report.ok()) << v.report.FirstError();
+  EXPECT_FALSE(v.program->header().present);
+  ASSERT_EQ(v.program->cuda_delegates().size(), 1u);
+  EXPECT_EQ(Payload(v.program->cuda_delegates()[0]), ToBytes(kManifestA));
+}
+
+TEST(ProgramTest, ReadsTheReleasedExporterProgramsWithoutHeader) {
+  // executorch 1.5.1 writes a program with no delegate segment without the
+  // extended header (tests/data/executorch/mlp.pte): P4 (no CUDA delegate),
+  // no error.
+  for (const char* name : {"mlp.pte", "mlp_xnnpack.pte"}) {
+    auto source = OpenPreadFile(std::string(PTD_TEST_DATA_DIR) + "/executorch/" + name);
+    ASSERT_TRUE(source.ok()) << source.status();
+    Report report;
+    const std::unique_ptr<Program> p = Program::Verify(*std::move(source), &report);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_TRUE(report.ok()) << name << ": " << report.FirstError();
+    EXPECT_TRUE(report.HasWarning("P4")) << name;
+  }
 }
 
 TEST(ProgramTest, RejectsBadFileIdentifier) {

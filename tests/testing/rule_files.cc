@@ -162,7 +162,8 @@ class Files {
 }  // namespace
 
 bool IsWarningRule(const std::string& rule) {
-  return rule == "H5" || rule == "G5" || rule == "X3" || rule == "P4" || rule == "D1";
+  return rule == "H5" || rule == "G5" || rule == "X3" || rule == "P4" || rule == "D1" ||
+         rule == "R1" || rule == "U1";
 }
 
 std::vector<RuleFile> RuleFiles() {
@@ -318,10 +319,12 @@ std::vector<RuleFile> RuleFiles() {
 
   // ---- P: the program ----
   {
+    // The extended header is optional (a program without "eh00" is the
+    // whole file), the FlatBuffer identifier is not.
     std::vector<uint8_t> b = Pte(EncodeRaw(RawManifest{}));
-    std::memcpy(b.data() + kPteMagicOffset, "xx00", 4);
-    f.Add("P1_bad_program_header_magic.ptd", CudaPtd());
-    f.Add("P1_bad_program_header_magic.pte", b);
+    std::memcpy(b.data() + 4, "XT12", 4);
+    f.Add("P1_bad_program_identifier.ptd", CudaPtd());
+    f.Add("P1_bad_program_identifier.pte", b);
   }
   {
     PteSpec spec;
@@ -338,6 +341,30 @@ std::vector<RuleFile> RuleFiles() {
   }
   f.Add("P4_legacy_payload.ptd", CudaPtd());
   f.Add("P4_legacy_payload.pte", Pte(ToBytes("so\ncuda_fqn_weight:cuda:w")));
+
+  // ---- R: runtime-owned entries ----
+  {
+    // A KV-cache entry whose storage key is stored anyway (as a zero blob).
+    RawManifest m;
+    RawEntry kv;
+    kv.fqn = "__et_offgraph_kv_layer_0_k";
+    kv.key = "cuda_fqn_weight:cuda:__et_offgraph_kv_layer_0_k";
+    kv.nbytes = 16;
+    kv.sizes = {2, 2};
+    kv.strides = {2, 1};
+    m.entries.push_back(kv);
+    f.Manifest("R1_runtime_owned_key_stored", m,
+               CudaPtd({{kv.key, std::vector<uint8_t>(16, 0)}}));
+  }
+
+  // ---- U: what upstream's CUDA runtime refuses ----
+  {
+    RawManifest m;
+    m.entries[0].dtype = 7;  // Double: 2x2 of 8 bytes = the 32-byte storage.
+    m.entries[0].sizes = {2, 2};
+    m.entries[0].strides = {2, 1};
+    f.Manifest("U1_float64_weight", m);
+  }
 
   // ---- D: digests ----
   f.Manifest("D1_view_over_digest_limit", RawManifest{});
@@ -359,6 +386,16 @@ std::vector<RuleFile> RuleFiles() {
   f.Add("W3_view_past_written_storage.writer.json",
         Writer(WriterWeight("x", 232, {8, 2}, {8, 1}, true, std::nullopt, 1, {8, 2},
                             {8, 1})));
+  // W4: a runtime-owned KV placeholder, declared with a 0-byte storage,
+  // beside big[2:5]'s compact clone: accepted, with no bytes in the .ptd and
+  // storage_nbytes from the view (a writer case that must be accepted).
+  f.Add("W4_runtime_owned_placeholder.writer.json",
+        Json({{"so_blob_key", "so"},
+              {"accept", true},
+              {"weights",
+               {WriterWeight("big_rows", 48, {3, 4}, {4, 1}, false, 128, 8, {3, 4}, {4, 1}),
+                WriterWeight("__et_offgraph_kv_layer_0_k", 0, {1, 4, 8}, {32, 8, 1}, false,
+                             std::nullopt, 0, {1, 4, 8}, {32, 8, 1})}}}));
   return f.take();
 }
 

@@ -11,8 +11,20 @@
 
 namespace ptd::testing {
 
+std::string TestPath(const char* env, const char* compiled) {
+  if (const char* v = std::getenv(env); v != nullptr && *v != '\0') return v;
+  const std::filesystem::path p(compiled);
+  if (p.is_absolute()) return p.string();
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot read /proc/self/exe: " + ec.message());
+  return (exe.parent_path() / p).lexically_normal().string();
+}
+
 std::string DataPath(const std::string& rel) {
-  return std::string(PTD_TEST_DATA_DIR) + "/" + rel;
+  static const std::string* dir =
+      new std::string(TestPath("PTD_TEST_DATA_DIR", PTD_TEST_DATA_DIR));
+  return *dir + "/" + rel;
 }
 
 std::string ConformancePath(const std::string& rel) {
@@ -21,7 +33,9 @@ std::string ConformancePath(const std::string& rel) {
 
 const nlohmann::json& ConformanceCases() {
   static const nlohmann::json* cases = [] {
-    std::ifstream in(DataPath("conformance/cases.json"));
+    const std::string path = DataPath("conformance/cases.json");
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot open " + path + " (set PTD_TEST_DATA_DIR)");
     auto* j = new nlohmann::json(nlohmann::json::parse(in));
     return j;
   }();

@@ -10,7 +10,13 @@
 
 namespace ptd::testing {
 
-// Absolute path of `rel` under tests/data.
+// Where a test finds a file or tool: `$env` when that variable is set and not
+// empty; else `compiled` (the compile definition) when it is absolute; else
+// `compiled` relative to the folder of the running executable
+// (/proc/self/exe), as in the relocatable GPU bundle (scripts/gpu-bundle.sh).
+std::string TestPath(const char* env, const char* compiled);
+
+// Path of `rel` under tests/data (TestPath("PTD_TEST_DATA_DIR", PTD_TEST_DATA_DIR)).
 std::string DataPath(const std::string& rel);
 
 // The conformance cases (tests/data/conformance/cases.json).

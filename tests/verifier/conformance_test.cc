@@ -37,10 +37,47 @@ VerifyOptions OptionsFor(const json& tc, const std::string& route) {
   return o;
 }
 
-std::set<std::string> ErrorRules(const nlohmann::ordered_json& j) {
+std::set<std::string> Rules(const nlohmann::ordered_json& list) {
   std::set<std::string> rules;
-  for (const auto& e : j["errors"]) rules.insert(e["rule"].get<std::string>());
+  for (const auto& e : list) rules.insert(e["rule"].get<std::string>());
   return rules;
+}
+std::set<std::string> ErrorRules(const nlohmann::ordered_json& j) { return Rules(j["errors"]); }
+
+// Every weight's "runtime_owned" is true exactly for the case's
+// runtime-owned fqns, and those have no digest.
+void ExpectRuntimeOwned(const json& tc, const nlohmann::ordered_json& j) {
+  std::set<std::string> owned;
+  if (tc.contains("runtime_owned")) {
+    for (const auto& f : tc["runtime_owned"]) owned.insert(f.get<std::string>());
+  }
+  std::set<std::string> seen;
+  for (const auto& m : j["manifests"]) {
+    for (const auto& w : m["weights"]) {
+      const std::string fqn = w["fqn"].get<std::string>();
+      ASSERT_TRUE(w.contains("runtime_owned")) << fqn;
+      EXPECT_EQ(w["runtime_owned"].get<bool>(), owned.count(fqn) > 0) << fqn;
+      if (w["runtime_owned"].get<bool>()) {
+        seen.insert(fqn);
+        if (w.contains("sha256")) {
+          EXPECT_TRUE(w["sha256"].is_null()) << fqn;
+        }
+      }
+    }
+  }
+  if (!j["manifests"].empty()) {
+    EXPECT_EQ(seen, owned);
+  }
+}
+
+// Every rule of the case's warning_ids is among the warnings.
+void ExpectWarnings(const json& tc, const nlohmann::ordered_json& j) {
+  if (!tc.contains("warning_ids")) return;
+  const std::set<std::string> got = Rules(j["warnings"]);
+  for (const auto& rule : tc["warning_ids"]) {
+    EXPECT_EQ(got.count(rule.get<std::string>()), 1u)
+        << "expected warning " << rule << ", got " << j["warnings"].dump(1);
+  }
 }
 
 // Parameterized by case name (readable test names); the case is looked up.
@@ -61,6 +98,8 @@ TEST_P(ConformanceTest, GivesExpectedVerdictRulesAndDigests) {
     const VerifyOutcome out = RunVerify(OptionsFor(tc, route));
     ASSERT_FALSE(out.io_error) << *out.io_error;
     const auto& j = out.json;
+    ExpectRuntimeOwned(tc, j);
+    ExpectWarnings(tc, j);
     if (tc["expect"] == "reject") {
       EXPECT_EQ(out.exit_code(), 1);
       EXPECT_FALSE(j["ok"].get<bool>());

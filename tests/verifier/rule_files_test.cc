@@ -55,14 +55,14 @@ std::set<std::string> SpecRules() {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
-  // Tokens \b[HCMGXPWD][0-9]\b (no <regex>: GCC 12 warns inside it under
+  // Tokens \b[HCMGXPWDRU][0-9]\b (no <regex>: GCC 12 warns inside it under
   // the sanitizers, and -Werror makes that fatal).
   const auto word = [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
   };
   std::set<std::string> rules;
   for (size_t i = 0; i + 1 < text.size(); ++i) {
-    if (std::string_view("HCMGXPWD").find(text[i]) == std::string_view::npos) continue;
+    if (std::string_view("HCMGXPWDRU").find(text[i]) == std::string_view::npos) continue;
     if (!std::isdigit(static_cast<unsigned char>(text[i + 1]))) continue;
     if (i > 0 && word(text[i - 1])) continue;
     if (i + 2 < text.size() && word(text[i + 2])) continue;
@@ -81,8 +81,9 @@ nlohmann::json ReadJson(const std::string& path) {
 TEST(RuleFilesTest, SpecDefinesTheRulesWeExpect) {
   // A guard on the parser below: the SPEC's rules, as its README lists them.
   const std::set<std::string> rules = SpecRules();
-  EXPECT_EQ(rules.size(), 35u) << ::testing::PrintToString(rules);
-  for (const char* r : {"H1", "H5", "C8", "M6", "G5", "W3", "X3", "P4", "D1"}) {
+  EXPECT_EQ(rules.size(), 38u) << ::testing::PrintToString(rules);
+  for (const char* r : {"H1", "H5", "C8", "M6", "G5", "W3", "W4", "X3", "P4", "D1", "R1",
+                        "U1"}) {
     EXPECT_TRUE(rules.count(r)) << r;
   }
 }
@@ -121,10 +122,13 @@ TEST(RuleFilesTest, CheckedInFilesAreTheGeneratorsOutput) {
 class RuleCaseTest : public ::testing::TestWithParam<std::string> {};
 
 // Runs a writer case: every weight is added; the last must be refused with
-// InvalidArgument naming the rule.
+// InvalidArgument naming the rule. With "accept": true (W4), every weight is
+// accepted, the runtime-owned ones get no bytes in the .ptd, and what was
+// written verifies.
 void RunWriterCase(const std::string& rule, const std::string& path) {
   const nlohmann::json j = ReadJson(path);
   CudaWeightWriter writer(j.at("so_blob_key").get<std::string>());
+  const bool accept = j.value("accept", false);
   absl::Status last;
   std::vector<std::vector<uint8_t>> storages;  // Outlive the specs.
   for (const auto& w : j.at("weights")) {
@@ -147,6 +151,32 @@ void RunWriterCase(const std::string& rule, const std::string& path) {
     spec.properties.shape = p.at("shape").get<std::vector<int64_t>>();
     spec.properties.stride = p.at("stride").get<std::vector<int64_t>>();
     last = writer.Add(spec);
+    if (accept) {
+      ASSERT_TRUE(last.ok()) << spec.fqn << ": " << last;
+    }
+  }
+  if (accept) {
+    std::set<std::string> owned_keys;
+    for (const WeightEntry& e : writer.manifest().entries) {
+      if (!e.runtime_owned()) continue;
+      owned_keys.insert(e.storage_key);
+      EXPECT_GT(e.storage_nbytes, 0u) << e.fqn;  // From the view, not the 0 bytes.
+    }
+    ASSERT_FALSE(owned_keys.empty()) << "a " << rule << " case needs a runtime-owned weight";
+    EXPECT_EQ(writer.ptd().num_keys(), writer.manifest().entries.size() - owned_keys.size());
+    const std::string dir = ::testing::TempDir();
+    const std::string ptd = dir + "/" + rule + "_case.ptd";
+    const std::string manifest = dir + "/" + rule + "_case.manifest";
+    ASSERT_TRUE(writer.Write(ptd, manifest).ok());
+    VerifyOptions options;
+    options.ptd_path = ptd;
+    options.manifest_path = manifest;
+    const VerifyOutcome out = RunVerify(options);
+    EXPECT_EQ(out.exit_code(), 0) << Describe(out.report);
+    for (const auto& n : out.json["ptd"]["named_data"]) {
+      EXPECT_EQ(owned_keys.count(n["key"].get<std::string>()), 0u) << n["key"];
+    }
+    return;
   }
   EXPECT_EQ(last.code(), absl::StatusCode::kInvalidArgument) << last;
   EXPECT_THAT(std::string(last.message()), ::testing::HasSubstr("(" + rule + ")"));

@@ -427,5 +427,182 @@ TEST(WeightSetTest, ResolvesHundredThousandEntries) {
   EXPECT_TRUE(r.set.manifests()[0].weights.back().ok);
 }
 
+// --- Each cause once (issue 21's follow-on noise) ------------------------------
+
+TEST(WeightSetTest, G4BreakIsNotReportedAgainAsG3) {
+  auto c = MakeContainer({{kQkv, Pattern(192)}});
+  const Manifest a = OneVariant({Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
+  const Manifest b = OneVariant({Entry("q", kQkv, 128, 0, {4, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&a, &b});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G4")) << All(r.report);
+  EXPECT_FALSE(r.set.manifests()[1].weights[0].ok);
+}
+
+TEST(WeightSetTest, RejectedViewDrawsNoG5OnItsSegment) {
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  // G2: needs 80 bytes of 48. Its segment is then reached by no view, which
+  // is a consequence, not a second finding.
+  const Manifest m = OneVariant({Entry("x.rows", kRows, 48, 8, {3, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G2"));
+  EXPECT_THAT(WarningRules(r.report), IsEmpty()) << All(r.report);
+}
+
+TEST(WeightSetTest, G3BreakDrawsNoG5) {
+  auto c = MakeContainer({{kRows, Pattern(64)}});
+  const Manifest m = OneVariant({Entry("x.rows", kRows, 48, 0, {3, 4}, {4, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G3"));
+  EXPECT_THAT(WarningRules(r.report), IsEmpty()) << All(r.report);
+}
+
+TEST(WeightSetTest, ManifestErrorsNameTheManifestFile) {
+  auto c = MakeContainer({{kRows, Pattern(48)}, {kQkv, Pattern(192)}});
+  const Manifest a = OneVariant({Entry("x.rows", kRows, 48, 8, {3, 4}, {4, 1}),
+                                 Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
+  const Manifest b = OneVariant({Entry("k", kQkv, 128, 0, {4, 4}, {4, 1})});
+  const std::vector<ManifestInput> inputs = {
+      {.source = "manifest", .manifest = &a, .file = "w.manifest"},
+      {.source = "pte:forward:0", .manifest = &b, .file = "m.pte"}};
+  Report report;
+  (void)WeightSet::Resolve(*c, inputs, &report);
+  EXPECT_THAT(report, HasError("G2", ::ptd::testing::FileIs("w.manifest"))) << All(report);
+  EXPECT_THAT(report, HasError("G4", ::ptd::testing::FileIs("m.pte"))) << All(report);
+}
+
+TEST(WeightSetTest, CrossChecksNameTheContainer) {
+  auto c = MakeContainer({{kRows, Pattern(40)}});
+  const Manifest m = OneVariant({Entry("x.rows", kRows, 48, 0, {3, 4}, {4, 1}),
+                                 Entry("gone", "cuda_fqn_weight:cuda:gone", 48, 0, {3, 4},
+                                       {4, 1})});
+  Report report;
+  (void)WeightSet::Resolve(*c, {{.source = "manifest", .manifest = &m, .file = "w.manifest"}},
+                           &report);
+  EXPECT_THAT(report, HasError("G3", ::ptd::testing::FileIs("test.ptd"))) << All(report);
+  EXPECT_THAT(report, HasError("X1", ::ptd::testing::FileIs("test.ptd"))) << All(report);
+}
+
+// --- Runtime-owned entries (SPEC section 2) -----------------------------------
+
+constexpr char kKvFqn[] = "__et_offgraph_kv_layer_0_k";
+constexpr char kKvKey[] = "cuda_fqn_weight:cuda:__et_offgraph_kv_layer_0_k";
+
+TEST(WeightSetTest, RuntimeOwnedEntryNeedsNoStoredKey) {
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1}),
+                                 Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(r.report.warnings(), IsEmpty()) << All(r.report);
+  const ResolvedWeight& kv = r.set.manifests()[0].weights[1];
+  EXPECT_TRUE(kv.runtime_owned);
+  EXPECT_TRUE(kv.ok);
+  EXPECT_EQ(kv.named, nullptr);
+  ASSERT_TRUE(kv.extent.has_value());
+  EXPECT_EQ(kv.extent->required_nbytes, 256u);
+  EXPECT_FALSE(r.set.manifests()[0].weights[0].runtime_owned);
+}
+
+TEST(WeightSetTest, RuntimeOwnedPrefixIsExactAndCaseSensitive) {
+  // Near misses are ordinary weights: their missing keys are X1.
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant({
+      Entry("__et_offgraph_kv", "cuda_fqn_weight:cuda:a", 16, 0, {4}, {1}),
+      Entry("__ET_OFFGRAPH_KV_layer", "cuda_fqn_weight:cuda:b", 16, 0, {4}, {1}),
+      Entry("_et_offgraph_kv_layer", "cuda_fqn_weight:cuda:c", 16, 0, {4}, {1}),
+      Entry("x.__et_offgraph_kv_layer", "cuda_fqn_weight:cuda:d", 16, 0, {4}, {1}),
+      // The prefix on the key alone does not count either.
+      Entry("e", "__et_offgraph_kv_e", 16, 0, {4}, {1}),
+      Entry("__et_offgraph_kv_", "cuda_fqn_weight:cuda:f", 16, 0, {4}, {1}),
+  });
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("X1", "X1", "X1", "X1", "X1")) << All(r.report);
+  const auto& ws = r.set.manifests()[0].weights;
+  for (size_t i = 0; i < 5; ++i) EXPECT_FALSE(ws[i].runtime_owned) << ws[i].entry->fqn;
+  EXPECT_TRUE(ws[5].runtime_owned);  // The bare prefix is one.
+}
+
+TEST(WeightSetTest, RuntimeOwnedViewStillChecked) {
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant({
+      Entry(kKvFqn, kKvKey, 0, 0, {4, 16}, {16, 1}),                          // G2
+      Entry("__et_offgraph_kv_cells", "k2", 64, 0, {4}, {int64_t{1} << 62}),  // G1
+  });
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(r.report, HasError("G2", MessageHas("requires 256 bytes from a 0-byte storage")))
+      << All(r.report);
+  EXPECT_THAT(r.report, HasError("G1")) << All(r.report);
+  EXPECT_FALSE(r.set.manifests()[0].weights[0].ok);
+  EXPECT_FALSE(r.set.manifests()[0].weights[1].ok);
+  // No X1 for either, whatever their geometry.
+  EXPECT_THAT(ErrorRules(r.report), Not(Contains("X1")));
+}
+
+TEST(WeightSetTest, RuntimeOwnedG1Overflow) {
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant(
+      {Entry(kKvFqn, kKvKey, 64, 0, {4, 4}, {int64_t{1} << 62, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G1")) << All(r.report);
+  EXPECT_FALSE(r.set.manifests()[0].weights[0].ok);
+}
+
+TEST(WeightSetTest, RuntimeOwnedG4AmongSharers) {
+  auto c = MakeContainer({{kRows, Pattern(48)}});
+  const Manifest m = OneVariant({Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1}),
+                                 Entry("__et_offgraph_kv_layer_0_k2", kKvKey, 128, 0,
+                                       {4, 8}, {8, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_THAT(ErrorRules(r.report), ElementsAre("G4")) << All(r.report);
+}
+
+TEST(WeightSetTest, R1RuntimeOwnedKeyStoredAnyway) {
+  // A zero blob of another size than storage_nbytes: no G3, no X3, no G5.
+  auto c = MakeContainer({{kRows, Pattern(48)}, {kKvKey, std::vector<uint8_t>(100, 0)}});
+  const Manifest m = OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1}),
+                                 Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(WarningRules(r.report), ElementsAre("R1")) << All(r.report);
+  const Diagnostic& d = r.report.warnings()[0];
+  EXPECT_THAT(d.message, AllOf(HasSubstr(kKvFqn), HasSubstr(kKvKey), HasSubstr("100 bytes")));
+  EXPECT_EQ(d.key, kKvKey);
+  EXPECT_EQ(d.fqn, kKvFqn);
+  EXPECT_EQ(d.segment, 1u);
+  EXPECT_EQ(d.message.substr(d.message.size() - 4), "(R1)");
+}
+
+TEST(WeightSetTest, RuntimeOwnedOnlyManifest) {
+  auto c = MakeContainer({});
+  const Manifest m = OneVariant({Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1}),
+                                 Entry("__et_offgraph_kv_layer_0_v",
+                                       "cuda_fqn_weight:cuda:__et_offgraph_kv_layer_0_v", 256,
+                                       0, {4, 16}, {16, 1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  EXPECT_THAT(r.report.warnings(), IsEmpty());
+  for (const ResolvedWeight& w : r.set.manifests()[0].weights) {
+    EXPECT_TRUE(w.ok && w.runtime_owned) << w.entry->fqn;
+  }
+}
+
+TEST(WeightSetTest, ResolveSizesNeverAsksForRuntimeOwnedKeys) {
+  const Manifest m = OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1}),
+                                 Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1})});
+  std::vector<std::string> asked;
+  Report report;
+  const ManifestInput in{.source = "manifest", .manifest = &m};
+  const WeightSet set = WeightSet::ResolveSizes(
+      absl::MakeConstSpan(&in, 1),
+      [&](std::string_view key) -> std::optional<uint64_t> {
+        asked.emplace_back(key);
+        return key == kRows ? std::optional<uint64_t>(48) : std::nullopt;
+      },
+      &report);
+  EXPECT_TRUE(report.ok()) << All(report);
+  EXPECT_THAT(asked, ElementsAre(kRows));
+  EXPECT_TRUE(set.manifests()[0].weights[1].ok);
+}
+
 }  // namespace
 }  // namespace ptd

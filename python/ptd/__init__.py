@@ -1,0 +1,477 @@
+"""Verify, load and write ExecuTorch CUDA-backend weight files (.ptd).
+
+    import numpy, ptd
+
+    report = ptd.verify("model.ptd", manifest="model.manifest")
+    if not report.ok:
+        for e in report.errors:
+            print(e.rule, e.message)
+
+    weights = ptd.load("model.ptd", manifest="model.manifest", device="host")
+    w = weights["layers.0.attn.q_proj.weight"]
+    a = numpy.from_dlpack(w)          # zero-copy strided view (torch.from_dlpack too)
+
+    ptd.write("out.ptd", "out.manifest", {"w": numpy.ones((4, 4), numpy.float32)})
+
+A thin binding over the C++ library of this repository: every rule, message
+and byte decision is the C++ one (`ptd.verify(...).to_dict()` is the object
+`ptd-verify --json` prints for the same inputs).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
+
+from . import _ptd
+from ._ptd import Tensor
+
+__version__ = "0.2.0"
+__all__ = [
+    "CancelledError",
+    "Diagnostic",
+    "Report",
+    "RuntimeOwnedWeight",
+    "Tensor",
+    "TensorProperties",
+    "Variant",
+    "VerifyError",
+    "Weight",
+    "Weights",
+    "load",
+    "verify",
+    "write",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: ExecuTorch ScalarType number of each dtype name ("float32": 6, "bfloat16": 15, ...).
+DTYPES: "dict[str, int]" = dict(_ptd.DTYPES)
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+#: Weights gathering more bytes than this get no digest (warning D1), as in ptd-verify.
+DEFAULT_DIGEST_LIMIT: int = _ptd.DEFAULT_DIGEST_LIMIT
+
+
+# ---- reports --------------------------------------------------------------------
+
+
+class Diagnostic:
+    """One error or warning: `rule` (SPEC rule ID), `message` (ends with "(RULE)"),
+    and where it applies: `file`, `key`, `fqn`, `segment`, `source` (None when not given)."""
+
+    __slots__ = ("rule", "message", "file", "key", "fqn", "segment", "source", "_d")
+
+    def __init__(self, d: "dict[str, Any]") -> None:
+        self._d = d
+        self.rule: str = d.get("rule", "")
+        self.message: str = d.get("message", "")
+        self.file: Optional[str] = d.get("file")
+        self.key: Optional[str] = d.get("key")
+        self.fqn: Optional[str] = d.get("fqn")
+        self.segment: Optional[int] = d.get("segment")
+        self.source: Optional[str] = d.get("source")
+
+    def to_dict(self) -> "dict[str, Any]":
+        return copy.deepcopy(self._d)
+
+    def __repr__(self) -> str:
+        return f"Diagnostic({self.rule!r}, {self.message!r})"
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.message}" if self.file else self.message
+
+
+class Report:
+    """The result of a verification: `ok`, `errors`, `warnings` (tuples of
+    Diagnostic), and `to_dict()`, the `ptd-verify --json` object."""
+
+    __slots__ = ("_d", "ok", "errors", "warnings")
+
+    def __init__(self, d: "dict[str, Any]") -> None:
+        self._d = d
+        self.ok: bool = bool(d["ok"])
+        self.errors: "tuple[Diagnostic, ...]" = tuple(Diagnostic(e) for e in d["errors"])
+        self.warnings: "tuple[Diagnostic, ...]" = tuple(Diagnostic(w) for w in d["warnings"])
+
+    def to_dict(self) -> "dict[str, Any]":
+        """The object `ptd-verify --json` prints for the same inputs (a copy)."""
+        return copy.deepcopy(self._d)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __repr__(self) -> str:
+        return (f"Report(ok={self.ok}, errors={len(self.errors)}, "
+                f"warnings={len(self.warnings)})")
+
+
+class VerifyError(ValueError):
+    """A file breaks a rule: raised by `load`. `.report` is the full Report."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        first = str(report.errors[0]) if report.errors else "verification failed"
+        more = len(report.errors) - 1
+        super().__init__(first + (f" (and {more} more error(s))" if more > 0 else ""))
+
+
+class CancelledError(RuntimeError):
+    """A load stopped because its `progress` callback returned False."""
+
+
+# ---- argument checks ---------------------------------------------------------------
+
+
+def _path(p: Any, what: str) -> str:
+    try:
+        return os.fsdecode(os.fspath(p))
+    except TypeError:
+        raise TypeError(f"{what} must be a str or os.PathLike, not {type(p).__name__}") from None
+
+
+def _opt_path(p: Any, what: str) -> Optional[str]:
+    return None if p is None else _path(p, what)
+
+
+def _int(x: Any, what: str, lo: int, hi: int) -> int:
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise TypeError(f"{what} must be an int, not {type(x).__name__}")
+    v = x.__index__()
+    if not lo <= v <= hi:
+        raise ValueError(f"{what} must be in [{lo}, {hi}], not {v}")
+    return v
+
+
+def _opt_sm(sm: Any) -> Optional[int]:
+    return None if sm is None else _int(sm, "sm", 1, 2**32 - 1)
+
+
+def _scalar_type(dtype: Any) -> int:
+    """A numpy dtype, a name ("bfloat16"), or an ExecuTorch ScalarType number."""
+    if isinstance(dtype, bool):
+        raise TypeError("dtype must be a numpy dtype, a dtype name or a ScalarType number")
+    if isinstance(dtype, int):
+        if dtype not in _DTYPE_NAMES:
+            raise ValueError(f"unknown ScalarType {dtype}")
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    name = getattr(dtype, "name", None)  # numpy / ml_dtypes dtype objects
+    if not isinstance(name, str):
+        try:
+            import numpy
+
+            name = numpy.dtype(dtype).name
+        except ImportError:
+            name = None
+        except TypeError:
+            if isinstance(dtype, str):
+                raise ValueError(f"unknown dtype {dtype!r}") from None
+            raise TypeError(f"dtype {dtype!r} is not a dtype") from None
+    if isinstance(name, str) and name in DTYPES:
+        return DTYPES[name]
+    raise ValueError(f"dtype {dtype!r} has no ExecuTorch ScalarType")
+
+
+def _ints(v: Any, what: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> "tuple[int, ...]":
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        raise TypeError(f"{what} must be a sequence of ints")
+    return tuple(_int(x, what, lo, hi) for x in v)
+
+
+# ---- verify --------------------------------------------------------------------
+
+
+def verify(
+    ptd: PathLike,
+    *,
+    manifest: Optional[PathLike] = None,
+    pte: Optional[PathLike] = None,
+    sm: Optional[int] = None,
+    digest: bool = False,
+    digest_limit: int = DEFAULT_DIGEST_LIMIT,
+) -> Report:
+    """Checks every rule over a .ptd and optionally a standalone manifest and/or
+    a .pte, as `ptd-verify` does. A file that breaks a rule gives a Report (not
+    an exception); a file that cannot be read raises OSError (FileNotFoundError
+    when missing). `sm` reports the variant each manifest would run; `digest`
+    adds SHA-256 of each key's bytes and each view's elements. The GIL is
+    released while it runs."""
+    d = _ptd.verify(
+        _path(ptd, "ptd"),
+        _opt_path(manifest, "manifest"),
+        _opt_path(pte, "pte"),
+        _opt_sm(sm),
+        bool(digest),
+        _int(digest_limit, "digest_limit", 0, 2**64 - 1),
+    )
+    return Report(d)
+
+
+# ---- load ----------------------------------------------------------------------
+
+
+class RuntimeOwnedWeight:
+    """A manifest entry whose storage the runtime provides (not in the .ptd)."""
+
+    __slots__ = ("fqn", "dtype", "shape", "strides", "offset", "required_nbytes",
+                 "storage_key", "storage_nbytes", "source")
+
+    def __init__(self, **kw: Any) -> None:
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+    def __repr__(self) -> str:
+        return f"RuntimeOwnedWeight({self.fqn!r}, {self.dtype}, {self.shape})"
+
+
+class Weights(Mapping):
+    """Loaded weights: a read-only mapping from fqn to Tensor (or, for a .ptd
+    without a manifest, from key to bytes). Tensors keep their storage alive
+    after this object is gone."""
+
+    def __init__(self, native: Any) -> None:
+        self._w = native
+        self._names: "tuple[str, ...]" = tuple(native.names)
+        self._set = frozenset(self._names)
+        self._runtime_owned: "tuple[RuntimeOwnedWeight, ...]" = tuple(
+            RuntimeOwnedWeight(**d) for d in getattr(native, "runtime_owned", ()))
+
+    def __getitem__(self, name: str) -> Any:
+        if not isinstance(name, str) or name not in self._set:
+            raise KeyError(name)
+        return self._w.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._set
+
+    @property
+    def has_manifest(self) -> bool:
+        """False when the mapping is key -> bytes (no manifest was given)."""
+        return not self._w.by_key
+
+    @property
+    def device(self) -> str:
+        """The device loaded onto, e.g. "host" or "cuda:0 (NVIDIA H200, sm_90)"."""
+        return self._w.device
+
+    @property
+    def timings(self) -> "dict[str, float]":
+        """Seconds per phase: verify_s, plan_s, allocate_s, read_s, copy_s, wait_s,
+        total_s, first_weight_s."""
+        return self._w.timings
+
+    @property
+    def stats(self) -> "dict[str, int]":
+        """weights, storages, bytes, allocations, reads, bytes_read, copies."""
+        return self._w.stats
+
+    @property
+    def runtime_owned(self) -> "tuple[RuntimeOwnedWeight, ...]":
+        """Entries whose storage the runtime provides (not loaded from the file)."""
+        return self._runtime_owned
+
+    def __repr__(self) -> str:
+        return f"ptd.Weights({len(self)} entries on {self.device})"
+
+
+def load(
+    ptd: PathLike,
+    *,
+    manifest: Optional[PathLike] = None,
+    pte: Optional[PathLike] = None,
+    device: str = "auto",
+    fqns: Optional[Iterable[str]] = None,
+    sm: Optional[int] = None,
+    threads: Optional[int] = None,
+    progress: Optional[Callable[[int, int], Optional[bool]]] = None,
+) -> Weights:
+    """Opens, verifies and loads weights onto `device` ("host", "cuda", "cuda:N"
+    or "auto": cuda:0 when there is one, else the host).
+
+    A file that breaks a rule raises VerifyError (a ValueError) carrying the
+    Report; a file that cannot be read raises OSError. `fqns` loads a subset
+    (KeyError for an fqn in no manifest). `progress(done, total)` is called as
+    bytes arrive; returning False cancels the load (CancelledError), and an
+    exception it raises (KeyboardInterrupt) propagates; either way everything
+    allocated is freed. The GIL is released while loading."""
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a str, not {type(device).__name__}")
+    fqn_list = None
+    if fqns is not None:
+        if isinstance(fqns, (str, bytes)) or not isinstance(fqns, Iterable):
+            raise TypeError("fqns must be an iterable of str")
+        fqn_list = list(fqns)
+        if not all(isinstance(f, str) for f in fqn_list):
+            raise TypeError("fqns must be an iterable of str")
+    if progress is not None and not callable(progress):
+        raise TypeError("progress must be callable")
+    r = _ptd.load(
+        _path(ptd, "ptd"),
+        _opt_path(manifest, "manifest"),
+        _opt_path(pte, "pte"),
+        device,
+        fqn_list,
+        _opt_sm(sm),
+        None if threads is None else _int(threads, "threads", 1, 256),
+        progress,
+    )
+    if isinstance(r, dict):
+        raise VerifyError(Report(r))
+    return Weights(r)
+
+
+# ---- write ---------------------------------------------------------------------
+
+
+class TensorProperties:
+    """The original buffer, as torch's TensorProperties describe it: shape,
+    stride and offset in elements, storage_size in bytes (or None)."""
+
+    __slots__ = ("shape", "stride", "offset", "storage_size")
+
+    def __init__(self, shape: Iterable[int], stride: Iterable[int], offset: int = 0,
+                 storage_size: Optional[int] = None) -> None:
+        self.shape = _ints(shape, "shape")
+        self.stride = _ints(stride, "stride")
+        if len(self.shape) != len(self.stride):
+            raise ValueError(f"shape has {len(self.shape)} dims but stride {len(self.stride)}")
+        self.offset = _int(offset, "offset", -(2**63), 2**63 - 1)
+        self.storage_size = (None if storage_size is None
+                             else _int(storage_size, "storage_size", 0, 2**64 - 1))
+
+    def __repr__(self) -> str:
+        return (f"TensorProperties(shape={self.shape}, stride={self.stride}, "
+                f"offset={self.offset}, storage_size={self.storage_size})")
+
+
+class Weight:
+    """The value AOTI hands the collector: its whole `storage` (bytes or any
+    buffer), its own view (`sizes`, `strides`, `offset`, in elements), the
+    `properties` of the original buffer (default: its own view), whether the
+    storage is the original buffer's, and the device ("cuda" or "cpu")."""
+
+    __slots__ = ("storage", "scalar_type", "sizes", "strides", "offset", "properties",
+                 "original_storage", "device")
+
+    def __init__(self, storage: Any, *, dtype: Any, sizes: Iterable[int],
+                 strides: Iterable[int], offset: int = 0,
+                 properties: Optional[TensorProperties] = None,
+                 original_storage: bool = False, device: str = "cuda") -> None:
+        try:
+            mv = memoryview(storage)
+        except TypeError:
+            raise TypeError(
+                f"storage must be bytes or a buffer, not {type(storage).__name__}") from None
+        self.storage = mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
+        self.scalar_type = _scalar_type(dtype)
+        self.sizes = _ints(sizes, "sizes")
+        self.strides = _ints(strides, "strides")
+        if len(self.sizes) != len(self.strides):
+            raise ValueError(f"sizes has {len(self.sizes)} dims but strides {len(self.strides)}")
+        self.offset = _int(offset, "offset", -(2**63), 2**63 - 1)
+        if properties is not None and not isinstance(properties, TensorProperties):
+            raise TypeError("properties must be a ptd.TensorProperties")
+        self.properties = properties
+        self.original_storage = bool(original_storage)
+        if device not in ("cuda", "cpu"):
+            raise ValueError(f'device must be "cuda" or "cpu", not {device!r}')
+        self.device = device
+
+    @property
+    def dtype(self) -> str:
+        return _DTYPE_NAMES[self.scalar_type]
+
+    @classmethod
+    def from_array(cls, a: Any, properties: Optional[TensorProperties] = None,
+                   *, device: str = "cuda") -> "Weight":
+        """A NumPy array or any DLPack producer on the host: its storage is the
+        bytes of the array's minimal span, its view the array's own."""
+        storage, st, sizes, strides = _ptd.array_storage(a)
+        return cls(storage, dtype=st, sizes=sizes, strides=strides, offset=0,
+                   properties=properties, original_storage=False, device=device)
+
+    def __repr__(self) -> str:
+        return f"Weight({self.dtype}, sizes={self.sizes}, strides={self.strides})"
+
+
+class Variant:
+    """One AOTI library of a manifest: its so_blob_key and the device it targets."""
+
+    __slots__ = ("so_blob_key", "target_sm", "ptx_compute", "fallback_only")
+
+    def __init__(self, so_blob_key: str, target_sm: int = 0, ptx_compute: int = 0,
+                 fallback_only: bool = False) -> None:
+        if not isinstance(so_blob_key, str):
+            raise TypeError("so_blob_key must be a str")
+        self.so_blob_key = so_blob_key
+        self.target_sm = _int(target_sm, "target_sm", 0, 2**32 - 1)
+        self.ptx_compute = _int(ptx_compute, "ptx_compute", 0, 2**32 - 1)
+        self.fallback_only = bool(fallback_only)
+
+
+DEFAULT_SO_BLOB_KEY = "aoti_cuda_blob"
+
+
+def write(
+    ptd_path: PathLike,
+    manifest_path: Optional[PathLike],
+    weights: "Mapping[str, Any]",
+    *,
+    format: str = "ETCUDAFQN0",
+    variants: Optional[Iterable[Union[Variant, "Mapping[str, Any]"]]] = None,
+    so_blob_key: Optional[str] = None,
+    segment_alignment: int = 128,
+) -> None:
+    """Writes a .ptd and (unless manifest_path is None) its standalone manifest
+    the exporter's way, through the C++ CudaWeightWriter (rules W1-W3).
+
+    `weights` maps fqn to a ptd.Weight, or to an array (= Weight.from_array(a)).
+    A refused weight raises ValueError with the exporter's wording and the rule,
+    e.g. "AOTI view 'x' requires 236 bytes from a 232-byte cloned storage (W3)";
+    a refused or failed write leaves no file (each file is written atomically).
+    `so_blob_key` names the library that library-local constants belong to
+    (default: the first variant's, else "aoti_cuda_blob")."""
+    if not isinstance(weights, Mapping):
+        raise TypeError("weights must be a mapping from fqn to ptd.Weight or array")
+    if not isinstance(format, str):
+        raise TypeError("format must be a str")
+    vs = []
+    for v in (variants or ()):
+        if isinstance(v, Mapping):
+            v = Variant(**v)
+        if not isinstance(v, Variant):
+            raise TypeError("variants must be ptd.Variant objects or dicts")
+        vs.append((v.target_sm, v.ptx_compute, 1 if v.fallback_only else 0, v.so_blob_key))
+    if so_blob_key is None:
+        so_blob_key = vs[0][3] if vs else DEFAULT_SO_BLOB_KEY
+    elif not isinstance(so_blob_key, str):
+        raise TypeError("so_blob_key must be a str")
+    specs = []
+    for fqn, w in weights.items():
+        if not isinstance(fqn, str):
+            raise TypeError(f"weight names must be str, not {type(fqn).__name__}")
+        if not isinstance(w, Weight):
+            w = Weight.from_array(w)
+        p = w.properties or TensorProperties(w.sizes, w.strides, w.offset)
+        specs.append((fqn, w.storage, w.scalar_type, 1 if w.device == "cuda" else 0,
+                      list(w.sizes), list(w.strides), w.offset, w.original_storage,
+                      (list(p.shape), list(p.stride), p.offset, p.storage_size)))
+    _ptd.write(
+        _path(ptd_path, "ptd_path"),
+        _opt_path(manifest_path, "manifest_path"),
+        specs,
+        format,
+        vs,
+        so_blob_key,
+        _int(segment_alignment, "segment_alignment", 1, 2**32),
+    )

@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""The GPU bundle's checker (copied into the bundle as check.py; run.sh calls it).
+
+  check.py digests --bundle DIR --logs DIR [--device cuda]
+      ptd-load --device cuda --json --digest on every ok case of
+      DIR/data/conformance/cases.json (through --manifest, and again through
+      --pte where the case has one); every weight's sha256 and
+      materialized_sha256 (on cuda), and every key's sha256 for a container
+      case, must equal cases.json. (--device host: the same check without a
+      GPU, which the bundle's CPU-side test runs.) Writes LOGS/digests.json; exit 0 when all match.
+  check.py summary --bundle DIR --logs DIR --out DIR --seconds N
+      Reads LOGS/steps.tsv, gpu_tests.json, digests.json and bench_*.json;
+      writes OUT/summary.json and OUT/summary.md, prints the latter; exit 0
+      only when every check ran and passed.
+
+Standard library only.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+LOADER_BENCHES = [
+    "BM_Ceiling_PinnedH2D", "BM_Upstream_CudaMallocPerStorage", "BM_CudaDevice_CopyPipeline",
+    "BM_LoaderCeiling_PinnedH2D", "BM_LoaderCeiling_PreadPinned",
+    "BM_LoaderUpstream_MallocPreadCudaMemcpy", "BM_Loader_Cuda",
+]
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f), None
+    except (OSError, ValueError) as e:
+        return None, f"{os.path.basename(path)}: {e}"
+
+
+def run_digests(args):
+    conf = os.path.join(args.bundle, "data", "conformance")
+    with open(os.path.join(conf, "cases.json")) as f:
+        cases = json.load(f)["cases"]
+    load = os.path.join(args.bundle, "bin", "ptd-load")
+    results = []
+    for tc in cases:
+        if tc.get("expect") != "ok":
+            continue
+        runs = []
+        if "manifest" in tc:
+            runs.append(("manifest", ["--manifest", os.path.join(conf, tc["manifest"])]))
+            if "pte" in tc:
+                runs.append(("pte", ["--pte", os.path.join(conf, tc["pte"])]))
+        else:
+            runs.append(("container", []))
+        for via, extra in runs:
+            cmd = [load, "--device", args.device, "--json", "--digest", *extra,
+                   os.path.join(conf, tc["ptd"])]
+            r = {"case": tc["name"], "via": via, "checked": 0, "problems": []}
+            results.append(r)
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                r["problems"].append("ptd-load timed out after 60 s")
+                continue
+            if p.returncode != 0:
+                r["problems"].append(f"ptd-load exited {p.returncode}: {p.stderr.strip()[:300]}")
+                continue
+            try:
+                j = json.loads(p.stdout)
+            except ValueError as e:
+                r["problems"].append(f"ptd-load printed no JSON: {e}")
+                continue
+            if j.get("device", {}).get("kind") != args.device:
+                r["problems"].append(f"loaded on {j.get('device')}, not {args.device}")
+            if "weights" in tc:
+                got = {}
+                for m in j.get("manifests", []):
+                    for w in m.get("weights", []):
+                        got[w["fqn"]] = w
+                for want in tc["weights"]:
+                    w = got.get(want["fqn"])
+                    if w is None:
+                        r["problems"].append(f"weight '{want['fqn']}' not in the report")
+                        continue
+                    r["checked"] += 1
+                    if w.get("sha256") != want["sha256"]:
+                        r["problems"].append(f"weight '{want['fqn']}': sha256 {w.get('sha256')}, "
+                                             f"cases.json {want['sha256']}")
+                    if args.device == "cuda" and want.get("device_type", 1) != 0 and \
+                            w.get("materialized_sha256") != want["sha256"]:
+                        r["problems"].append(
+                            f"weight '{want['fqn']}': materialized_sha256 "
+                            f"{w.get('materialized_sha256')}, cases.json {want['sha256']}")
+            else:
+                got = {nd["key"]: nd for nd in j.get("ptd", {}).get("named_data", [])}
+                for want in tc.get("named_data", []):
+                    nd = got.get(want["key"])
+                    if nd is None:
+                        r["problems"].append(f"key '{want['key']}' not in the report")
+                        continue
+                    r["checked"] += 1
+                    if nd.get("sha256") != want["sha256"]:
+                        r["problems"].append(f"key '{want['key']}': sha256 {nd.get('sha256')}, "
+                                             f"cases.json {want['sha256']}")
+            if r["checked"] == 0 and not r["problems"]:
+                r["problems"].append("nothing to compare")
+    ok = bool(results) and all(not r["problems"] for r in results)
+    with open(os.path.join(args.logs, "digests.json"), "w") as f:
+        json.dump({"ok": ok, "runs": results}, f, indent=1)
+    for r in results:
+        state = "ok" if not r["problems"] else "FAILED: " + "; ".join(r["problems"][:3])
+        print(f"{r['case']} ({r['via']}): {r['checked']} digests {state}")
+    print(f"digests: {sum(not r['problems'] for r in results)} of {len(results)} runs match")
+    return 0 if ok else 1
+
+
+def read_steps(logs):
+    steps = {}
+    try:
+        with open(os.path.join(logs, "steps.tsv")) as f:
+            for line in f:
+                name, rc, secs, limit = line.rstrip("\n").split("\t")
+                steps[name] = {"rc": rc, "seconds": int(secs), "limit": int(limit)}
+    except OSError:
+        pass
+    return steps
+
+
+def rc_text(step):
+    if step["rc"] in ("124", "137"):
+        return f"timed out after {step['limit']} s"
+    return f"exit {step['rc']}"
+
+
+def gpu_tests_check(logs, step):
+    c = {"name": "gpu_tests", "log": "logs/gpu_tests.log"}
+    j, err = load_json(os.path.join(logs, "gpu_tests.json"))
+    if j is None:
+        c.update(ok=False, detail=f"no gtest JSON ({err}); {rc_text(step) if step else 'not run'}")
+        return c
+    passed, failed, skipped = [], [], []
+    for suite in j.get("testsuites", []):
+        for t in suite.get("testsuite", []):
+            name = f"{suite['name']}.{t['name']}"
+            if t.get("status") == "NOTRUN":
+                continue
+            if t.get("failures"):
+                failed.append(name)
+            elif t.get("result") == "SKIPPED":
+                skipped.append(name)
+            else:
+                passed.append(name)
+    ok = bool(passed) and not failed and not skipped and step is not None and step["rc"] == "0"
+    detail = f"{len(passed)} passed, {len(failed)} failed, {len(skipped)} skipped"
+    if step is not None and step["rc"] != "0":
+        detail += f" ({rc_text(step)})"
+    if failed:
+        detail += "; failed: " + ", ".join(failed[:5])
+    if skipped:
+        detail += "; skipped (a failure here): " + ", ".join(skipped[:5])
+    c.update(ok=ok, detail=detail, passed=len(passed), failed=failed, skipped=skipped)
+    return c
+
+
+def digests_check(logs, step):
+    c = {"name": "load_digests", "log": "logs/digests.log"}
+    j, err = load_json(os.path.join(logs, "digests.json"))
+    if j is None:
+        c.update(ok=False, detail=f"no result ({err}); {rc_text(step) if step else 'not run'}")
+        return c
+    runs = j["runs"]
+    bad = [r for r in runs if r["problems"]]
+    c.update(ok=j["ok"] and step is not None and step["rc"] == "0",
+             detail=f"{len(runs) - len(bad)} of {len(runs)} ptd-load runs match cases.json "
+                    f"({sum(r['checked'] for r in runs)} digests)" +
+                    ("; " + "; ".join(f"{r['case']} ({r['via']}): {r['problems'][0]}"
+                                      for r in bad[:3]) if bad else ""),
+             runs=runs)
+    return c
+
+
+def bench_check(logs, name, step):
+    c = {"name": name, "log": f"logs/{name}.log"}
+    if step is None or step["rc"] == "not_run":
+        c.update(ok=name != "bench_1g", not_run=True,
+                 detail="not run: no time left" if step else "not run")
+        return c
+    j, err = load_json(os.path.join(logs, f"{name}.json"))
+    if j is None:
+        c.update(ok=False, detail=f"no benchmark JSON ({err}); {rc_text(step)}")
+        return c
+    by = {}
+    for b in j.get("benchmarks", []):
+        by[b["name"].split("/")[0]] = b
+    problems = [] if step["rc"] == "0" else [rc_text(step)]
+    for n in LOADER_BENCHES:
+        b = by.get(n)
+        if b is None:
+            problems.append(f"{n} did not run")
+        elif b.get("error_occurred") or b.get("skipped"):
+            problems.append(f"{n}: {b.get('error_message') or b.get('skip_message') or 'skipped'}")
+    loader = by.get("BM_Loader_Cuda", {})
+
+    def gbps(n):
+        return by.get(n, {}).get("GBps")
+    m = {
+        "GBps": loader.get("GBps"),
+        "vs_ceiling": loader.get("vs_ceiling"),
+        "vs_upstream": loader.get("vs_upstream"),
+        "meets_targets": loader.get("meets_targets") == 1,
+        "p50_ms": loader.get("p50_ms"),
+        "p90_ms": loader.get("p90_ms"),
+        "first_weight_ms": loader.get("first_weight_p50_ms"),
+        "iterations": loader.get("iterations"),
+        "ceiling_pinned_h2d_GBps": gbps("BM_LoaderCeiling_PinnedH2D"),
+        "ceiling_pread_pinned_GBps": gbps("BM_LoaderCeiling_PreadPinned"),
+        "upstream_GBps": gbps("BM_LoaderUpstream_MallocPreadCudaMemcpy"),
+    }
+    c.update(ok=not problems, metrics=m, problems=problems,
+             detail="; ".join(problems) if problems else
+             f"{fmt(m['GBps'])} GB/s, {fmt(m['vs_ceiling'])}x ceiling (>= 0.85), "
+             f"{fmt(m['vs_upstream'])}x upstream (>= 4): "
+             f"{'targets met' if m['meets_targets'] else 'TARGETS MISSED'}")
+    return c
+
+
+def fmt(x, digits=2):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def run_summary(args):
+    steps = read_steps(args.logs)
+    probe, _ = load_json(os.path.join(args.logs, "probe.json"))
+    device = (probe or {}).get("device", {}).get("name", "?")
+    checks = [
+        gpu_tests_check(args.logs, steps.get("gpu_tests")),
+        digests_check(args.logs, steps.get("digests")),
+        bench_check(args.logs, "bench_1g", steps.get("bench_1g")),
+        bench_check(args.logs, "bench_4g", steps.get("bench_4g")),
+    ]
+    for c in checks:
+        s = steps.get(c["name"].replace("load_", ""))
+        c["seconds"] = s["seconds"] if s else 0
+    ok = all(c["ok"] for c in checks)
+    bundle = ""
+    try:
+        with open(os.path.join(args.bundle, "BUNDLE.txt")) as f:
+            bundle = f.readline().strip()
+    except OSError:
+        pass
+    summary = {"result": "pass" if ok else "fail", "device": device, "bundle": bundle,
+               "seconds": args.seconds, "checks": checks}
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    md = [f"# GPU check: {'pass' if ok else 'FAIL'}", "",
+          f"- device: {device}", f"- bundle: {bundle}", f"- total: {args.seconds} s", "",
+          "| check | result | seconds | detail |", "|---|---|---|---|"]
+    for c in checks:
+        res = "not run" if c.get("not_run") else ("pass" if c["ok"] else "FAIL")
+        md.append(f"| {c['name']} | {res} | {c['seconds']} | {c['detail']} |")
+    benches = [c for c in checks if c.get("metrics") and c["metrics"]["GBps"] is not None]
+    if benches:
+        md += ["", "BM_Loader_Cuda (1024 storages, warm page cache):", "",
+               "| size | GB/s | vs ceiling | vs upstream | p50 ms | p90 ms | first weight ms | "
+               "ceiling H2D GB/s | ceiling pread GB/s | upstream GB/s | targets |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for c in benches:
+            m = c["metrics"]
+            md.append(f"| {c['name'][6:].upper().replace('G', ' GiB')} | {fmt(m['GBps'])} | "
+                      f"{fmt(m['vs_ceiling'])} | {fmt(m['vs_upstream'])} | {fmt(m['p50_ms'], 1)} | "
+                      f"{fmt(m['p90_ms'], 1)} | {fmt(m['first_weight_ms'], 1)} | "
+                      f"{fmt(m['ceiling_pinned_h2d_GBps'])} | {fmt(m['ceiling_pread_pinned_GBps'])} | "
+                      f"{fmt(m['upstream_GBps'])} | {'met' if m['meets_targets'] else 'MISSED'} |")
+    text = "\n".join(md) + "\n"
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write(text)
+    print(text, end="")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("digests")
+    d.add_argument("--bundle", required=True)
+    d.add_argument("--logs", required=True)
+    d.add_argument("--device", default="cuda", choices=["cuda", "host"])
+    s = sub.add_parser("summary")
+    s.add_argument("--bundle", required=True)
+    s.add_argument("--logs", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--seconds", type=int, default=0)
+    args = ap.parse_args()
+    return run_digests(args) if args.cmd == "digests" else run_summary(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

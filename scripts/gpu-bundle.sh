@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the relocatable GPU bundle here, on the CPU machine, for a bare GPU
+# machine (one that has the NVIDIA driver but none of our dev packages):
+#
+#   OUTDIR/run.sh                 the one command to run there (scripts/gpu-bundle-run.sh)
+#   OUTDIR/check.py               its checker and summary writer (scripts/gpu-bundle-check.py)
+#   OUTDIR/bin/ptd_cuda_tests     the "gpu"-labelled tests (tests/cuda/), stripped
+#   OUTDIR/bin/ptd-load           stripped
+#   OUTDIR/bin/ptd_cuda_bench     stripped
+#   OUTDIR/lib/                   every shared library they need except the base
+#                                 system's (glibc family, libstdc++, libgcc_s) and
+#                                 the driver's libcuda; RUNPATH $ORIGIN-relative
+#   OUTDIR/data/conformance/      the conformance files the tests read
+#   OUTDIR/BUNDLE.txt             what was built, from which commit, what it needs
+#
+# Kernels: native sm_90 (H100/H200) plus compute_90 PTX. The CUDA runtime is
+# linked statically (ptd::cuda), so only the driver is needed there.
+#
+# Usage: scripts/gpu-bundle.sh [OUTDIR]      (default: gpu-bundle/ in the checkout)
+# Environment: PTD_BUNDLE_BUILD_DIR (default build-gpu-bundle/ in the checkout),
+#   JOBS (default nproc), CMAKE_ARGS (extra configure flags, e.g. a compiler
+#   launcher), PTD_BUNDLE_MAX_MIB (default 48: the bundle must not be larger).
+# Needs: cmake, a C++ compiler, nvcc, the Debian dev packages of
+# scripts/setup.sh, and patchelf (scripts/setup.sh installs it).
+# Exit status: 0 built; 1 a step failed; 2 a tool is missing.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${1:-$root/gpu-bundle}
+build=${PTD_BUNDLE_BUILD_DIR:-$root/build-gpu-bundle}
+jobs=${JOBS:-$(nproc)}
+max_mib=${PTD_BUNDLE_MAX_MIB:-48}
+start=$(date +%s)
+
+die() { echo "gpu-bundle: $*" >&2; exit 1; }
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+for tool in cmake patchelf readelf strip ldd "$nvcc"; do
+  command -v "$tool" >/dev/null || { echo "gpu-bundle: $tool not found (scripts/setup.sh installs what is missing; nvcc comes with the CUDA toolkit)" >&2; exit 2; }
+done
+
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+# No path of the source or build tree may end up in a binary: __FILE__ (gtest,
+# abseil) and debug paths are mapped to relative ones.
+map="-ffile-prefix-map=$build=build -ffile-prefix-map=$root=."
+echo "gpu-bundle: configure $build"
+# shellcheck disable=SC2086
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+  -DPTD_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DPTD_GPU_BUNDLE=ON \
+  -DPTD_CUDA_ARCHITECTURES="90-real;90-virtual" \
+  -DPTD_WITH_EXECUTORCH=OFF -DPTD_BUILD_EXAMPLES=OFF -DPTD_INSTALL=OFF \
+  -DPTD_BUILD_TESTS=ON -DPTD_BUILD_BENCH=ON -DPTD_BUILD_TOOLS=ON \
+  -DCMAKE_CXX_FLAGS="$map" -DCMAKE_C_FLAGS="$map" \
+  -DCMAKE_CUDA_FLAGS="-Xcompiler=${map// /,}" \
+  ${CMAKE_ARGS:-} >"$build/gpu-bundle-configure.log" 2>&1 ||
+  { tail -30 "$build/gpu-bundle-configure.log" >&2; die "configure failed (log: $build/gpu-bundle-configure.log)"; }
+grep -q "^PTD_WITH_CUDA:BOOL=ON" "$build/CMakeCache.txt" || die "CUDA is not enabled in $build"
+
+echo "gpu-bundle: build ptd_cuda_tests ptd-load ptd_cuda_bench (-j$jobs)"
+cmake --build "$build" --parallel "$jobs" --target ptd_cuda_tests ptd-load ptd_cuda_bench \
+  >"$build/gpu-bundle-build.log" 2>&1 ||
+  { grep -E "error|Error" "$build/gpu-bundle-build.log" | head -30 >&2; die "build failed (log: $build/gpu-bundle-build.log)"; }
+built=$(( $(date +%s) - start ))
+
+# ---- assemble (replacing an earlier bundle, never another folder) ----
+if [[ -d $out && -n $(ls -A "$out") && ! -f $out/BUNDLE.txt ]]; then
+  die "$out exists and is not a GPU bundle (no BUNDLE.txt): not replacing it"
+fi
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/data"
+cp "$build/tests/cuda/ptd_cuda_tests" "$build/verifier/ptd-load" "$build/bench/ptd_cuda_bench" "$out/bin/"
+cp -r "$root/tests/data/conformance" "$out/data/"
+cp "$root/scripts/gpu-bundle-run.sh" "$out/run.sh"
+cp "$root/scripts/gpu-bundle-check.py" "$out/check.py"
+chmod 755 "$out/run.sh" "$out/check.py"
+
+# The base set: present on any glibc system with a C++ runtime, and the
+# driver's libcuda (loaded by the static CUDA runtime with dlopen).
+base_re='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libcuda\.so\.1)$'
+for bin in "$out"/bin/*; do
+  strip --strip-all "$bin"
+  # ldd gives the closure (what the libraries need too), resolved here.
+  while read -r name path; do
+    [[ $name =~ $base_re ]] && continue
+    [[ -f $path ]] || die "$(basename "$bin") needs $name, which ldd cannot find here"
+    [[ -e $out/lib/$name ]] || cp -L "$path" "$out/lib/$name"
+  done < <(ldd "$bin" | awk '$2 == "=>" {print $1, $3}')
+  patchelf --set-rpath '$ORIGIN/../lib' "$bin"
+done
+for lib in "$out"/lib/*; do
+  [[ -e $lib ]] || continue
+  chmod 644 "$lib"
+  patchelf --set-rpath '$ORIGIN' "$lib"
+done
+
+# What the bundle needs of the machine it runs on.
+glibc=$(for f in "$out"/bin/* "$out"/lib/*; do [[ -e $f ]] && objdump -T "$f"; done |
+        grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+glibcxx=$(for f in "$out"/bin/* "$out"/lib/*; do [[ -e $f ]] && objdump -T "$f"; done |
+          grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo " (with uncommitted changes)" || true)
+{
+  echo "ptd-loader GPU bundle: commit $commit$dirty, built $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "cuda: $("$nvcc" --version | grep -o 'release [0-9.]*' | head -1), sm_90 + compute_90 PTX, CUDA runtime static"
+  echo "needs: an NVIDIA driver (libcuda.so.1) for CUDA 13, $glibc, $glibcxx (libstdc++), python3 (run.sh's checker)"
+  echo "libraries: $(cd "$out/lib" && ls | tr '\n' ' ')"
+} >"$out/BUNDLE.txt"
+
+mib=$(( ($(du -sb "$out" | cut -f1) + (1 << 20) - 1) >> 20 ))
+(( mib <= max_mib )) || die "the bundle is $mib MiB, over the limit of $max_mib MiB"
+echo "gpu-bundle: $out ($mib MiB, $(ls "$out/lib" | wc -l) libraries; build ${built}s, total $(( $(date +%s) - start ))s)"
+echo "gpu-bundle: on the GPU machine run: $(basename "$out")/run.sh   (results in \$OUT, else beside run.sh)"

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# ctest gpu_bundle (label "bundle"): the GPU bundle of scripts/gpu-bundle.sh is
+# self-contained. Builds it, copies it to a fresh temporary folder, and there:
+#   - every ELF file: each NEEDED library is in the bundle's lib/ or in the
+#     base set; every RUNPATH/RPATH entry is $ORIGIN-relative and stays inside
+#     the bundle; ldd resolves every library that is not in the base set into
+#     the bundle;
+#   - no file holds the path of the source or build tree;
+#   - the bundle is at most 48 MiB;
+#   - under env -i, from /: each binary's --help / --gtest_list_tests (the
+#     conformance tests are listed, so the data is found from the binary);
+#   - the checker (check.py) on the host device agrees with cases.json and
+#     fails on a tampered one; run.sh's pipeline on the host device
+#     (PTD_CHECK_DEVICE=host) counts the skipped GPU tests as a failure;
+#   - run.sh under env -i: without a GPU, exit 3 and the one line
+#     "no CUDA device: ..." (with OUT set and without), never a loader error.
+# Exit 77 (skipped) when no GPU-free run is possible: this machine has a GPU
+# (run.sh --probe finds one) after the static checks passed.
+#
+# Usage: gpu_bundle_test.sh SOURCE_ROOT WORK_DIR [CMAKE_ARG...]
+#   The bundle's build goes to WORK_DIR/build (kept: later runs rebuild
+#   incrementally), the bundle to WORK_DIR/bundle.
+set -uo pipefail
+src=$(cd "$1" && pwd); work=$2; shift 2
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+failures=0
+fail_prefix="FAIL: "
+fail() { echo "$fail_prefix$*"; failures=$((failures + 1)); }
+ok() { echo "ok: $*"; }
+
+t0=$(date +%s)
+if ! CMAKE_ARGS="$*" PTD_BUNDLE_BUILD_DIR="$work/build" "$src/scripts/gpu-bundle.sh" "$work/bundle"; then
+  echo "FAIL: scripts/gpu-bundle.sh failed"; exit 1
+fi
+echo "bundle built in $(( $(date +%s) - t0 ))s"
+
+copy=$(mktemp -d "${TMPDIR:-/tmp}/ptd-bundle-test.XXXXXX")
+trap 'rm -rf "$copy"' EXIT
+cp -a "$work/bundle" "$copy/b"
+b=$copy/b
+
+# ---- ELF files and paths ----
+base_re='^(ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libcuda\.so\.1)$'
+# check_tree DIR: every ELF file under DIR and every path of this tree in
+# DIR; each problem is a fail(); sets elfs.
+check_tree() {
+  local b=$1 f rel dyn lib path e entries resolved name arrow where _ p leaks
+  elfs=0
+  while IFS= read -r -d '' f; do
+    [[ $(head -c4 "$f") == $'\177ELF' ]] || continue
+    elfs=$((elfs + 1))
+    rel=${f#"$b"/}
+    dyn=$(readelf -d "$f")
+    while read -r lib; do
+      [[ -z $lib ]] && continue
+      [[ $lib =~ $base_re || -f $b/lib/$lib ]] || fail "$rel needs $lib, which is neither in the bundle nor in the base set"
+    done < <(sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' <<<"$dyn")
+    while read -r path; do
+      [[ -z $path ]] && continue
+      IFS=: read -ra entries <<<"$path"
+      for e in "${entries[@]}"; do
+        if [[ $e != '$ORIGIN'* ]]; then
+          fail "$rel: RUNPATH/RPATH entry '$e' is not \$ORIGIN-relative"
+          continue
+        fi
+        resolved=$(realpath -m "$(dirname "$f")${e#'$ORIGIN'}")
+        [[ $resolved == "$b" || $resolved == "$b"/* ]] || fail "$rel: RUNPATH entry '$e' points outside the bundle ($resolved)"
+      done
+    done < <(sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p' <<<"$dyn")
+    # What the dynamic loader would do: everything outside the base set from the bundle.
+    while read -r name arrow where _; do
+      [[ $arrow == "=>" ]] || continue
+      [[ $name =~ $base_re ]] && continue
+      if [[ $where == "not" ]]; then
+        fail "$rel: ldd cannot find $name"
+      elif [[ $(realpath -m "$where") != "$b"/* ]]; then
+        fail "$rel: $name resolves to $where, outside the bundle"
+      fi
+    done < <(env -i ldd "$f" 2>&1)
+  done < <(find "$b" -type f -print0)
+  for p in "$src" "$(realpath "$src")" "$work"; do
+    leaks=$(grep -a -r -l -F -- "$p" "$b" || true)
+    [[ -z $leaks ]] || fail "these files hold the path $p: $leaks"
+  done
+}
+
+before=$failures
+check_tree "$b"
+(( failures == before )) && ok "every NEEDED in the bundle or the base set, RUNPATHs \$ORIGIN-relative, no file holds $src or $work"
+(( elfs >= 4 )) && ok "$elfs ELF files checked" || fail "only $elfs ELF files in the bundle"
+for bin in ptd_cuda_tests ptd-load ptd_cuda_bench; do
+  [[ -x $b/bin/$bin ]] || fail "bin/$bin is missing"
+  readelf -S "$b/bin/$bin" 2>/dev/null | grep -q '\.symtab' && fail "bin/$bin is not stripped"
+done
+# sm_90 native code and compute_90 PTX in the kernels, nothing else: from
+# cuobjdump where the toolkit has it, else from the kernels' compile flags.
+nvcc_dir=$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")
+if [[ -x $nvcc_dir/cuobjdump ]]; then
+  list=$("$nvcc_dir/cuobjdump" --list-elf --list-ptx "$b/bin/ptd-load" 2>&1)
+  grep -q 'sm_90' <<<"$list" && grep -qi 'ptx' <<<"$list" || fail "bin/ptd-load: no sm_90 code or PTX: $list"
+  grep -qE 'sm_(80|100|120)' <<<"$list" && fail "bin/ptd-load carries code for other architectures: $list"
+else
+  flags=$(grep -h '^CUDA_FLAGS' "$work"/build/runtime/cuda/CMakeFiles/ptd_cuda_kernels.dir/flags.make 2>/dev/null ||
+          grep -h -- '--generate-code=' "$work/build/build.ninja" 2>/dev/null)
+  archs=$(grep -o -- '--generate-code=[^ ]*' <<<"$flags" | sort -u | tr '\n' ' ')
+  [[ $archs == "--generate-code=arch=compute_90,code=[compute_90] --generate-code=arch=compute_90,code=[sm_90] " ]] &&
+    ok "kernels: sm_90 + compute_90 PTX only" || fail "kernels are compiled for: '${archs:-?}' (want sm_90 and compute_90 PTX only)"
+fi
+
+# ---- the checks above can fail: a broken copy ----
+cp -a "$b" "$copy/broken"
+lib=$(cd "$copy/broken/lib" && ls | grep -m1 absl_strings)
+rm "$copy/broken/lib/$lib"                                           # a NEEDED library missing
+patchelf --set-rpath /usr/lib/x86_64-linux-gnu "$copy/broken/bin/ptd-load"  # RUNPATH outside
+printf 'built in %s\n' "$src" >>"$copy/broken/data/conformance/README.md"  # a path of this tree
+before=$failures; fail_prefix="  (expected) "
+check_tree "$copy/broken" >"$copy/broken.log"
+found=$((failures - before)); failures=$before; fail_prefix="FAIL: "
+if grep -q "needs $lib, which is neither" "$copy/broken.log" && grep -q "not \$ORIGIN-relative" "$copy/broken.log" &&
+   grep -Eq "ldd cannot find $lib|$lib resolves to .*outside the bundle" "$copy/broken.log" &&
+   grep -q "hold the path $src" "$copy/broken.log"; then
+  ok "a broken copy fails the checks ($found problems: missing library, RUNPATH outside, a path of this tree)"
+else
+  fail "a broken copy passed some checks: $(cat "$copy/broken.log")"
+fi
+rm -rf "$copy/broken"
+
+# ---- size ----
+bytes=$(du -sb "$b" | cut -f1)
+(( bytes <= 48 << 20 )) && ok "size $((bytes >> 20)) MiB (limit 48)" || fail "the bundle is $bytes bytes, over 48 MiB"
+
+# ---- the binaries start from the copy under env -i ----
+cd /
+r=$(env -i "$b/bin/ptd-load" --help 2>&1); rc=$?
+(( rc == 0 )) && grep -q "Usage: ptd-load" <<<"$r" && ok "ptd-load --help" || fail "ptd-load --help: exit $rc: $(head -3 <<<"$r")"
+r=$(env -i "$b/bin/ptd_cuda_bench" --help 2>&1); rc=$?
+(( rc == 0 )) && grep -q "benchmark_filter" <<<"$r" && ok "ptd_cuda_bench --help" || fail "ptd_cuda_bench --help: exit $rc: $(head -3 <<<"$r")"
+r=$(env -i "$b/bin/ptd_cuda_tests" --gtest_list_tests 2>&1); rc=$?
+if (( rc == 0 )) && grep -q "ViewsAndDenseCopiesHaveExpectedDigests/k01_view_geometry" <<<"$r"; then
+  ok "ptd_cuda_tests --gtest_list_tests: $(grep -c '^  ' <<<"$r") tests, the conformance cases found from the binary"
+else
+  fail "ptd_cuda_tests --gtest_list_tests: exit $rc: $(tail -3 <<<"$r")"
+fi
+
+# ---- is there a GPU here? ----
+r=$(env -i "$b/run.sh" --probe 2>&1); probe_rc=$?
+(( probe_rc == 0 )) && echo "note: run.sh --probe found a GPU: $(tail -1 <<<"$r")"
+
+# ---- the checker ----
+if command -v python3 >/dev/null; then
+  logs=$copy/checker; mkdir -p "$logs"
+  if python3 "$b/check.py" digests --bundle "$b" --logs "$logs" --device host >"$logs/host.log" 2>&1; then
+    ok "check.py digests --device host: $(tail -1 "$logs/host.log")"
+  else
+    fail "check.py digests --device host: $(cat "$logs/host.log")"
+  fi
+  # A wrong digest in cases.json must fail it.
+  cp -a "$b" "$copy/tampered"
+  python3 - "$copy/tampered/data/conformance/cases.json" <<'EOF'
+import json, sys
+p = sys.argv[1]
+j = json.load(open(p))
+w = next(tc for tc in j["cases"] if tc.get("weights"))["weights"][0]
+w["sha256"] = ("0" if w["sha256"][0] != "0" else "1") + w["sha256"][1:]
+json.dump(j, open(p, "w"))
+EOF
+  if python3 "$copy/tampered/check.py" digests --bundle "$copy/tampered" --logs "$logs" --device host >"$logs/tampered.log" 2>&1; then
+    fail "check.py digests passed a tampered cases.json"
+  else
+    grep -q "FAILED: weight" "$logs/tampered.log" && ok "check.py digests fails on a wrong digest" ||
+      fail "check.py digests on a tampered cases.json: $(cat "$logs/tampered.log")"
+  fi
+  # run.sh's whole pipeline on the host device: the digests pass, the skipped
+  # GPU tests and the benchmark without a GPU fail it (on a GPU machine
+  # nothing skips: run.sh there is the real check).
+  if (( probe_rc != 0 )); then
+    r=$(env -i PTD_CHECK_DEVICE=host OUT="$copy/host-run" "$b/run.sh" 2>&1); rc=$?
+    if python3 - "$copy/host-run/summary.json" "$rc" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+c = {x["name"]: x for x in s["checks"]}
+assert sys.argv[2] == "1", f"exit {sys.argv[2]}"
+assert s["result"] == "fail", s["result"]
+assert not c["gpu_tests"]["ok"] and c["gpu_tests"]["skipped"], c["gpu_tests"]
+assert c["load_digests"]["ok"], c["load_digests"]
+assert not c["bench_1g"]["ok"], c["bench_1g"]
+EOF
+    then
+      ok "run.sh on the host device: digests pass, skipped GPU tests and the benchmark fail it (exit 1)"
+    else
+      fail "run.sh with PTD_CHECK_DEVICE=host: exit $rc: $r"
+    fi
+  fi
+else
+  echo "note: python3 not found: check.py not tested"
+fi
+
+# ---- run.sh ----
+if (( probe_rc == 0 )); then
+  (( failures == 0 )) || { echo "$failures check(s) failed"; exit 1; }
+  echo "SKIP: the no-GPU exit of run.sh (this machine has a GPU; run gpu-bundle/run.sh for the real check)"
+  exit 77
+fi
+for mode in beside out; do
+  rm -f "$b/summary.json" "$b/summary.md"
+  if [[ $mode == out ]]; then
+    r=$(env -i OUT="$copy/out" "$b/run.sh" 2>&1); rc=$?; where=$copy/out
+  else
+    r=$(env -i "$b/run.sh" 2>&1); rc=$?; where=$b
+  fi
+  if (( rc == 3 )) && [[ $(wc -l <<<"$r") == 1 && $r == "no CUDA device: "* ]]; then
+    ok "run.sh ($mode): exit 3, '$r'"
+  else
+    fail "run.sh ($mode): exit $rc (want 3 and one line 'no CUDA device: ...'): $r"
+  fi
+  grep -qi "error while loading\|cannot open shared" <<<"$r" && fail "run.sh ($mode): a loader error: $r"
+  grep -q '"result": "no_device"' "$where/summary.json" 2>/dev/null && [[ -s $where/summary.md ]] &&
+    ok "run.sh ($mode): summary.json and summary.md in $where" || fail "run.sh ($mode): no no_device summary in $where"
+done
+
+if (( failures )); then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "gpu bundle: self-contained ($(( $(date +%s) - t0 ))s)"
