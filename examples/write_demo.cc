@@ -5,6 +5,9 @@
 // three views on it, a transposed view, a compact clone of a row slice, a
 // broadcast (stride 0) view, a 0-dim scalar, an empty tensor, bf16 and int64
 // dtypes, a CPU-side table, and a library-local constant.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -30,6 +33,18 @@ int main(int argc, char** argv) {
     return argc == 2 ? 0 : 2;
   }
   const std::string dir = argv[1];
+  // The directory must exist: say so (a usage error), rather than fail on an
+  // internal temporary file inside it.
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    std::fprintf(stderr, "ptd-write-demo: %s: %s\n", dir.c_str(),
+                 errno == ENOENT ? "no such directory (create it first)" : std::strerror(errno));
+    return 2;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "ptd-write-demo: %s: not a directory\n", dir.c_str());
+    return 2;
+  }
   std::mt19937 rng(7);
 
   // Two prebuilt libraries and a PTX fallback.
@@ -99,7 +114,7 @@ int main(int argc, char** argv) {
   const std::string manifest_path = dir + "/demo.manifest";
   if (absl::Status s = writer.Write(ptd_path, manifest_path); !s.ok()) {
     std::fprintf(stderr, "ptd-write-demo: %s\n", std::string(s.message()).c_str());
-    return 1;
+    return 2;  // An I/O failure, not a broken rule.
   }
   std::printf("wrote %s (%zu weights, %zu storages) and %s\n", ptd_path.c_str(),
               writer.manifest().entries.size(), writer.ptd().num_segments(),

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -28,6 +29,7 @@
 #include "ptd/open_device.h"
 #include "ptd/sha256.h"
 #include "ptd/verify.h"
+#include "verifier/cli_util.h"
 #ifdef PTD_HAVE_CUDA
 #include "ptd/cuda_device.h"
 #endif
@@ -55,35 +57,6 @@ json TimingsJson(const ptd::LoadTimings& t, uint64_t bytes) {
               {"gbps", GBps(bytes, t.total_s)}, {"read_gbps", GBps(bytes, t.read_s)}};
 }
 
-// A progress bar on stderr for loads that take over a second, when stderr is
-// a terminal.
-class ProgressBar {
- public:
-  bool Update(uint64_t done, uint64_t total) {
-    const auto now = Clock::now();
-    if (now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::milliseconds(100)) {
-      if (done < total || !shown_) return true;
-    }
-    last_ = now;
-    shown_ = true;
-    const int width = 40;
-    const int filled = total ? static_cast<int>(width * done / total) : width;
-    std::fprintf(stderr, "\r[%s%s] %3d%% %.2f/%.2f GB", std::string(filled, '#').c_str(),
-                 std::string(width - filled, ' ').c_str(),
-                 total ? static_cast<int>(100 * done / total) : 100, done / 1e9, total / 1e9);
-    if (done >= total) std::fprintf(stderr, "\n");
-    return true;
-  }
-  void Restart() {
-    start_ = last_ = Clock::now();
-    shown_ = false;
-  }
-
- private:
-  Clock::time_point start_ = Clock::now(), last_ = start_;
-  bool shown_ = false;
-};
-
 #ifdef PTD_HAVE_CUDA
 // sha256 of the dense, row-major copy of `w` made on the GPU and read back
 // in pieces of at most 64 MiB.
@@ -106,9 +79,34 @@ absl::StatusOr<std::string> MaterializedDigest(ptd::CudaDevice& gpu,
 }
 #endif
 
-}  // namespace
+// A failure of ptd-load after verification, as one JSON error (SPEC
+// section 6, rule I2).
+json LoadErrorJson(const absl::Status& s, const std::string& file) {
+  json e{{"rule", "I2"},
+         {"message", absl::StrCat(s.message(), " (I2)")},
+         {"code", absl::StatusCodeToString(s.code())}};
+  if (!file.empty()) e["file"] = file;
+  return e;
+}
 
-int main(int argc, char** argv) {
+// The object --json prints when nothing was verified (the device could not
+// be opened): the verifier's shape, with nothing known.
+json UnverifiedJson(const std::string& ptd_path) {
+  return json{{"ok", false},
+              {"ptd", json{{"path", ptd_path}, {"size", nullptr}, {"version", nullptr},
+                           {"segment_base_offset", nullptr}, {"segment_data_size", nullptr},
+                           {"segments", nullptr}, {"named_data", nullptr}}},
+              {"manifests", json::array()},
+              {"errors", json::array()},
+              {"warnings", json::array()},
+              {"device", nullptr}};
+}
+
+std::string Dump(const json& j) {
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+int Main(int argc, char** argv) {
 #ifdef PTD_HAVE_CUDA
   ptd::RegisterCudaDevice();
 #endif
@@ -120,42 +118,70 @@ int main(int argc, char** argv) {
   bool json_out = false, digest = false;
 
   CLI::App app(
-      "Verifies an ExecuTorch .ptd weight file (with --manifest or --pte, its CUDA "
+      "Verifies an ExecuTorch .ptd weight file (with --manifest and/or --pte, its CUDA "
       "weight manifests), then loads every weight onto a device and reports what it "
       "loaded and how fast.\n"
       "Exit codes: 0 loaded, 1 a rule is broken (nothing allocated), 2 usage error, "
       "unreadable input or a failed load.",
       "ptd-load");
+  ptd::cli::SetUp(app);
   app.set_version_flag("--version", std::string("ptd-load ") + PTD_VERSION);
-  app.add_option("ptd", ptd_path, "the .ptd file")->required();
-  auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 manifest");
-  auto* pte = app.add_option("--pte", "a .pte whose CUDA delegates carry manifests");
-  manifest->excludes(pte);
+  app.add_option("ptd", ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
+  auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
+                       ->type_name("FILE");
+  auto* pte =
+      app.add_option("--pte", "a .pte whose CUDA delegates carry manifests")->type_name("FILE");
   app.add_option("--device", device_spec,
                  "host, cuda or cuda:N (default: the best present)")
+      ->type_name("DEVICE")
       ->capture_default_str();
   auto* sm_opt = app.add_option("--sm", sm,
                                 "compute capability choosing each manifest's variant "
-                                "(default: the device's)");
-  app.add_option("--fqn", fqns, "load only this weight (repeatable)");
+                                "(default: the device's; needs --manifest or --pte)")
+                     ->type_name("N");
+  app.add_option("--fqn", fqns,
+                 "load only this weight (repeatable; needs --manifest or --pte)")
+      ->type_name("NAME");
   app.add_option("--threads", threads, "reader threads")->check(CLI::Range(1, 256))
+      ->type_name("N")
       ->capture_default_str();
   app.add_option("--repeat", repeat, "load N times; report the median and the best")
       ->check(CLI::Range(1, 100000))
+      ->type_name("N")
       ->capture_default_str();
   app.add_flag("--json", json_out, "print one JSON object on stdout");
+  bool all_rows = false;
+  app.add_flag("--all", all_rows,
+               "when verification fails, list every key and weight of the report (default: "
+               "the first 50 of each)");
   app.add_flag("--digest", digest,
                "add sha256 of each weight, from the loaded memory; on a CUDA device also "
                "check each weight's dense copy made on the GPU against it");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return ptd::cli::ExitOnParseError(app, e);
+  }
+
+  const bool has_manifest = !manifest->empty() || !pte->empty();
+  if (!fqns.empty() && !has_manifest) {
+    // Without a manifest there are only storage keys; a silent "load all"
+    // would be wrong.
+    std::cerr << "ptd-load: --fqn needs --manifest or --pte (weights are named by a manifest)\n";
+    return 2;
+  }
+  if (!sm_opt->empty() && !has_manifest) {
+    std::cerr << "ptd-load: note: --sm has no effect without --manifest or --pte\n";
   }
 
   auto device = ptd::OpenDevice(device_spec);
   if (!device.ok()) {
+    if (json_out) {
+      json f = UnverifiedJson(ptd_path);
+      f["errors"].push_back(LoadErrorJson(device.status(), ""));
+      f["error"] = std::string(device.status().message());
+      ptd::cli::WriteOut(Dump(f));
+    }
     std::cerr << "ptd-load: " << device.status().message() << "\n";
     return 2;
   }
@@ -174,33 +200,44 @@ int main(int argc, char** argv) {
                      {"index", (*device)->index()},
                      {"host_accessible", (*device)->host_accessible()}};
   if (outcome.exit_code() != 0) {
+    // An unreadable input is said once, on stderr (and in the JSON object).
     if (json_out) {
-      std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+      ptd::cli::WriteOut(Dump(j));
+      if (outcome.io_error) std::cerr << "ptd-load: " << *outcome.io_error << "\n";
+    } else if (outcome.io_error) {
+      std::cerr << "ptd-load: " << ptd::FormatText(outcome);
     } else {
-      std::cout << ptd::FormatText(outcome);
+      ptd::cli::WriteOut(
+          ptd::FormatText(outcome, ptd::TextOptions{.max_rows = all_rows ? 0 : size_t{50}}));
     }
-    if (outcome.io_error) std::cerr << "ptd-load: " << *outcome.io_error << "\n";
     return outcome.exit_code();
   }
 
   ptd::LoadOptions lo{.fqns = fqns, .threads = threads};
   if (!sm_opt->empty()) lo.sm = sm;
-  ProgressBar bar;
-  if (::isatty(STDERR_FILENO)) {
+  ptd::cli::ProgressBar bar;
+  const bool show_progress = ::isatty(STDERR_FILENO) != 0;
+  if (show_progress) {
     lo.progress = [&bar](uint64_t done, uint64_t total) { return bar.Update(done, total); };
   }
   std::optional<ptd::LoadedWeights> loaded;
   std::vector<double> totals;
   for (int i = 0; i < repeat; ++i) {
     loaded.reset();  // One load's memory at a time.
-    bar.Restart();
+    bar.Start(repeat > 1 ? absl::StrCat("loading ", i + 1, "/", repeat) : "loading");
     auto w = ptd::LoadWeights(paths, *device, lo);
+    bar.Erase();
     if (!w.ok()) {
       const std::string msg = std::string(w.status().message());
       if (json_out) {
         j["ok"] = false;
         j["error"] = msg;
-        std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+        std::string file;
+        for (const std::string& f : {ptd_path, paths.manifest.value_or(""), paths.pte.value_or("")}) {
+          if (!f.empty() && absl::StartsWith(msg, f)) file = f;
+        }
+        j["errors"].push_back(LoadErrorJson(w.status(), file));
+        ptd::cli::WriteOut(Dump(j));
       }
       std::cerr << "ptd-load: " << msg << "\n";
       return 2;
@@ -251,11 +288,22 @@ int main(int argc, char** argv) {
     (void)wj;
 #endif
   };
+  // Digests can be the slow part: the bar follows them by weights.
+  uint64_t digest_total = 0, digest_done = 0;
+  for (const auto& m : j["manifests"]) digest_total += m["weights"].size();
+  if (j["manifests"].empty() && j["ptd"]["named_data"].is_array()) {
+    digest_total = j["ptd"]["named_data"].size();
+  }
+  if (digest) bar.Start("digests", ptd::cli::ProgressBar::kItems);
+  const auto digest_tick = [&] {
+    if (digest && show_progress) bar.Update(++digest_done, digest_total);
+  };
   for (auto& m : j["manifests"]) {
     const std::string source = m["source"];
     for (auto& wj : m["weights"]) {
       const ptd::LoadedWeight* lw = w.Find(source, wj["fqn"].get<std::string>());
       wj["loaded"] = lw != nullptr;
+      digest_tick();
       if (digest && lw == nullptr && wj.value("runtime_owned", false)) wj["sha256"] = nullptr;
       if (digest && lw != nullptr) {
         wj["sha256"] = digest_of(ptd::DigestLoadedWeight(w, *lw));
@@ -268,12 +316,15 @@ int main(int argc, char** argv) {
     for (auto& nd : j["ptd"]["named_data"]) {
       const ptd::LoadedStorage* s = w.FindStorage(nd["key"].get<std::string>());
       nd["loaded"] = s != nullptr;
+      digest_tick();
       if (digest && s != nullptr) {
         nd["sha256"] = digest_of(ptd::DigestLoadedStorage(w, *s));
         if (!nd["sha256"].is_null()) digests.emplace_back(nd["key"], nd["sha256"]);
       }
     }
   }
+
+  bar.Erase();
 
   if (json_out) {
     j["load"] = json{{"weights", st.weights},         {"reused", st.reused},
@@ -306,44 +357,62 @@ int main(int argc, char** argv) {
                          {"median_gbps", GBps(st.bytes, median)},
                          {"best_gbps", GBps(st.bytes, best)}};
     }
-    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    ptd::cli::WriteOut(Dump(j));
     return materialize_failed ? 2 : 0;
   }
 
   const ptd::LoadTimings& t = w.timings();
-  std::cout << absl::StrCat(
-      ptd_path, ": verified (", outcome.report.warnings().size(), " warning(s)), loaded onto ",
-      (*device)->name(), "\n  ", st.weights, " weight(s) (", st.reused, " reused, ",
-      st.runtime_owned, " runtime-owned), ", st.storages, " storage(s), ",
-      st.bytes, " bytes, ", st.allocations, " allocation call(s), ", st.reads, " read(s) of ",
-      st.bytes_read, " bytes, ", st.copies, " copies\n");
-  std::cout << absl::StrFormat(
+  std::string out;
+  const auto& warnings = outcome.report.warnings();
+  absl::StrAppend(&out, ptd_path, ": verified (",
+                  ptd::cli::Plural(warnings.size(), "warning", "warnings"),
+                  "), loaded onto ", (*device)->name(), "\n");
+  for (const ptd::Diagnostic& d : warnings) {
+    absl::StrAppend(&out, "  warning ", d.rule, ": ", d.message, "\n");
+  }
+  absl::StrAppend(
+      &out, "  ", ptd::cli::Plural(st.weights, "weight", "weights"), " (", st.reused,
+      " reused, ", st.runtime_owned, " runtime-owned), ",
+      ptd::cli::Plural(st.storages, "storage", "storages"), ", ",
+      ptd::cli::Plural(st.bytes, "byte", "bytes"), ", ",
+      ptd::cli::Plural(st.allocations, "allocation call", "allocation calls"), ", ",
+      ptd::cli::Plural(st.reads, "read", "reads"), " of ",
+      ptd::cli::Plural(st.bytes_read, "byte", "bytes"), ", ",
+      ptd::cli::Plural(st.copies, "copy", "copies"), "\n");
+  absl::StrAppend(&out, absl::StrFormat(
       "  verify %s, plan %s, allocate %s, read %s (copy %s, wait %s); total %s, first weight "
       "%s; %.2f GB/s (%.2f GB/s in the read phase)\n",
       Ms(t.verify_s), Ms(t.plan_s), Ms(t.allocate_s), Ms(t.read_s), Ms(t.copy_s),
       Ms(t.wait_s), Ms(t.total_s), Ms(t.first_weight_s), GBps(st.bytes, t.total_s),
-      GBps(st.bytes, t.read_s));
+      GBps(st.bytes, t.read_s)));
   if (repeat > 1) {
-    std::cout << absl::StrFormat("  %d loads: median %s (%.2f GB/s), best %s (%.2f GB/s)\n",
-                                 repeat, Ms(median), GBps(st.bytes, median), Ms(best),
-                                 GBps(st.bytes, best));
+    absl::StrAppend(&out, absl::StrFormat("  %d loads: median %s (%.2f GB/s), best %s (%.2f GB/s)\n",
+                                          repeat, Ms(median), GBps(st.bytes, median), Ms(best),
+                                          GBps(st.bytes, best)));
   }
   if (!w.runtime_owned().empty()) {
-    std::cout << "  runtime-owned, not loaded (the runtime allocates them):\n";
+    absl::StrAppend(&out, "  runtime-owned, not loaded (the runtime allocates them):\n");
     for (const ptd::RuntimeOwnedWeight& r : w.runtime_owned()) {
-      std::cout << absl::StrCat("    ", std::string(r.fqn), "  ",
-                                std::string(ptd::ScalarTypeName(r.dtype)), " (",
-                                absl::StrJoin(r.sizes, ","), ") strides (",
-                                absl::StrJoin(r.strides, ","), ") offset ", r.storage_offset,
-                                " elements, ", r.required_nbytes, " bytes\n");
+      absl::StrAppend(&out, "    ", std::string(r.fqn), "  ",
+                      std::string(ptd::ScalarTypeName(r.dtype)), " (",
+                      absl::StrJoin(r.sizes, ","), ") strides (", absl::StrJoin(r.strides, ","),
+                      ") offset ", r.storage_offset, " elements, ", r.required_nbytes,
+                      " bytes\n");
     }
   }
-  for (const auto& [name, sha] : digests) std::cout << "  " << sha << "  " << name << "\n";
+  for (const auto& [name, sha] : digests) absl::StrAppend(&out, "  ", sha, "  ", name, "\n");
   if (materialized > 0 || materialize_failed) {
-    std::cout << absl::StrCat("  materialized on ", (*device)->name(), ": ", materialized,
-                              " dense cop", materialized == 1 ? "y" : "ies",
-                              " equal the gathered digests",
-                              materialize_failed ? "; others FAILED (see stderr)" : "", "\n");
+    absl::StrAppend(&out, "  materialized on ", (*device)->name(), ": ", materialized,
+                    " dense cop", materialized == 1 ? "y" : "ies",
+                    " equal the gathered digests",
+                    materialize_failed ? "; others FAILED (see stderr)" : "", "\n");
   }
+  ptd::cli::WriteOut(out);
   return materialize_failed ? 2 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ptd::cli::RunGuarded("ptd-load", [&] { return Main(argc, argv); });
 }

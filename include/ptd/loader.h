@@ -73,7 +73,8 @@ inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
 struct LoadOptions {
   // Load only these weights (by fqn, in any manifest); empty loads all.
   // Only the storages they need are read. NotFound for an unknown fqn;
-  // InvalidArgument for a runtime-owned one (it has no stored bytes).
+  // InvalidArgument for a runtime-owned one (it has no stored bytes), and
+  // without a manifest (there are no weights to name).
   std::vector<std::string> fqns;
   // Compute capability for choosing each manifest's variant; overrides the
   // device's. Without either (the host), a single untargeted variant is

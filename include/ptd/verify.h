@@ -5,6 +5,7 @@
 #define PTD_VERIFY_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -29,6 +30,9 @@ struct VerifyOptions {
   // file that shrinks is a read error (exit code 2) naming the file. With
   // use_mmap, a CLI calls ExitOnMappedFileFault() first.
   bool use_mmap = false;
+  // With digest: called after each key's and each weight's digest with the
+  // number done and the total (keys plus weights), for a progress bar.
+  std::function<void(uint64_t done, uint64_t total)> digest_progress;
 };
 
 struct VerifyOutcome {
@@ -58,9 +62,21 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
 // (async-signal-safe); `what` is copied (up to 1 KiB).
 void ExitOnMappedFileFault(const std::string& what);
 
+// The rule ID of an input that cannot be opened or read (docs/SPEC.md
+// section 6): its JSON error carries rule "I1", the Status code and the file.
+inline constexpr const char* kInputRule = "I1";
+
+struct TextOptions {
+  // Rows of the key table and of each weight table; past it, one summary
+  // row ("... and N more keys; --all lists them") and the verdict repeated
+  // last. 0: every row.
+  size_t max_rows = 0;
+};
+
 // The readable report: verdict, errors first, then warnings, the container,
-// and a table of weights per manifest.
-std::string FormatText(const VerifyOutcome& outcome);
+// and a table of weights per manifest. For an unreadable input, one line:
+// "cannot read input: <message> (I1)" (a CLI prefixes its name).
+std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text = {});
 
 // One diagnostic as the JSON object of SPEC section 6.
 nlohmann::ordered_json DiagnosticJson(const Diagnostic& d);

@@ -1,6 +1,8 @@
 #include "ptd/cuda_device.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -212,6 +214,17 @@ absl::StatusOr<std::shared_ptr<CudaDevice>> CudaDevice::Open(int index,
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
+    // "Insufficient driver" also means "no driver at all": say which.
+    if (error == cudaErrorInsufficientDriver) {
+      void* libcuda = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+      if (libcuda != nullptr) ::dlclose(libcuda);
+      if (libcuda == nullptr && ::access("/dev/nvidiactl", F_OK) != 0) {
+        (void)cudaGetLastError();
+        return absl::UnavailableError(
+            "no CUDA device: no NVIDIA driver found (libcuda.so.1 cannot be loaded and "
+            "/dev/nvidiactl does not exist)");
+      }
+    }
     return absl::UnavailableError(absl::StrCat(
         "no CUDA device: ", internal::CudaStatus(error, "cudaGetDeviceCount", -1).message()));
   }

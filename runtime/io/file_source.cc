@@ -37,9 +37,11 @@ absl::Status OutOfRange(const std::string& name, uint64_t offset, uint64_t len,
                                             "-byte file"));
 }
 
-// Opens `path` read-only and checks that it is a regular file.
+// Opens `path` read-only and checks that it is a regular file. The open
+// never blocks: O_NONBLOCK makes a FIFO (or a device) open at once, and the
+// type check below rejects it; a regular file ignores the flag.
 absl::StatusOr<std::pair<int, uint64_t>> OpenRegular(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -49,7 +51,21 @@ absl::StatusOr<std::pair<int, uint64_t>> OpenRegular(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a file";
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (", kind, ")"));
+  }
+  // Reads block as usual (O_NONBLOCK only mattered for the open).
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "cannot set flags", path);
   }
   return std::make_pair(fd, static_cast<uint64_t>(st.st_size));
 }

@@ -157,6 +157,13 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
                                                  const LoadOptions& options,
                                                  Clock::time_point start, double verify_s) {
   if (device == nullptr) return absl::InvalidArgumentError("LoadWeights: no device");
+  if (all_keys && !options.fqns.empty()) {
+    // Weights are named by a manifest; loading every key instead would be a
+    // silent surprise (and may allocate what the caller did not ask for).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadOptions::fqns names weight '", options.fqns.front(),
+        "' but there is no manifest (weights are named by --manifest or --pte)"));
+  }
   LoadedWeights out;
   out.device_ = device;
   out.timings_.verify_s = verify_s;

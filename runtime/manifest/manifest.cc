@@ -207,6 +207,7 @@ absl::Status CheckWeightEntry(const WeightEntry& entry) {
 namespace {
 
 constexpr std::string_view kReadFormats = "'ETCUDAFQN0' and 'ETCUDAFQN3'";
+constexpr std::string_view kExpectedFormats = "'ETCUDAFQN0' or 'ETCUDAFQN3'";
 
 // M1 and the M2 length check of the magic: the layout, or nullopt (reported).
 std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes,
@@ -235,7 +236,7 @@ std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes,
   } else {
     report->Error("M1", kDataLoss,
                   absl::StrCat("bad manifest magic '", internal::Escaped(magic),
-                               "', expected ", internal::Sv(kReadFormats)),
+                               "', expected ", internal::Sv(kExpectedFormats)),
                   where);
   }
   return std::nullopt;

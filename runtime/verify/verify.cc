@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/internal/strings.h"
 #include "runtime/internal/checked_math.h"
 #include "ptd/scalar_type.h"
 #include "ptd/file_source.h"
@@ -33,6 +35,15 @@ json LayoutJson(const std::optional<TensorLayout>& l) {
               {"dim_order", l->dim_order}};
 }
 
+// Digest progress: items (keys and weights) done out of the total.
+struct Progress {
+  const VerifyOptions* options = nullptr;
+  uint64_t done = 0, total = 0;
+  void Tick() {
+    if (options->digest && options->digest_progress) options->digest_progress(++done, total);
+  }
+};
+
 // Keeps the first read failure: a file that cannot be read (it shrank, an
 // I/O error) is exit code 2, never a digest silently left out.
 void NoteReadFailure(const absl::Status& s, std::optional<std::string>* io_error) {
@@ -41,7 +52,7 @@ void NoteReadFailure(const absl::Status& s, std::optional<std::string>* io_error
 
 json ContainerJson(const std::string& path, const FileSource* source,
                    const Container* c, const VerifyOptions& options,
-                   std::optional<std::string>* io_error) {
+                   std::optional<std::string>* io_error, Progress* progress = nullptr) {
   json j;
   j["path"] = path;
   j["size"] = source ? json(source->size()) : json(nullptr);
@@ -49,8 +60,10 @@ json ContainerJson(const std::string& path, const FileSource* source,
     for (const char* k : {"version", "segment_base_offset", "segment_data_size"}) {
       j[k] = nullptr;
     }
-    j["segments"] = json::array();
-    j["named_data"] = json::array();
+    // Not parsed: unknown, not empty (SPEC section 6: what cannot be
+    // computed is null).
+    j["segments"] = nullptr;
+    j["named_data"] = nullptr;
     return j;
   }
   j["version"] = c->version();
@@ -82,6 +95,7 @@ json ContainerJson(const std::string& path, const FileSource* source,
         }
       }
       n["sha256"] = sha;
+      if (progress != nullptr) progress->Tick();
     }
     named.push_back(std::move(n));
   }
@@ -162,7 +176,8 @@ namespace {
 
 json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
                   const Container* container, const VerifyOptions& options,
-                  Report* report, std::optional<std::string>* io_error) {
+                  Report* report, std::optional<std::string>* io_error,
+                  Progress* progress) {
   json one;
   one["source"] = s.source;
   one["format"] = std::string(ManifestFormatName(s.manifest.format));
@@ -187,6 +202,7 @@ json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
     const ResolvedWeight* w = resolved ? &resolved->weights[i] : nullptr;
     wj.push_back(WeightJson(s.manifest.entries[i], w, container, s.source, options,
                             report, io_error));
+    progress->Tick();
   }
   one["weights"] = std::move(wj);
   return one;
@@ -198,17 +214,86 @@ json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
   return out;
 }
 
+// The I1 error of an input that cannot be opened or read.
+json InputErrorJson(const absl::Status& s, const std::string& file) {
+  json j{{"rule", kInputRule},
+         {"message", absl::StrCat(s.message(), " (", kInputRule, ")")},
+         {"code", absl::StatusCodeToString(s.code())}};
+  if (!file.empty()) j["file"] = file;
+  return j;
+}
+
+// The input whose name a read error's message starts with ("" if none).
+std::string FileOfMessage(std::string_view message, const BundleSources& sources) {
+  for (const auto* s : {sources.ptd.get(), sources.manifest.get(), sources.pte.get()}) {
+    if (s != nullptr && absl::StartsWith(internal::Sv(message), s->name())) return s->name();
+  }
+  return "";
+}
+
+enum class FileKind { kUnknown, kPtd, kPte, kManifest };
+
+// What the first bytes of `source` say it is.
+FileKind SniffKind(const FileSource& source) {
+  uint8_t head[16] = {};
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof(head), source.size()));
+  if (!source.ReadAt(0, absl::MakeSpan(head, n)).ok()) return FileKind::kUnknown;
+  const std::string_view b(reinterpret_cast<const char*>(head), n);
+  if (absl::StartsWith(internal::Sv(b), internal::Sv(kManifestMagicPrefix))) return FileKind::kManifest;
+  if (n >= 12 && b.substr(4, 4) == "FT01" && b.substr(8, 4) == "FH01") return FileKind::kPtd;
+  if (n >= 8 && b.substr(4, 4) == "ET12") return FileKind::kPte;
+  return FileKind::kUnknown;
+}
+
+// A hint for a file given in the wrong place, or "".
+std::string WrongPlaceHint(const FileSource& source, FileKind expected) {
+  const FileKind kind = SniffKind(source);
+  if (kind == FileKind::kUnknown || kind == expected) return "";
+  switch (kind) {
+    case FileKind::kManifest: {
+      uint8_t magic[10] = {};
+      (void)source.ReadAt(0, absl::MakeSpan(magic, std::min<uint64_t>(10, source.size())));
+      return absl::StrCat("this is a CUDA weight manifest (",
+                          internal::Escaped(std::string_view(
+                              reinterpret_cast<const char*>(magic), sizeof(magic))),
+                          "): pass it with --manifest");
+    }
+    case FileKind::kPtd:
+      return "this is a .ptd weight container (FlatTensor 'FT01'): pass it as the FILE.ptd "
+             "argument";
+    case FileKind::kPte:
+      return "this is an ExecuTorch program (.pte, 'ET12'): pass it with --pte";
+    case FileKind::kUnknown:
+      break;
+  }
+  return "";
+}
+
+// Adds a hint to the first error about `source` when the file looks like
+// another kind than `expected`. Reads the file only when it has an error.
+void AttachHint(json& errors, const FileSource& source, FileKind expected) {
+  for (json& e : errors) {
+    if (e.contains("file") && e["file"] == source.name()) {
+      const std::string hint = WrongPlaceHint(source, expected);
+      if (!hint.empty()) e["hint"] = hint;
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 VerifyOutcome RunVerify(const VerifyOptions& options) {
   // Open every input first: a file that cannot be read is exit code 2.
   BundleSources sources;
   std::optional<std::string> io_error;
+  json io_errors = json::array();
   const auto open = [&](const std::string& path,
                         std::shared_ptr<const FileSource>* dst) {
     auto s = OpenFile(path, options.use_mmap);
     if (!s.ok()) {
       if (!io_error) io_error = std::string(s.status().message());
+      io_errors.push_back(InputErrorJson(s.status(), path));
       return;
     }
     *dst = std::move(*s);
@@ -224,8 +309,7 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
                     {"ptd", ContainerJson(options.ptd_path, sources.ptd.get(),
                                           nullptr, options, &io_error)},
                     {"manifests", json::array()},
-                    {"errors", json::array({json{{"rule", "IO"},
-                                                 {"message", *out.io_error}}})},
+                    {"errors", std::move(io_errors)},
                     {"warnings", json::array()}};
     return out;
   }
@@ -238,22 +322,37 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
   const WeightBundle bundle = WeightBundle::Verify(sources, &report);
   if (bundle.io_error()) out.io_error = std::string(bundle.io_error()->message());
 
+  Progress progress{.options = &options};
+  if (bundle.container()) progress.total += bundle.container()->named_data().size();
+  for (const SourcedManifest& s : bundle.manifests()) progress.total += s.manifest.entries.size();
+
   json j;
   j["ok"] = false;  // Set below, after digests may add warnings.
   j["ptd"] = ContainerJson(options.ptd_path, sources.ptd.get(), bundle.container(),
-                           options, &out.io_error);
+                           options, &out.io_error, &progress);
   json mj = json::array();
   for (size_t m = 0; m < bundle.manifests().size(); ++m) {
     const ResolvedManifest* resolved =
         bundle.weights() ? &bundle.weights()->manifests()[m] : nullptr;
     mj.push_back(ManifestJson(bundle.manifests()[m], resolved, bundle.container(),
-                              options, &report, &out.io_error));
+                              options, &report, &out.io_error, &progress));
+    // The file the manifest came from (the --manifest file, or the .pte).
+    if (!bundle.manifests()[m].file.empty()) mj.back()["file"] = bundle.manifests()[m].file;
   }
   j["manifests"] = std::move(mj);
   j["ok"] = report.ok() && !out.io_error;
   j["errors"] = DiagnosticsJson(report.errors());
   j["warnings"] = DiagnosticsJson(report.warnings());
-  if (out.io_error) j["error"] = *out.io_error;
+  if (out.io_error) {
+    j["error"] = *out.io_error;
+    const absl::Status st = bundle.io_error() ? *bundle.io_error()
+                                              : absl::DataLossError(*out.io_error);
+    j["errors"].push_back(InputErrorJson(st, FileOfMessage(*out.io_error, sources)));
+  }
+  // A file given in the wrong place says what it looks like.
+  if (sources.ptd) AttachHint(j["errors"], *sources.ptd, FileKind::kPtd);
+  if (sources.manifest) AttachHint(j["errors"], *sources.manifest, FileKind::kManifest);
+  if (sources.pte) AttachHint(j["errors"], *sources.pte, FileKind::kPte);
   out.json = std::move(j);
   return out;
 }

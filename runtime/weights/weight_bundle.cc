@@ -1,5 +1,6 @@
 #include "ptd/weight_bundle.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -7,6 +8,18 @@
 #include "ptd/status_macros.h"
 
 namespace ptd {
+namespace {
+
+// A standalone manifest is read whole; larger files are refused (exit 2)
+// rather than allocated. 2^20 entries of 1 KiB each fit.
+constexpr uint64_t kMaxManifestFileBytes = uint64_t{1} << 30;
+
+bool IsSupportedManifestMagic(absl::Span<const uint8_t> head) {
+  const std::string_view magic(reinterpret_cast<const char*>(head.data()), head.size());
+  return magic == kManifestMagic || magic == kManifestMagicFqn3;
+}
+
+}  // namespace
 
 absl::StatusOr<BundleSources> OpenBundleSources(const BundlePaths& paths) {
   BundleSources sources;
@@ -21,14 +34,33 @@ absl::StatusOr<BundleSources> OpenBundleSources(const BundlePaths& paths) {
 }
 
 void WeightBundle::ReadManifestFile(const FileSource& source, Report* report) {
+  const Where where{.file = source.name(), .source = "manifest"};
+  // The magic first: a file that is no manifest (a 100 GiB sparse file, a
+  // .ptd) is M1/M2 from its first bytes, never read whole.
+  auto head = ReadBytes(source, 0, std::min<uint64_t>(source.size(), kManifestMagic.size()));
+  if (!head.ok()) {
+    if (!io_error_) io_error_ = head.status();
+    return;
+  }
+  if (!IsSupportedManifestMagic(head->span())) {
+    (void)DecodeManifest(head->span(), where, report);  // Reports M1 or M2.
+    return;
+  }
+  // A manifest is read whole, so its size is bounded.
+  if (source.size() > kMaxManifestFileBytes) {
+    if (!io_error_) {
+      io_error_ = absl::ResourceExhaustedError(absl::StrCat(
+          source.name(), ": the manifest is ", source.size(), " bytes, over the ",
+          kMaxManifestFileBytes, "-byte (1 GiB) limit on a manifest this reader accepts"));
+    }
+    return;
+  }
   auto bytes = ReadBytes(source, 0, source.size());
   if (!bytes.ok()) {
     if (!io_error_) io_error_ = bytes.status();
     return;
   }
-  if (auto m = DecodeManifest(bytes->span(),
-                              Where{.file = source.name(), .source = "manifest"},
-                              report)) {
+  if (auto m = DecodeManifest(bytes->span(), where, report)) {
     manifests_->push_back({"manifest", std::move(*m), source.name()});
   }
 }

@@ -109,7 +109,7 @@ TEST(LoadCliTest, TextReportAndRepeat) {
                                  " " +
                                  ConformancePath("files/k02_one_storage_key_many_views.ptd")));
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("4 weight(s) (3 reused, 0 runtime-owned), 1 storage(s), 192 bytes"));
+  EXPECT_THAT(r.out, HasSubstr("4 weights (3 reused, 0 runtime-owned), 1 storage, 192 bytes"));
   EXPECT_THAT(r.out, HasSubstr("3 loads: median"));
   EXPECT_THAT(r.out, HasSubstr("GB/s"));
 }

@@ -57,7 +57,9 @@ TEST(CliTest, UnreadableFilesExitTwo) {
   // The same shape as any other report, so consumers need no special case.
   EXPECT_EQ(parsed["ptd"]["path"], "/nonexistent/x.ptd");
   EXPECT_TRUE(parsed["manifests"].is_array());
-  EXPECT_EQ(parsed["errors"][0]["rule"], "IO");
+  EXPECT_EQ(parsed["errors"][0]["rule"], "I1");
+  EXPECT_EQ(parsed["errors"][0]["file"], "/nonexistent/x.ptd");
+  EXPECT_EQ(parsed["errors"][0]["code"], "NOT_FOUND");
 }
 
 size_t Count(const std::string& haystack, const std::string& needle) {
@@ -136,8 +138,9 @@ TEST(CliTest, JsonAndReportNameTheManifestFormat) {
     ++it;
     EXPECT_EQ(it.key(), "format");
     auto text = RunCommand(Verify("--manifest " + manifest + " " + kK01));
-    EXPECT_THAT(text.out, HasSubstr(std::string("manifest manifest (") + format +
-                                    "): 1 variant(s), 12 weight(s)"));
+    // The heading names the manifest's file.
+    EXPECT_THAT(text.out, HasSubstr("\nmanifest " + manifest + " (" + format +
+                                    "): 1 variant, 12 weights"));
   }
 }
 
@@ -161,13 +164,15 @@ TEST(CliTest, ReadableReportListsErrorsFirstThenWeights) {
                              " " + ConformancePath("files/k10_clone_with_original_offset.ptd")));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, HasSubstr("FAILED"));
-  EXPECT_THAT(r.out, HasSubstr("weight 'x.rows': view requires 80 bytes from a 48-byte storage (G2)"));
-  const size_t errors_at = r.out.find("errors (");
-  const size_t table_at = r.out.find("required/stored");
+  // The rule is the line's first column (said once, not again at the end).
+  EXPECT_THAT(r.out, HasSubstr("  G2  weight 'x.rows': view requires 80 bytes from a 48-byte storage\n"));
+  const size_t errors_at = r.out.find("1 error:");
+  const size_t table_at = r.out.find("required segment manifest");
   ASSERT_NE(errors_at, std::string::npos);
   ASSERT_NE(table_at, std::string::npos);
   EXPECT_LT(errors_at, table_at);
-  EXPECT_THAT(r.out, HasSubstr("80/48"));
+  // required, the segment's bytes, the manifest's storage_nbytes.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("x.rows +80 +48 +48\n"));
 }
 
 TEST(CliTest, DigestLimitGivesWarningD1AndNullSha) {

@@ -1,0 +1,213 @@
+#include "verifier/cli_util.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ptd::cli {
+namespace {
+
+int g_write_errno = 0;  // The first failed write to stdout.
+bool g_write_failed = false;
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string FailureMessage(const CLI::App* app, const CLI::Error& e) {
+  std::string msg = absl::StrCat(e.what(), "\n");
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    for (const std::string& arg : app->remaining()) {
+      if (arg.size() < 2 || arg[0] != '-') continue;
+      const std::string near = NearestOption(*app, arg.substr(0, arg.find('=')));
+      if (!near.empty()) absl::StrAppend(&msg, "Unknown flag ", arg, ": did you mean ", near, "?\n");
+    }
+  }
+  absl::StrAppend(&msg, "Run with --help for more information.\n");
+  return msg;
+}
+
+}  // namespace
+
+bool WriteOut(std::string_view text) {
+  if (g_write_failed) return false;
+  errno = 0;
+  const size_t n = std::fwrite(text.data(), 1, text.size(), stdout);
+  if (n != text.size() || std::fflush(stdout) != 0) {
+    g_write_failed = true;
+    g_write_errno = errno;
+    return false;
+  }
+  return true;
+}
+
+int RunGuarded(const char* program, const std::function<int()>& body) {
+  int rc = 0;
+  try {
+    rc = body();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: out of memory\n", program);
+    return 2;
+  } catch (const std::length_error&) {
+    std::fprintf(stderr, "%s: out of memory (a size past what can be allocated)\n", program);
+    return 2;
+  }
+  std::cout.flush();
+  errno = 0;
+  if (std::fflush(stdout) != 0 && !g_write_failed) {
+    g_write_failed = true;
+    g_write_errno = errno;
+  }
+  if (std::ferror(stdout) != 0) g_write_failed = true;
+  if (g_write_failed) {
+    std::fprintf(stderr, "%s: write error: %s\n", program,
+                 g_write_errno != 0 ? std::strerror(g_write_errno) : "standard output");
+    return 2;
+  }
+  return rc;
+}
+
+void SetUp(CLI::App& app) {
+  app.failure_message(FailureMessage);
+  app.get_formatter()->column_width(34);
+}
+
+int ExitOnParseError(const CLI::App& app, const CLI::ParseError& e) {
+  std::ostringstream out, err;
+  const int rc = app.exit(e, out, err);
+  WriteOut(out.str());
+  std::fputs(err.str().c_str(), stderr);
+  return rc == 0 ? 0 : 2;
+}
+
+bool ParseByteCount(const std::string& text, uint64_t* out) {
+  if (text.empty() || text.size() > 20) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  return absl::SimpleAtoi(text, out);  // False past 2^64 - 1.
+}
+
+std::string NearestOption(const CLI::App& app, const std::string& arg) {
+  std::string best;
+  size_t best_d = 3;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& name : o->get_lnames()) {
+      const std::string flag = "--" + name;
+      const size_t d = EditDistance(arg, flag);
+      if (d < best_d) {
+        best_d = d;
+        best = flag;
+      }
+    }
+  }
+  return best;
+}
+
+std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
+  const std::string_view word = n == 1 ? one : many;
+  return absl::StrCat(n, " ", absl::string_view(word.data(), word.size()));
+}
+
+namespace {
+
+std::string Amount(uint64_t n, ProgressBar::Unit unit) {
+  if (unit == ProgressBar::kItems) return absl::StrCat(n);
+  if (n >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", n / 1073741824.0);
+  if (n >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", n / 1048576.0);
+  return absl::StrFormat("%.0f KiB", n / 1024.0);
+}
+
+int TerminalColumns() {
+  struct winsize ws {};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
+}
+
+}  // namespace
+
+void ProgressBar::Start(std::string phase, Unit unit) {
+  Erase();
+  // PTD_PROGRESS_DELAY_MS: show the bar after this long (default 500), and
+  // redraw at most every min(delay, 100) ms; 0 draws every update (tests).
+  if (const char* env = std::getenv("PTD_PROGRESS_DELAY_MS"); env != nullptr) {
+    int ms = 0;
+    if (absl::SimpleAtoi(env, &ms) && ms >= 0) delay_ms_ = ms;
+  }
+  phase_ = std::move(phase);
+  unit_ = unit;
+  start_ = last_ = std::chrono::steady_clock::now();
+}
+
+std::string ProgressBar::Line(uint64_t done, uint64_t total, double seconds, int columns) const {
+  const double rate = seconds > 0 ? done / seconds : 0;
+  const std::string eta = rate > 0 && total >= done
+                              ? absl::StrFormat("ETA %.0f s", (total - done) / rate)
+                              : std::string("ETA -");
+  const int pct = total ? static_cast<int>(100.0 * done / total) : 100;
+  const std::string text =
+      absl::StrFormat(" %3d%% %s/%s, %s/s, %s", pct, Amount(done, unit_), Amount(total, unit_),
+                      Amount(static_cast<uint64_t>(rate), unit_), eta);
+  std::string line = phase_;
+  const int room = columns - 1 - static_cast<int>(phase_.size() + text.size()) - 3;
+  if (room >= 10) {
+    const int width = std::min(room, 40);
+    const int filled = total ? static_cast<int>(width * std::min(done, total) / total) : width;
+    absl::StrAppend(&line, " [", std::string(filled, '#'), std::string(width - filled, ' '), "]");
+  }
+  absl::StrAppend(&line, text);
+  if (static_cast<int>(line.size()) > columns - 1) line.resize(std::max(columns - 1, 0));
+  return line;
+}
+
+bool ProgressBar::Update(uint64_t done, uint64_t total) {
+  if (done >= total) {
+    Erase();
+    return true;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now - start_ < std::chrono::milliseconds(delay_ms_) ||
+      (shown_ && now - last_ < std::chrono::milliseconds(std::min(delay_ms_, 100)))) {
+    return true;
+  }
+  last_ = now;
+  const double s = std::chrono::duration<double>(now - start_).count();
+  std::fprintf(stderr, "\r\033[K%s", Line(done, total, s, TerminalColumns()).c_str());
+  std::fflush(stderr);
+  shown_ = true;
+  return true;
+}
+
+void ProgressBar::Erase() {
+  if (!shown_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  shown_ = false;
+}
+
+}  // namespace ptd::cli

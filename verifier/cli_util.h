@@ -1,0 +1,73 @@
+// What ptd-verify and ptd-load share at the command-line boundary: stdout
+// written and checked (a full disk is exit 2, never a silent success), a
+// last-resort "out of memory", CLI11 set up with value placeholders and
+// near-flag suggestions, and byte counts parsed strictly.
+#ifndef PTD_VERIFIER_CLI_UTIL_H_
+#define PTD_VERIFIER_CLI_UTIL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "CLI/CLI.hpp"
+
+namespace ptd::cli {
+
+// Runs `body` and returns its exit code, or 2 after one line on stderr when
+// it ran out of memory (std::bad_alloc, std::length_error) or when stdout
+// could not be written ("write error: No space left on device").
+int RunGuarded(const char* program, const std::function<int()>& body);
+
+// Writes `text` to stdout and flushes it. On failure remembers the first
+// error (RunGuarded reports it) and returns false.
+bool WriteOut(std::string_view text);
+
+// Sets the failure message: CLI11's error, a "did you mean --X?" for an
+// unknown flag close to a known one, and "Run with --help".
+void SetUp(CLI::App& app);
+
+// After app.parse() threw: prints help or version to stdout (checked, like
+// every write) or the usage error to stderr; returns 0 for help/version and
+// 2 for a usage error.
+int ExitOnParseError(const CLI::App& app, const CLI::ParseError& e);
+
+// Parses `--digest-limit`-style values: a decimal integer in [0, 2^64).
+// Rejects signs, spaces and values past 2^64 - 1.
+bool ParseByteCount(const std::string& text, uint64_t* out);
+
+// The nearest option name (e.g. "--manifest") within edit distance 2 of
+// `arg`, or "" when none is that close.
+std::string NearestOption(const CLI::App& app, const std::string& arg);
+
+// "1 warning", "2 warnings".
+std::string Plural(uint64_t n, std::string_view one, std::string_view many);
+
+// A progress bar on stderr (the caller checks that it is a terminal): one
+// line that fits the terminal, with the phase, the amount done, the rate and
+// the ETA; shown once a phase has taken half a second; erased when the phase
+// ends (Update with done == total, or Erase). Not thread-safe: the caller
+// serializes Update calls.
+class ProgressBar {
+ public:
+  enum Unit { kBytes, kItems };
+  void Start(std::string phase, Unit unit = kBytes);
+  // Always true (the loader's callback: continue).
+  bool Update(uint64_t done, uint64_t total);
+  void Erase();
+  // The line for `done` of `total` after `seconds`, at most `columns - 1`
+  // characters wide.
+  std::string Line(uint64_t done, uint64_t total, double seconds, int columns) const;
+
+ private:
+  std::string phase_ = "loading";
+  Unit unit_ = kBytes;
+  int delay_ms_ = 500;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_ = start_;
+  bool shown_ = false;
+};
+
+}  // namespace ptd::cli
+
+#endif  // PTD_VERIFIER_CLI_UTIL_H_
