@@ -102,7 +102,10 @@ struct AsyncDevice::State {
           FinishLocked(c);
           continue;
         }
-        work_cv.wait_until(lock, it->first);
+        // A copy of the due time: wait_until reads it again after waking,
+        // when another worker may have taken and erased that entry.
+        const Clock::time_point due = it->first;
+        work_cv.wait_until(lock, due);
         continue;
       }
       work_cv.wait(lock);
