@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -33,6 +34,13 @@ struct VerifyOptions {
   // With digest: called after each key's and each weight's digest with the
   // number done and the total (keys plus weights), for a progress bar.
   std::function<void(uint64_t done, uint64_t total)> digest_progress;
+  // 0: the report lists every key and every weight. N > 0: it lists the
+  // first N of the container's keys and of each manifest's weights, and
+  // gives the totals as "named_data_count" (in "ptd") and "weight_count"
+  // (in each manifest) where the list is cut short. For a readable report
+  // that prints N rows: the rest is never built. Verification, its errors
+  // and warnings, and any digests are the same either way.
+  size_t list_limit = 0;
 };
 
 struct VerifyOutcome {
@@ -40,6 +48,10 @@ struct VerifyOutcome {
   Report report;
   // Set when an input file could not be opened or read (exit code 2).
   std::optional<std::string> io_error;
+  // The bundle that was verified (null when the inputs could not be
+  // opened): a caller that goes on to load uses it (LoadWeights(*bundle,
+  // ...)) instead of opening and verifying the files again.
+  std::shared_ptr<const WeightBundle> bundle;
 
   // 0: no errors; 1: some rule broken; 2: an input could not be read.
   int exit_code() const {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -144,14 +145,32 @@ void MoreRow(size_t n, size_t shown, std::string_view what, std::string* out) {
                   "; --all lists them\n");
 }
 
-// The size of the segment that holds `key`, from the container's entries
-// (null when the key is absent or its size unknown).
-json SegmentSizeOf(const json& named_data, const json& key) {
-  if (!named_data.is_array()) return nullptr;
+// Each key's segment size, by key (the first entry of a duplicated key, as
+// the container's lookup does): one pass, so a table of every weight is
+// linear in the weights, not quadratic.
+absl::flat_hash_map<std::string, const json*> SegmentSizes(const json& named_data) {
+  absl::flat_hash_map<std::string, const json*> sizes;
+  if (!named_data.is_array()) return sizes;
+  sizes.reserve(named_data.size());
   for (const auto& n : named_data) {
-    if (n["key"] == key) return n["size"];
+    if (n["key"].is_string()) sizes.try_emplace(n["key"].get_ref<const std::string&>(), &n["size"]);
   }
-  return nullptr;
+  return sizes;
+}
+
+// The size of the segment that holds `key` (null when the key is absent or
+// its size unknown).
+json SegmentSizeOf(const absl::flat_hash_map<std::string, const json*>& sizes, const json& key) {
+  if (!key.is_string()) return nullptr;
+  const auto it = sizes.find(key.get_ref<const std::string&>());
+  return it == sizes.end() ? json(nullptr) : *it->second;
+}
+
+// How many keys or weights there are: the total a report cut short gives
+// (VerifyOptions::list_limit), else the length of the list.
+size_t Count(const json& object, const char* total, const char* list) {
+  if (object.contains(total)) return object[total].get<size_t>();
+  return object[list].size();
 }
 
 // Marks for a weight's notes column.
@@ -187,7 +206,7 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
     absl::StrAppend(&out, ", version ", Num(p["version"]), ", segment base ",
                     Num(p["segment_base_offset"]), ", ", ByteSize(p["segment_data_size"]),
                     " of segment data, ", Plural(p["segments"].size(), "segment", "segments"),
-                    ", ", Plural(p["named_data"].size(), "key", "keys"));
+                    ", ", Plural(Count(p, "named_data_count", "named_data"), "key", "keys"));
     if (p.contains("segment_alignment_observed")) {
       absl::StrAppend(&out, ", segment alignment ", Num(p["segment_alignment_observed"]));
     }
@@ -198,7 +217,8 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
                                          {"file offset", true}, {"bytes", true},
                                          {"layout"},      {"sha256"}};
     std::vector<std::vector<std::string>> rows;
-    const size_t n = p["named_data"].size(), shown = Shown(n, text);
+    const size_t n = Count(p, "named_data_count", "named_data");
+    const size_t shown = std::min(Shown(n, text), p["named_data"].size());
     for (size_t i = 0; i < shown; ++i) {
       const auto& nd = p["named_data"][i];
       std::string layout = "-";
@@ -224,6 +244,7 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
     truncated |= shown < n;
   }
 
+  const auto segment_sizes = SegmentSizes(p["named_data"]);
   for (const auto& m : j["manifests"]) {
     std::string name = Str(m["source"]);
     if (m.contains("file")) {
@@ -234,7 +255,7 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
                     m.contains("format") ? absl::StrCat(" (", Str(m["format"]), ")")
                                          : std::string(),
                     ": ", Plural(m["variants"].size(), "variant", "variants"), ", ",
-                    Plural(m["weights"].size(), "weight", "weights"), "\n");
+                    Plural(Count(m, "weight_count", "weights"), "weight", "weights"), "\n");
     for (size_t i = 0; i < m["variants"].size(); ++i) {
       const auto& v = m["variants"][i];
       absl::StrAppend(&out, "    variant ", i, ": target_sm ", Num(v["target_sm"]),
@@ -261,14 +282,15 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
         {"offset (elements)", true},         {"storage"},         {"required", true},
         {"segment", true}, {"manifest", true}, {"sha256"},        {"notes"}};
     std::vector<std::vector<std::string>> rows;
-    const size_t n = m["weights"].size(), shown = Shown(n, text);
+    const size_t n = Count(m, "weight_count", "weights");
+    const size_t shown = std::min(Shown(n, text), m["weights"].size());
     for (size_t i = 0; i < shown; ++i) {
       const auto& w = m["weights"][i];
       rows.push_back(
           {Str(w["fqn"]), std::string(ScalarTypeName(w["dtype"].get<int64_t>())),
            Dims(w["sizes"]), Dims(w["strides"]), Num(w["storage_offset"]),
            Str(w["storage_key"]), Num(w["required_nbytes"]),
-           Num(SegmentSizeOf(p["named_data"], w["storage_key"])), Num(w["storage_nbytes"]),
+           Num(SegmentSizeOf(segment_sizes, w["storage_key"])), Num(w["storage_nbytes"]),
            w.contains("sha256") ? (w["sha256"].is_null() ? "-" : Str(w["sha256"])) : "",
            WeightNotes(w)});
     }

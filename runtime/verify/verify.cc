@@ -35,6 +35,11 @@ json LayoutJson(const std::optional<TensorLayout>& l) {
               {"dim_order", l->dim_order}};
 }
 
+// How many of `n` keys or weights the report lists.
+size_t Listed(size_t n, const VerifyOptions& options) {
+  return options.list_limit == 0 ? n : std::min(n, options.list_limit);
+}
+
 // Digest progress: items (keys and weights) done out of the total.
 struct Progress {
   const VerifyOptions* options = nullptr;
@@ -71,12 +76,20 @@ json ContainerJson(const std::string& path, const FileSource* source,
   j["segment_data_size"] = c->header().segment_data_size;
   j["segment_alignment_observed"] = c->ObservedSegmentAlignment();
   json segs = json::array();
+  segs.get_ref<json::array_t&>().reserve(c->segments().size());
   for (const Segment& s : c->segments()) {
     segs.push_back(json{{"offset", s.offset}, {"size", s.size}});
   }
   j["segments"] = std::move(segs);
+  const size_t keys = c->named_data().size();
+  const size_t listed = Listed(keys, options);
   json named = json::array();
-  for (const NamedDataEntry& e : c->named_data()) {
+  named.get_ref<json::array_t&>().reserve(listed);
+  for (size_t i = 0; i < keys; ++i) {
+    // Past the listed keys only digests remain to be taken (their warnings
+    // and read errors count); without them the loop is done.
+    if (i >= listed && !options.digest) break;
+    const NamedDataEntry& e = c->named_data()[i];
     json n;
     n["key"] = e.key;
     n["segment_index"] = e.segment_index;
@@ -97,9 +110,10 @@ json ContainerJson(const std::string& path, const FileSource* source,
       n["sha256"] = sha;
       if (progress != nullptr) progress->Tick();
     }
-    named.push_back(std::move(n));
+    if (i < listed) named.push_back(std::move(n));
   }
   j["named_data"] = std::move(named);
+  if (listed < keys) j["named_data_count"] = keys;
   return j;
 }
 
@@ -197,14 +211,21 @@ json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
     }
     one["selection"] = std::move(sel);
   }
+  const size_t weights = s.manifest.entries.size();
+  const size_t listed = Listed(weights, options);
   json wj = json::array();
-  for (size_t i = 0; i < s.manifest.entries.size(); ++i) {
+  wj.get_ref<json::array_t&>().reserve(listed);
+  for (size_t i = 0; i < weights; ++i) {
+    // Past the listed weights, only their digests (and D1 warnings) remain.
+    if (i >= listed && !options.digest) break;
     const ResolvedWeight* w = resolved ? &resolved->weights[i] : nullptr;
-    wj.push_back(WeightJson(s.manifest.entries[i], w, container, s.source, options,
-                            report, io_error));
+    json one_weight = WeightJson(s.manifest.entries[i], w, container, s.source, options,
+                                 report, io_error);
+    if (i < listed) wj.push_back(std::move(one_weight));
     progress->Tick();
   }
   one["weights"] = std::move(wj);
+  if (listed < weights) one["weight_count"] = weights;
   return one;
 }
 
@@ -319,7 +340,8 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
 VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sources) {
   VerifyOutcome out;
   Report& report = out.report;
-  const WeightBundle bundle = WeightBundle::Verify(sources, &report);
+  auto verified = std::make_shared<WeightBundle>(WeightBundle::Verify(sources, &report));
+  const WeightBundle& bundle = *verified;
   if (bundle.io_error()) out.io_error = std::string(bundle.io_error()->message());
 
   Progress progress{.options = &options};
@@ -354,6 +376,7 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
   if (sources.manifest) AttachHint(j["errors"], *sources.manifest, FileKind::kManifest);
   if (sources.pte) AttachHint(j["errors"], *sources.pte, FileKind::kPte);
   out.json = std::move(j);
+  out.bundle = std::move(verified);
   return out;
 }
 

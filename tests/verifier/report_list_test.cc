@@ -1,0 +1,104 @@
+// VerifyOptions::list_limit: a readable report of tens of thousands of keys
+// builds only the rows it prints, and says exactly what the full one says.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptd/verify.h"
+#include "tests/testing/loader_testing.h"
+#include "tests/testing/test_util.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::TempDir;
+using ::ptd::testing::WriteTestModel;
+using ::testing::HasSubstr;
+
+VerifyOptions Options(const testing::TestModel& m) {
+  VerifyOptions o;
+  o.ptd_path = m.ptd;
+  o.manifest_path = m.manifest;
+  return o;
+}
+
+TEST(ReportListTest, ALimitedReportListsTheFirstRowsAndTheTotals) {
+  TempDir dir;
+  const testing::TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(120, 16));
+  VerifyOptions o = Options(m);
+  const VerifyOutcome full = RunVerify(o);
+  o.list_limit = 7;
+  const VerifyOutcome cut = RunVerify(o);
+  ASSERT_EQ(full.exit_code(), 0) << FormatText(full);
+  ASSERT_EQ(cut.exit_code(), 0);
+
+  EXPECT_EQ(full.json["ptd"]["named_data"].size(), 120u);
+  EXPECT_FALSE(full.json["ptd"].contains("named_data_count"));
+  EXPECT_FALSE(full.json["manifests"][0].contains("weight_count"));
+  EXPECT_EQ(cut.json["ptd"]["named_data"].size(), 7u);
+  EXPECT_EQ(cut.json["ptd"]["named_data_count"], 120);
+  ASSERT_EQ(cut.json["manifests"].size(), 1u);
+  EXPECT_EQ(cut.json["manifests"][0]["weights"].size(), 7u);
+  EXPECT_EQ(cut.json["manifests"][0]["weight_count"], 120);
+  // The rows it lists are the full report's first rows.
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(cut.json["ptd"]["named_data"][i], full.json["ptd"]["named_data"][i]) << i;
+    EXPECT_EQ(cut.json["manifests"][0]["weights"][i], full.json["manifests"][0]["weights"][i])
+        << i;
+  }
+  EXPECT_EQ(cut.json["errors"], full.json["errors"]);
+  EXPECT_EQ(cut.json["warnings"], full.json["warnings"]);
+
+  // Printed with as many rows as it lists, it is the full report's text.
+  const std::string text = FormatText(cut, TextOptions{.max_rows = 7});
+  EXPECT_EQ(text, FormatText(full, TextOptions{.max_rows = 7}));
+  EXPECT_THAT(text, HasSubstr("120 keys"));
+  EXPECT_THAT(text, HasSubstr("120 weights"));
+  EXPECT_THAT(text, HasSubstr("... and 113 more keys; --all lists them"));
+  EXPECT_THAT(text, HasSubstr("... and 113 more weights; --all lists them"));
+  // Fewer rows than it lists: the summary rows still count from the totals.
+  EXPECT_THAT(FormatText(cut, TextOptions{.max_rows = 3}),
+              HasSubstr("... and 117 more weights; --all lists them"));
+}
+
+TEST(ReportListTest, ALimitAtOrOverTheCountListsEverything) {
+  TempDir dir;
+  const testing::TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(5, 16));
+  VerifyOptions o = Options(m);
+  const VerifyOutcome full = RunVerify(o);
+  for (size_t limit : {5, 6, 1000}) {
+    o.list_limit = limit;
+    const VerifyOutcome cut = RunVerify(o);
+    EXPECT_EQ(cut.json, full.json) << limit;
+  }
+}
+
+TEST(ReportListTest, DigestsAreTakenForEveryWeightWhateverIsListed) {
+  TempDir dir;
+  const testing::TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(40, 64));
+  VerifyOptions o = Options(m);
+  o.digest = true;
+  uint64_t full_calls = 0, cut_calls = 0, cut_total = 0;
+  o.digest_progress = [&](uint64_t, uint64_t) { ++full_calls; };
+  const VerifyOutcome full = RunVerify(o);
+  o.list_limit = 4;
+  o.digest_progress = [&](uint64_t, uint64_t total) {
+    ++cut_calls;
+    cut_total = total;
+  };
+  const VerifyOutcome cut = RunVerify(o);
+  EXPECT_EQ(full_calls, 80u);  // 40 keys and 40 weights.
+  EXPECT_EQ(cut_calls, full_calls);
+  EXPECT_EQ(cut_total, 80u);
+  ASSERT_EQ(cut.json["manifests"][0]["weights"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& w = cut.json["manifests"][0]["weights"][i];
+    ASSERT_TRUE(w["sha256"].is_string()) << i;
+    EXPECT_EQ(w["sha256"], full.json["manifests"][0]["weights"][i]["sha256"]) << i;
+  }
+  EXPECT_EQ(cut.json["warnings"], full.json["warnings"]);
+}
+
+}  // namespace
+}  // namespace ptd
