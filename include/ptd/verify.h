@@ -35,9 +35,10 @@ struct VerifyOptions {
   // number done and the total (keys plus weights), for a progress bar.
   std::function<void(uint64_t done, uint64_t total)> digest_progress;
   // 0: the report lists every key and every weight. N > 0: it lists the
-  // first N of the container's keys and of each manifest's weights, and
-  // gives the totals as "named_data_count" (in "ptd") and "weight_count"
-  // (in each manifest) where the list is cut short. For a readable report
+  // first N of the container's segments and keys and of each manifest's
+  // weights, and gives the totals as "segment_count" and "named_data_count"
+  // (in "ptd") and "weight_count" (in each manifest) where a list is cut
+  // short; each listed key then carries its segment's "file_offset". For a readable report
   // that prints N rows: the rest is never built. Verification, its errors
   // and warnings, and any digests are the same either way.
   size_t list_limit = 0;

@@ -205,7 +205,7 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
   } else {
     absl::StrAppend(&out, ", version ", Num(p["version"]), ", segment base ",
                     Num(p["segment_base_offset"]), ", ", ByteSize(p["segment_data_size"]),
-                    " of segment data, ", Plural(p["segments"].size(), "segment", "segments"),
+                    " of segment data, ", Plural(Count(p, "segment_count", "segments"), "segment", "segments"),
                     ", ", Plural(Count(p, "named_data_count", "named_data"), "key", "keys"));
     if (p.contains("segment_alignment_observed")) {
       absl::StrAppend(&out, ", segment alignment ", Num(p["segment_alignment_observed"]));
@@ -230,7 +230,9 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
       const auto seg = nd["segment_index"].get<uint64_t>();
       // The segment's offset in the file: the base plus its offset in the data.
       std::string offset = "-";
-      if (seg < p["segments"].size() && p["segment_base_offset"].is_number_unsigned()) {
+      if (nd.contains("file_offset")) {
+        offset = Num(nd["file_offset"]);
+      } else if (seg < p["segments"].size() && p["segment_base_offset"].is_number_unsigned()) {
         offset = absl::StrCat(p["segment_base_offset"].get<uint64_t>() +
                               p["segments"][seg]["offset"].get<uint64_t>());
       }

@@ -75,12 +75,16 @@ json ContainerJson(const std::string& path, const FileSource* source,
   j["segment_base_offset"] = c->header().segment_base_offset;
   j["segment_data_size"] = c->header().segment_data_size;
   j["segment_alignment_observed"] = c->ObservedSegmentAlignment();
+  const size_t segments = c->segments().size();
+  const size_t listed_segments = Listed(segments, options);
   json segs = json::array();
-  segs.get_ref<json::array_t&>().reserve(c->segments().size());
-  for (const Segment& s : c->segments()) {
+  segs.get_ref<json::array_t&>().reserve(listed_segments);
+  for (size_t i = 0; i < listed_segments; ++i) {
+    const Segment& s = c->segments()[i];
     segs.push_back(json{{"offset", s.offset}, {"size", s.size}});
   }
   j["segments"] = std::move(segs);
+  if (listed_segments < segments) j["segment_count"] = segments;
   const size_t keys = c->named_data().size();
   const size_t listed = Listed(keys, options);
   json named = json::array();
@@ -96,6 +100,11 @@ json ContainerJson(const std::string& path, const FileSource* source,
     const auto size = c->SegmentSize(e);
     n["size"] = size ? json(*size) : json(nullptr);
     n["layout"] = LayoutJson(e.layout);
+    // A cut-short report may not list the key's segment: its file offset
+    // is given here instead.
+    if (listed_segments < segments && e.segment_index < segments) {
+      n["file_offset"] = c->SegmentFileOffset(e.segment_index);
+    }
     if (options.digest) {
       json sha = nullptr;
       if (size && c->segments()[e.segment_index].in_bounds) {

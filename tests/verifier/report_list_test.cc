@@ -38,12 +38,24 @@ TEST(ReportListTest, ALimitedReportListsTheFirstRowsAndTheTotals) {
   EXPECT_FALSE(full.json["manifests"][0].contains("weight_count"));
   EXPECT_EQ(cut.json["ptd"]["named_data"].size(), 7u);
   EXPECT_EQ(cut.json["ptd"]["named_data_count"], 120);
+  EXPECT_EQ(cut.json["ptd"]["segments"].size(), 7u);
+  EXPECT_EQ(cut.json["ptd"]["segment_count"], 120);
+  EXPECT_TRUE(cut.json["ptd"]["named_data"][0].contains("file_offset"));
   ASSERT_EQ(cut.json["manifests"].size(), 1u);
   EXPECT_EQ(cut.json["manifests"][0]["weights"].size(), 7u);
   EXPECT_EQ(cut.json["manifests"][0]["weight_count"], 120);
-  // The rows it lists are the full report's first rows.
+  // The rows it lists are the full report's first rows (keys with their
+  // segment's file offset).
   for (size_t i = 0; i < 7; ++i) {
-    EXPECT_EQ(cut.json["ptd"]["named_data"][i], full.json["ptd"]["named_data"][i]) << i;
+    nlohmann::ordered_json key = cut.json["ptd"]["named_data"][i];
+    const auto seg = key["segment_index"].get<size_t>();
+    EXPECT_EQ(key["file_offset"].get<uint64_t>(),
+              full.json["ptd"]["segment_base_offset"].get<uint64_t>() +
+                  full.json["ptd"]["segments"][seg]["offset"].get<uint64_t>())
+        << i;
+    key.erase("file_offset");
+    EXPECT_EQ(key, full.json["ptd"]["named_data"][i]) << i;
+    EXPECT_EQ(cut.json["ptd"]["segments"][i], full.json["ptd"]["segments"][i]) << i;
     EXPECT_EQ(cut.json["manifests"][0]["weights"][i], full.json["manifests"][0]["weights"][i])
         << i;
   }
@@ -53,7 +65,7 @@ TEST(ReportListTest, ALimitedReportListsTheFirstRowsAndTheTotals) {
   // Printed with as many rows as it lists, it is the full report's text.
   const std::string text = FormatText(cut, TextOptions{.max_rows = 7});
   EXPECT_EQ(text, FormatText(full, TextOptions{.max_rows = 7}));
-  EXPECT_THAT(text, HasSubstr("120 keys"));
+  EXPECT_THAT(text, HasSubstr("120 segments, 120 keys"));
   EXPECT_THAT(text, HasSubstr("120 weights"));
   EXPECT_THAT(text, HasSubstr("... and 113 more keys; --all lists them"));
   EXPECT_THAT(text, HasSubstr("... and 113 more weights; --all lists them"));
