@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 namespace ptd::internal {
 namespace {
@@ -40,6 +41,19 @@ bool IsValidUtf8(std::string_view s) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
   const auto* end = p + s.size();
   while (p < end) {
+    // Keys and fqns are nearly always ASCII: eight bytes at a time.
+    if (end - p >= 8) {
+      uint64_t word;
+      std::memcpy(&word, p, sizeof(word));
+      if ((word & 0x8080808080808080u) == 0) {
+        p += 8;
+        continue;
+      }
+    }
+    if (*p < 0x80) {
+      ++p;
+      continue;
+    }
     const int len = SequenceLength(p, end);
     if (len == 0) return false;
     p += len;

@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ptd/scalar_type.h"
@@ -17,10 +16,10 @@ constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
 
 // First entry seen for a storage key (G4).
 struct KeyOwner {
-  uint64_t storage_nbytes;
-  int32_t device_type;
-  const std::string* fqn;     // Into the manifests; they outlive resolution.
-  const std::string* source;
+  uint64_t storage_nbytes = 0;
+  int32_t device_type = 0;
+  const std::string* fqn = nullptr;  // Into the manifests; they outlive resolution.
+  const std::string* source = nullptr;
 };
 
 // Bytes of a segment reached by some view (G5).
@@ -39,35 +38,42 @@ class Resolver {
         storage_size_(storage_size),
         report_(report),
         file_(container ? container->path() : std::string()),
+        referenced_(container ? container->named_data().size() : 0),
+        key_owners_(container ? container->named_data().size() : 0),
         reach_(container ? container->segments().size() : 0) {}
 
-  // Sizes the per-key tables for `entries` entries in all (no rehashing
-  // while resolving).
+  // Sizes the table of keys not in a container for `entries` entries in all
+  // (no rehashing while resolving).
   void Reserve(size_t entries) {
-    owners_.reserve(entries);
-    referenced_.reserve(entries);
+    if (container_ == nullptr) owners_.reserve(entries);
   }
 
-  // Every check of one entry of the manifest `in`.
+  // Every check of one entry of the manifest `in`. With a container the
+  // entry's key is looked up once: that lookup marks it referenced (G5,
+  // X3), finds its first owner (G4) and its segment (X1, G3, R1).
   ResolvedWeight ResolveEntry(const WeightEntry& e, const ManifestInput& in) {
     ResolvedWeight w{.entry = &e, .runtime_owned = e.runtime_owned()};
-    // A malformed entry still references its key (no X3 for it).
-    if (!e.storage_key.empty()) referenced_.insert(e.storage_key);
+    const NamedDataEntry* named = nullptr;
+    if (container_ != nullptr && !e.storage_key.empty()) {
+      named = container_->Find(e.storage_key);
+      // A malformed entry still references its key (no X3 for it).
+      if (named != nullptr) referenced_[Index(named)] = true;
+    }
     if (!e.well_formed) return w;  // The decoder reported it (M5/M6).
     const std::string& file = in.file.empty() ? file_ : in.file;
     const bool view_ok = CheckGeometry(e, in.source, file, &w);
-    const bool shared_ok = CheckSharedStorage(e, in.source, file);
+    const bool shared_ok = CheckSharedStorage(e, named, in.source, file);
     bool ok = view_ok && shared_ok;
     if (w.runtime_owned) {
       // No X1, no G3: the runtime allocates it. Stored bytes are R1.
-      ReportStoredRuntimeOwned(e, in.source);
+      ReportStoredRuntimeOwned(e, named, in.source);
       w.ok = ok && (container_ != nullptr || storage_size_ != nullptr);
       return w;
     }
     // X1, G3: with a container, or with the sizes of a storage source. G3
     // is left out after a G4 disagreement: one cause, reported once.
     if (container_ != nullptr) {
-      ok &= LocateStorage(e, in.source, view_ok, shared_ok, &w);
+      ok &= LocateStorage(e, named, in.source, view_ok, shared_ok, &w);
     } else if (storage_size_ != nullptr) {
       ok &= CheckStorageSize(e, in.source, shared_ok);
     } else {
@@ -170,13 +176,31 @@ class Resolver {
     return true;
   }
 
-  // G4, across every manifest of the run. Diagnostics name `file`.
-  bool CheckSharedStorage(const WeightEntry& e, const std::string& source,
-                          const std::string& file) {
-    auto [it, inserted] = owners_.try_emplace(
-        e.storage_key, KeyOwner{e.storage_nbytes, e.device_type, &e.fqn, &source});
-    if (inserted) return true;
-    const KeyOwner& o = it->second;
+  // The position of a container's entry in its named data.
+  size_t Index(const NamedDataEntry* named) const {
+    return static_cast<size_t>(named - container_->named_data().data());
+  }
+
+  // G4, across every manifest of the run. Diagnostics name `file`. The first
+  // owner of a key in the container is kept by the key's position (`named`),
+  // of any other key by name.
+  bool CheckSharedStorage(const WeightEntry& e, const NamedDataEntry* named,
+                          const std::string& source, const std::string& file) {
+    const KeyOwner owner{e.storage_nbytes, e.device_type, &e.fqn, &source};
+    const KeyOwner* first = nullptr;
+    if (named != nullptr) {
+      KeyOwner& slot = key_owners_[Index(named)];
+      if (slot.fqn == nullptr) {
+        slot = owner;
+        return true;
+      }
+      first = &slot;
+    } else {
+      auto [it, inserted] = owners_.try_emplace(e.storage_key, owner);
+      if (inserted) return true;
+      first = &it->second;
+    }
+    const KeyOwner& o = *first;
     bool ok = true;
     const auto disagree = [&](std::string_view field, auto mine, auto theirs) {
       if (mine == theirs) return;
@@ -196,10 +220,9 @@ class Resolver {
   // referenced (no X3) and its segment is not reported under G5. Only with
   // a container: a storage source (a runtime's named-data map) is never
   // asked about a runtime-owned key.
-  void ReportStoredRuntimeOwned(const WeightEntry& e, const std::string& source) {
-    if (container_ == nullptr) return;
-    const NamedDataEntry* named = container_->Find(e.storage_key);
-    if (named == nullptr) return;
+  void ReportStoredRuntimeOwned(const WeightEntry& e, const NamedDataEntry* named,
+                                const std::string& source) {
+    if (container_ == nullptr || named == nullptr) return;
     const std::optional<uint64_t> size = container_->SegmentSize(*named);
     const uint64_t segment = named->segment_index;
     report_->Warning(
@@ -215,9 +238,10 @@ class Resolver {
   // G1/G2 (`view_ok` false) marks nothing reached, and an entry that failed
   // G4 (`shared_ok` false) is not compared with the segment (G3): each cause
   // is reported once. REQUIRES: a container.
-  bool LocateStorage(const WeightEntry& e, const std::string& source, bool view_ok,
-                     bool shared_ok, ResolvedWeight* w) {
-    w->named = container_->Find(e.storage_key);
+  bool LocateStorage(const WeightEntry& e, const NamedDataEntry* named,
+                     const std::string& source, bool view_ok, bool shared_ok,
+                     ResolvedWeight* w) {
+    w->named = named;
     if (w->named == nullptr) {
       report_->Error("X1", absl::StatusCode::kNotFound,
                      absl::StrCat(Name(e), ": storage key '", e.storage_key,
@@ -273,26 +297,33 @@ class Resolver {
     return true;
   }
 
-  // Per named-data entry of the container: does some manifest entry name its
-  // key? Looked up once, for both G5 and X3.
+  // Per named-data entry: does some manifest entry name its key? An entry
+  // whose key the container holds twice (C6) shares the mark of the one a
+  // lookup finds: only unmarked entries are looked up again.
   const std::vector<bool>& ReferencedKeys() {
-    if (!referenced_keys_) {
+    if (!duplicates_marked_) {
       const auto& named = container_->named_data();
-      referenced_keys_.emplace(named.size());
       for (size_t k = 0; k < named.size(); ++k) {
-        (*referenced_keys_)[k] = referenced_.contains(named[k].key);
+        if (referenced_[k]) continue;
+        const NamedDataEntry* found = container_->Find(named[k].key);
+        if (found != nullptr && referenced_[Index(found)]) referenced_[k] = true;
       }
+      duplicates_marked_ = true;
     }
-    return *referenced_keys_;
+    return referenced_;
   }
 
-  std::optional<std::vector<bool>> referenced_keys_;
   const Container* container_;
   const WeightSet::StorageSizeFn* storage_size_;
   Report* report_;
   const std::string file_;
+  // Per named-data entry of the container: does some manifest entry name
+  // its key (G5, X3), and the first entry that did (G4; fqn null: none).
+  std::vector<bool> referenced_;
+  bool duplicates_marked_ = false;
+  std::vector<KeyOwner> key_owners_;
+  // G4's first owners of keys not in a container (or without one).
   absl::flat_hash_map<std::string_view, KeyOwner> owners_;
-  absl::flat_hash_set<std::string_view> referenced_;
   std::vector<Reach> reach_;
 };
 

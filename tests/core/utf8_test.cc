@@ -33,6 +33,23 @@ TEST(Utf8Test, RejectsInvalidSequences) {
   }
 }
 
+// The ASCII fast path reads eight bytes at a time: a sequence, good or bad,
+// at every offset of a long string is judged as it is alone.
+TEST(Utf8Test, SequencesAnywhereInLongAsciiStrings) {
+  const std::string good[] = {"\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80"};
+  const std::string bad[] = {"\x80", "\xFF", "\xC0\xAF", "\xED\xA0\x80"};
+  for (size_t at = 0; at <= 24; ++at) {
+    const std::string before(at, 'a'), after(24 - at, 'b');
+    for (const std::string& g : good) {
+      EXPECT_TRUE(IsValidUtf8(before + g + after)) << at;
+      // Cut short at the string's end.
+      EXPECT_FALSE(IsValidUtf8(before + g.substr(0, g.size() - 1))) << at;
+    }
+    for (const std::string& b : bad) EXPECT_FALSE(IsValidUtf8(before + b + after)) << at;
+  }
+  EXPECT_TRUE(IsValidUtf8(std::string(1000, 'x')));
+}
+
 TEST(Utf8Test, PrintableReplacesBadBytesAndEscapesControls) {
   EXPECT_EQ(PrintableUtf8("plain.key"), "plain.key");
   EXPECT_EQ(PrintableUtf8("\xC3\xA9t\xC3\xA9"), "\xC3\xA9t\xC3\xA9");

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/diagnostics.h"
+#include "tests/testing/raw_ptd.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
 #include "ptd/container.h"
@@ -307,6 +308,29 @@ TEST(WeightSetTest, X3OrphanWeightKey) {
   EXPECT_THAT(WarningRules(r.report), ElementsAre("X3"));
   EXPECT_EQ(r.report.warnings()[0].key, "cuda_fqn_weight:cuda:orphan");
   EXPECT_THAT(r.report.warnings()[0].message, HasSubstr("cuda_fqn_weight:cuda:orphan"));
+}
+
+// A key the container holds twice (C6): both entries count as referenced
+// when a manifest names the key, as a lookup by name would say.
+TEST(WeightSetTest, X3NotReportedForTheSecondEntryOfADuplicatedKey) {
+  const std::string x = "cuda_fqn_weight:cuda:x", y = "cuda_fqn_weight:cuda:y";
+  testing::RawPtd raw;
+  raw.segments = std::vector<testing::RawSegment>{{0, 24}, {128, 16}};
+  raw.named_data = std::vector<testing::RawNamed>{
+      {.key = x, .segment_index = 0}, {.key = y, .segment_index = 1},
+      {.key = x, .segment_index = 1}};
+  raw.data = Pattern(144);
+  Report container_report;
+  auto c = Container::Verify(
+      std::shared_ptr<const FileSource>(MemorySource(testing::BuildRawPtd(raw), "dup.ptd")),
+      &container_report);
+  ASSERT_NE(c, nullptr) << ::ptd::testing::Describe(container_report);
+  EXPECT_THAT(ErrorRules(container_report), ElementsAre("C6"));
+  const Manifest m = OneVariant({Entry("wx", x, 24, 0, {6}, {1})});
+  const Resolved r = Resolve(*c, {&m});
+  EXPECT_TRUE(r.report.ok()) << All(r.report);
+  ASSERT_THAT(WarningRules(r.report), ElementsAre("X3")) << All(r.report);
+  EXPECT_THAT(r.report.warnings()[0].message, HasSubstr("'" + y + "'"));
 }
 
 TEST(WeightSetTest, X3NotReportedWithoutManifests) {
