@@ -19,6 +19,13 @@
 #include "absl/strings/str_format.h"
 
 namespace ptd::cli {
+
+void RememberUntilExit(const void* p) {
+  // Never destroyed either: no exit-time destructor walks what it holds.
+  static auto* const kept = new std::vector<const void*>();
+  kept->push_back(p);
+}
+
 namespace {
 
 int g_write_errno = 0;  // The first failed write to stdout.

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 
@@ -19,6 +20,18 @@ namespace ptd::cli {
 // it ran out of memory (std::bad_alloc, std::length_error) or when stdout
 // could not be written ("write error: No space left on device").
 int RunGuarded(const char* program, const std::function<int()>& body);
+
+// Moves `value` to the heap and never frees it: a report of 100,000 weights
+// takes about as long to take apart node by node as to build, and the tool
+// is about to exit. A global holds the pointer, so leak checkers see it as
+// reachable. For the one outcome of a command-line run, not for loops.
+void RememberUntilExit(const void* p);
+template <typename T>
+T& KeepUntilExit(T value) {
+  T* kept = new T(std::move(value));
+  RememberUntilExit(kept);
+  return *kept;
+}
 
 // Writes `text` to stdout and flushes it. On failure remembers the first
 // error (RunGuarded reports it) and returns false.

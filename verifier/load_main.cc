@@ -197,7 +197,7 @@ int Main(int argc, char** argv) {
   // --json and the digests below go through every weight.
   if (!json_out && !digest && !all_rows) vo.list_limit = 50;
   const auto verify_t0 = std::chrono::steady_clock::now();
-  ptd::VerifyOutcome outcome = ptd::RunVerify(vo);
+  ptd::VerifyOutcome& outcome = ptd::cli::KeepUntilExit(ptd::RunVerify(vo));
   // Verified once: every load below reads from this bundle.
   const double verify_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - verify_t0).count();

@@ -106,7 +106,7 @@ int Main(int argc, char** argv) {
   }
   // The readable report prints 50 rows of each table: the rest is not built.
   if (!json_out && !all_rows) options.list_limit = kRows;
-  const ptd::VerifyOutcome outcome = ptd::RunVerify(options);
+  const ptd::VerifyOutcome& outcome = ptd::cli::KeepUntilExit(ptd::RunVerify(options));
   bar.Erase();
   // An unreadable input is said once: on stderr, beside the JSON object (which
   // carries it too), or instead of the readable report.

@@ -28,11 +28,23 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// An empty object with room for `fields` members. ordered_json keeps its
+// members in a vector of pair<const string, json>, whose elements are copied,
+// not moved, when it grows (the const key has no noexcept move): an object
+// built member by member without this deep-copies its members log2(n) times.
+json Object(size_t fields) {
+  json j = json::object();
+  j.get_ref<json::object_t&>().reserve(fields);
+  return j;
+}
+
 json LayoutJson(const std::optional<TensorLayout>& l) {
   if (!l) return nullptr;
-  return json{{"scalar_type", l->scalar_type},
-              {"sizes", l->sizes},
-              {"dim_order", l->dim_order}};
+  json j = Object(3);
+  j["scalar_type"] = l->scalar_type;
+  j["sizes"] = l->sizes;
+  j["dim_order"] = l->dim_order;
+  return j;
 }
 
 // How many of `n` keys or weights the report lists.
@@ -58,7 +70,9 @@ void NoteReadFailure(const absl::Status& s, std::optional<std::string>* io_error
 json ContainerJson(const std::string& path, const FileSource* source,
                    const Container* c, const VerifyOptions& options,
                    std::optional<std::string>* io_error, Progress* progress = nullptr) {
-  json j;
+  // Room for every member (see Object): a member added past the capacity
+  // would copy the key and segment lists.
+  json j = Object(12);
   j["path"] = path;
   j["size"] = source ? json(source->size()) : json(nullptr);
   if (c == nullptr) {
@@ -81,7 +95,10 @@ json ContainerJson(const std::string& path, const FileSource* source,
   segs.get_ref<json::array_t&>().reserve(listed_segments);
   for (size_t i = 0; i < listed_segments; ++i) {
     const Segment& s = c->segments()[i];
-    segs.push_back(json{{"offset", s.offset}, {"size", s.size}});
+    json one = Object(2);
+    one["offset"] = s.offset;
+    one["size"] = s.size;
+    segs.push_back(std::move(one));
   }
   j["segments"] = std::move(segs);
   if (listed_segments < segments) j["segment_count"] = segments;
@@ -94,7 +111,9 @@ json ContainerJson(const std::string& path, const FileSource* source,
     // and read errors count); without them the loop is done.
     if (i >= listed && !options.digest) break;
     const NamedDataEntry& e = c->named_data()[i];
-    json n;
+    // key, segment_index, size, layout, file_offset, sha256; ptd-load adds
+    // loaded and sha256.
+    json n = Object(7);
     n["key"] = e.key;
     n["segment_index"] = e.segment_index;
     const auto size = c->SegmentSize(e);
@@ -137,14 +156,16 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
                 const Container* c, const std::string& source,
                 const VerifyOptions& options, Report* report,
                 std::optional<std::string>* io_error) {
-  json j{{"fqn", e.fqn},
-         {"storage_key", e.storage_key},
-         {"dtype", e.dtype},
-         {"device_type", e.device_type},
-         {"storage_offset", e.storage_offset},
-         {"sizes", e.sizes},
-         {"strides", e.strides},
-         {"storage_nbytes", e.storage_nbytes}};
+  // Ten members here; ptd-load adds loaded, sha256, materialized_sha256.
+  json j = Object(13);
+  j["fqn"] = e.fqn;
+  j["storage_key"] = e.storage_key;
+  j["dtype"] = e.dtype;
+  j["device_type"] = e.device_type;
+  j["storage_offset"] = e.storage_offset;
+  j["sizes"] = e.sizes;
+  j["strides"] = e.strides;
+  j["storage_nbytes"] = e.storage_nbytes;
   if (w != nullptr && w->extent) {
     j["required_nbytes"] = w->extent->required_nbytes;
   } else {
@@ -201,7 +222,8 @@ json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
                   const Container* container, const VerifyOptions& options,
                   Report* report, std::optional<std::string>* io_error,
                   Progress* progress) {
-  json one;
+  // source, format, variants, selection, weights, weight_count, file.
+  json one = Object(8);
   one["source"] = s.source;
   one["format"] = std::string(ManifestFormatName(s.manifest.format));
   json variants = json::array();
@@ -357,7 +379,10 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
   if (bundle.container()) progress.total += bundle.container()->named_data().size();
   for (const SourcedManifest& s : bundle.manifests()) progress.total += s.manifest.entries.size();
 
-  json j;
+  // ok, ptd, manifests, errors, warnings, error; ptd-load adds device,
+  // load, runtime_owned, timings, materialized and repeat. With room for
+  // all, the weight lists are never copied when a member is added.
+  json j = Object(16);
   j["ok"] = false;  // Set below, after digests may add warnings.
   j["ptd"] = ContainerJson(options.ptd_path, sources.ptd.get(), bundle.container(),
                            options, &out.io_error, &progress);
