@@ -80,4 +80,13 @@ CommandResult RunCommand(const std::string& command) {
   return r;
 }
 
+size_t Count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace ptd::testing

@@ -48,6 +48,9 @@ struct CommandResult {
 };
 CommandResult RunCommand(const std::string& command);
 
+// How many times `needle` occurs in `haystack` (overlaps counted).
+size_t Count(const std::string& haystack, const std::string& needle);
+
 }  // namespace ptd::testing
 
 #endif  // PTD_TESTS_TESTING_TEST_UTIL_H_

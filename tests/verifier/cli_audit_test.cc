@@ -26,6 +26,7 @@ namespace {
 
 using ::ptd::testing::ConformancePath;
 using ::ptd::testing::DataPath;
+using ::ptd::testing::Count;
 using ::ptd::testing::RunCommand;
 using ::ptd::testing::TempDir;
 using ::testing::AllOf;
@@ -43,15 +44,6 @@ std::string Verify(const std::string& args) {
 }
 std::string Load(const std::string& args) {
   return "timeout 20 " + std::string(PTD_LOAD_BINARY) + " " + args;
-}
-
-size_t Count(const std::string& haystack, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos;
-       at = haystack.find(needle, at + 1)) {
-    ++n;
-  }
-  return n;
 }
 
 // A sparse file of `size` bytes starting with `head`.

@@ -13,6 +13,7 @@ namespace ptd {
 namespace {
 
 using ::ptd::testing::ConformancePath;
+using ::ptd::testing::Count;
 using ::ptd::testing::RunCommand;
 using ::ptd::testing::TempDir;
 using ::testing::HasSubstr;
@@ -60,15 +61,6 @@ TEST(CliTest, UnreadableFilesExitTwo) {
   EXPECT_EQ(parsed["errors"][0]["rule"], "I1");
   EXPECT_EQ(parsed["errors"][0]["file"], "/nonexistent/x.ptd");
   EXPECT_EQ(parsed["errors"][0]["code"], "NOT_FOUND");
-}
-
-size_t Count(const std::string& haystack, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos;
-       at = haystack.find(needle, at + 1)) {
-    ++n;
-  }
-  return n;
 }
 
 TEST(CliTest, MissingFileErrorIsPrintedOnce) {
