@@ -47,7 +47,9 @@ std::string ByteSize(const json& v) {
       x /= 1024;
       ++u;
     }
-    absl::StrAppend(&out, absl::StrFormat(x < 10 ? " (%.1f %s)" : " (%.0f %s)", x, kUnits[u]));
+    // Each format a literal: absl checks it at compile time (clang insists).
+    absl::StrAppend(&out, x < 10 ? absl::StrFormat(" (%.1f %s)", x, kUnits[u])
+                                 : absl::StrFormat(" (%.0f %s)", x, kUnits[u]));
   }
   return out;
 }
