@@ -12,6 +12,7 @@
 //     ComputeExtent fails (G1) or needs more than the bytes given (G2).
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,7 +87,11 @@ void Run(const uint8_t* data, size_t size) {
     } else {
       w.value.sizes = w.properties.shape;
       w.value.strides = w.properties.stride;
-      if (!w.value.sizes.empty()) w.value.sizes.back() += 1;
+      if (!w.value.sizes.empty()) {
+        // Another last size than the original's, without overflowing.
+        int64_t& last = w.value.sizes.back();
+        last = last == std::numeric_limits<int64_t>::max() ? last - 1 : last + 1;
+      }
     }
     w.properties.offset = in.Small();
     const uint64_t ss = in.Take(2);
