@@ -144,16 +144,17 @@ absl::Status Transfer::Complete(const ReadPlan& plan, const ReadItem& item) {
   }
   if (!options_.progress) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(progress_mu_);
-  if (cancelled_) return absl::CancelledError("cancelled");
+  if (cancelled_) return cancel_status_;
   for (uint32_t i = 0; i < item.num_pieces; ++i) {
     done_bytes_ += plan.pieces[item.first_piece + i].nbytes;
   }
   if (!options_.progress(done_bytes_, total_bytes_)) {
+    cancel_status_ = Fail(plan, item, "cancelled",
+                          absl::CancelledError(absl::StrCat(
+                              "the progress callback stopped the load at ", done_bytes_,
+                              " of ", total_bytes_, " bytes")));
     cancelled_ = true;
-    return Fail(plan, item, "cancelled",
-                absl::CancelledError(absl::StrCat("the progress callback stopped the load at ",
-                                                  done_bytes_, " of ", total_bytes_,
-                                                  " bytes")));
+    return cancel_status_;
   }
   return absl::OkStatus();
 }

@@ -108,6 +108,10 @@ class Transfer {
   std::mutex progress_mu_;
   uint64_t done_bytes_ = 0;         // Guarded by progress_mu_.
   std::atomic<bool> cancelled_{false};
+  // Why the load was cancelled, naming the storage (guarded by
+  // progress_mu_): every reader that finds the load cancelled returns it,
+  // so whichever reports first, the error says where it stopped.
+  absl::Status cancel_status_;
   std::atomic<int64_t> first_complete_ns_{-1};
   std::atomic<uint64_t> reads_{0}, bytes_read_{0}, copies_{0};
   double copy_s_ = 0, wait_s_ = 0;  // Caller thread only.
