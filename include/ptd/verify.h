@@ -38,9 +38,10 @@ struct VerifyOptions {
   // first N of the container's segments and keys and of each manifest's
   // weights, and gives the totals as "segment_count" and "named_data_count"
   // (in "ptd") and "weight_count" (in each manifest) where a list is cut
-  // short; each listed key then carries its segment's "file_offset". For a readable report
-  // that prints N rows: the rest is never built. Verification, its errors
-  // and warnings, and any digests are the same either way.
+  // short. Each listed key then carries its segment's "file_offset", and
+  // each listed weight the "segment_size" behind its key. For a readable
+  // report that prints N rows: the rest is never built. Verification, its
+  // errors and warnings, and any digests are the same either way.
   size_t list_limit = 0;
 };
 

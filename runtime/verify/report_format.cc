@@ -294,7 +294,9 @@ std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
           {Str(w["fqn"]), std::string(ScalarTypeName(w["dtype"].get<int64_t>())),
            Dims(w["sizes"]), Dims(w["strides"]), Num(w["storage_offset"]),
            Str(w["storage_key"]), Num(w["required_nbytes"]),
-           Num(SegmentSizeOf(segment_sizes, w["storage_key"])), Num(w["storage_nbytes"]),
+           Num(w.contains("segment_size") ? w["segment_size"]
+                                          : SegmentSizeOf(segment_sizes, w["storage_key"])),
+           Num(w["storage_nbytes"]),
            w.contains("sha256") ? (w["sha256"].is_null() ? "-" : Str(w["sha256"])) : "",
            WeightNotes(w)});
     }

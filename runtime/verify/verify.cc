@@ -156,8 +156,8 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
                 const Container* c, const std::string& source,
                 const VerifyOptions& options, Report* report,
                 std::optional<std::string>* io_error) {
-  // Ten members here; ptd-load adds loaded, sha256, materialized_sha256.
-  json j = Object(13);
+  // Eleven members here; ptd-load adds loaded, sha256, materialized_sha256.
+  json j = Object(14);
   j["fqn"] = e.fqn;
   j["storage_key"] = e.storage_key;
   j["dtype"] = e.dtype;
@@ -170,6 +170,13 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
     j["required_nbytes"] = w->extent->required_nbytes;
   } else {
     j["required_nbytes"] = nullptr;
+  }
+  // A cut-short report may not list the weight's key: the size of the
+  // segment behind it is given here instead.
+  if (c != nullptr && w != nullptr && w->named != nullptr &&
+      Listed(c->named_data().size(), options) < c->named_data().size()) {
+    const auto size = c->SegmentSize(*w->named);
+    j["segment_size"] = size ? json(*size) : json(nullptr);
   }
   // SPEC section 2: no stored bytes, so never a digest.
   j["runtime_owned"] = e.runtime_owned();

@@ -1,10 +1,12 @@
 // VerifyOptions::list_limit: a readable report of tens of thousands of keys
 // builds only the rows it prints, and says exactly what the full one says.
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ptd/manifest.h"
 #include "ptd/verify.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
@@ -45,7 +47,7 @@ TEST(ReportListTest, ALimitedReportListsTheFirstRowsAndTheTotals) {
   EXPECT_EQ(cut.json["manifests"][0]["weights"].size(), 7u);
   EXPECT_EQ(cut.json["manifests"][0]["weight_count"], 120);
   // The rows it lists are the full report's first rows (keys with their
-  // segment's file offset).
+  // segment's file offset, weights with the size of the segment behind them).
   for (size_t i = 0; i < 7; ++i) {
     nlohmann::ordered_json key = cut.json["ptd"]["named_data"][i];
     const auto seg = key["segment_index"].get<size_t>();
@@ -56,8 +58,10 @@ TEST(ReportListTest, ALimitedReportListsTheFirstRowsAndTheTotals) {
     key.erase("file_offset");
     EXPECT_EQ(key, full.json["ptd"]["named_data"][i]) << i;
     EXPECT_EQ(cut.json["ptd"]["segments"][i], full.json["ptd"]["segments"][i]) << i;
-    EXPECT_EQ(cut.json["manifests"][0]["weights"][i], full.json["manifests"][0]["weights"][i])
-        << i;
+    nlohmann::ordered_json weight = cut.json["manifests"][0]["weights"][i];
+    EXPECT_EQ(weight["segment_size"], 16) << i;  // The segment behind its key.
+    weight.erase("segment_size");
+    EXPECT_EQ(weight, full.json["manifests"][0]["weights"][i]) << i;
   }
   EXPECT_EQ(cut.json["errors"], full.json["errors"]);
   EXPECT_EQ(cut.json["warnings"], full.json["warnings"]);
@@ -72,6 +76,32 @@ TEST(ReportListTest, ALimitedReportListsTheFirstRowsAndTheTotals) {
   // Fewer rows than it lists: the summary rows still count from the totals.
   EXPECT_THAT(FormatText(cut, TextOptions{.max_rows = 3}),
               HasSubstr("... and 117 more weights; --all lists them"));
+}
+
+// Weights listed in the reverse order of their keys: the first weights'
+// keys are not among the listed keys, and the table still gives their
+// segment sizes (from each weight's "segment_size").
+TEST(ReportListTest, WeightsWhoseKeysAreNotListedKeepTheirSegmentSizes) {
+  TempDir dir;
+  const testing::TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(30, 16));
+  auto manifest = ParseManifest(testing::ReadFileBytes(m.manifest));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::reverse(manifest->entries.begin(), manifest->entries.end());
+  auto bytes = EncodeManifest(*manifest);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  testing::WriteFileBytes(m.manifest, *bytes);
+
+  VerifyOptions o = Options(m);
+  const VerifyOutcome full = RunVerify(o);
+  o.list_limit = 5;
+  const VerifyOutcome cut = RunVerify(o);
+  ASSERT_EQ(full.exit_code(), 0) << FormatText(full);
+  const auto& first = cut.json["manifests"][0]["weights"][0];
+  EXPECT_EQ(first["fqn"], full.json["manifests"][0]["weights"][0]["fqn"]);
+  EXPECT_EQ(first["segment_size"], 16);
+  EXPECT_FALSE(full.json["manifests"][0]["weights"][0].contains("segment_size"));
+  EXPECT_EQ(FormatText(cut, TextOptions{.max_rows = 5}),
+            FormatText(full, TextOptions{.max_rows = 5}));
 }
 
 TEST(ReportListTest, ALimitAtOrOverTheCountListsEverything) {
