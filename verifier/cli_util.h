@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,10 @@ namespace ptd::cli {
 // it ran out of memory (std::bad_alloc, std::length_error) or when stdout
 // could not be written ("write error: No space left on device").
 int RunGuarded(const char* program, const std::function<int()>& body);
+
+// Rows of each table in a readable report unless --all is given; the
+// verification builds no more than it prints (VerifyOptions::list_limit).
+inline constexpr size_t kReportRows = 50;
 
 // Moves `value` to the heap and never frees it: a report of 100,000 weights
 // takes about as long to take apart node by node as to build, and the tool

@@ -193,9 +193,9 @@ int Main(int argc, char** argv) {
   if (!manifest->empty()) vo.manifest_path = paths.manifest = manifest->as<std::string>();
   if (!pte->empty()) vo.pte_path = paths.pte = pte->as<std::string>();
   if (!sm_opt->empty()) vo.sm = sm;
-  // The readable report (of a file that fails) prints 50 rows of each table;
-  // --json and the digests below go through every weight.
-  if (!json_out && !digest && !all_rows) vo.list_limit = 50;
+  // The readable report (of a file that fails) prints kReportRows of each
+  // table; --json and the digests below go through every weight.
+  if (!json_out && !digest && !all_rows) vo.list_limit = ptd::cli::kReportRows;
   const auto verify_t0 = std::chrono::steady_clock::now();
   ptd::VerifyOutcome& outcome = ptd::cli::KeepUntilExit(ptd::RunVerify(vo));
   // Verified once: every load below reads from this bundle.
@@ -215,7 +215,8 @@ int Main(int argc, char** argv) {
       std::cerr << "ptd-load: " << ptd::FormatText(outcome);
     } else {
       ptd::cli::WriteOut(
-          ptd::FormatText(outcome, ptd::TextOptions{.max_rows = all_rows ? 0 : size_t{50}}));
+          ptd::FormatText(outcome, ptd::TextOptions{
+                                 .max_rows = all_rows ? 0 : ptd::cli::kReportRows}));
     }
     return outcome.exit_code();
   }

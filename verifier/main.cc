@@ -20,9 +20,6 @@
 
 namespace {
 
-// Rows of each table in the readable report (--all: every row).
-constexpr size_t kRows = 50;
-
 int Main(int argc, char** argv) {
   ptd::VerifyOptions options;
   bool json_out = false;
@@ -104,8 +101,8 @@ int Main(int argc, char** argv) {
     bar.Start("digests", ptd::cli::ProgressBar::kItems);
     options.digest_progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
   }
-  // The readable report prints 50 rows of each table: the rest is not built.
-  if (!json_out && !all_rows) options.list_limit = kRows;
+  // The readable report prints kReportRows of each table: no more is built.
+  if (!json_out && !all_rows) options.list_limit = ptd::cli::kReportRows;
   const ptd::VerifyOutcome& outcome = ptd::cli::KeepUntilExit(ptd::RunVerify(options));
   bar.Erase();
   // An unreadable input is said once: on stderr, beside the JSON object (which
@@ -121,7 +118,8 @@ int Main(int argc, char** argv) {
     std::cerr << "ptd-verify: " << ptd::FormatText(outcome);
   } else {
     ptd::cli::WriteOut(
-        ptd::FormatText(outcome, ptd::TextOptions{.max_rows = all_rows ? 0 : kRows}));
+        ptd::FormatText(outcome, ptd::TextOptions{
+                                 .max_rows = all_rows ? 0 : ptd::cli::kReportRows}));
   }
   return outcome.exit_code();
 }
