@@ -228,7 +228,9 @@ int Main(int argc, char** argv) {
   if (show_progress) {
     lo.progress = [&bar](uint64_t done, uint64_t total) { return bar.Update(done, total); };
   }
-  std::optional<ptd::LoadedWeights> loaded;
+  // The last load is left to process exit, as the outcome is.
+  std::optional<ptd::LoadedWeights>& loaded =
+      ptd::cli::KeepUntilExit(std::optional<ptd::LoadedWeights>());
   std::vector<double> totals;
   for (int i = 0; i < repeat; ++i) {
     loaded.reset();  // One load's memory at a time.

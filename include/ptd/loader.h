@@ -132,7 +132,7 @@ struct LoadStats {
 
 // One stored storage in memory. Names are views into the LoadedWeights.
 struct LoadedStorage {
-  std::vector<std::string_view> keys;  // Every loaded key that names it.
+  absl::Span<const std::string_view> keys;  // Every loaded key that names it.
   uint64_t nbytes = 0;
   DeviceKind device = DeviceKind::kHost;
   bool host_accessible = true;         // data() can be read by the host.
@@ -232,6 +232,7 @@ class LoadedWeights {
   // Names and dims the views point into: sized once, never reallocated.
   std::unique_ptr<char[]> names_;
   std::unique_ptr<int64_t[]> dims_;
+  std::unique_ptr<std::string_view[]> storage_keys_;  // LoadedStorage::keys.
   std::vector<std::string_view> sources_;
   absl::flat_hash_map<std::string_view, uint32_t> by_fqn_;  // First manifest's.
   absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn_;

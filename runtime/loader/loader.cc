@@ -33,6 +33,9 @@ double Since(Clock::time_point t) {
 struct ManifestRef {
   std::string source;
   const Manifest* manifest;
+  // The resolver's weights, parallel to manifest->entries; null when the
+  // manifest was not resolved against the loader's container.
+  const std::vector<ResolvedWeight>* resolved = nullptr;
 };
 
 // The variant library that a library-local constant belongs to: the
@@ -68,6 +71,7 @@ class LoaderAccess {
  public:
   static absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests,
                                             bool all_keys, const ByteSource& source,
+                                            const Container* container,
                                             std::shared_ptr<Device> device,
                                             const LoadOptions& options,
                                             Clock::time_point start, double verify_s);
@@ -78,13 +82,22 @@ namespace {
 
 // Storage requests, deduplicated per (segment or key, destination). Keys
 // are views into strings that outlive the load (the manifests, the source's
-// key list).
+// key list, the container).
+//
+// With the container behind the source, keys are found through its entries
+// (the resolver's, or one index lookup) and deduplicated in arrays indexed
+// by entry and by segment: no hashing per weight. Otherwise through the
+// source's Locate and Size, with hash maps.
 class StoragePlanner {
  public:
-  explicit StoragePlanner(const ByteSource& source) : source_(source) {}
+  StoragePlanner(const ByteSource& source, const Container* container)
+      : source_(source), container_(container) {}
 
   // The storage for `key` in destination group `group`; adds it on first use.
   absl::StatusOr<uint32_t> Add(std::string_view key, int group) {
+    if (container_ != nullptr) {
+      if (const NamedDataEntry* e = container_->Find(key)) return Add(*e, group);
+    }
     auto& by_key = by_key_[group];
     if (auto it = by_key.find(key); it != by_key.end()) return it->second;
     const std::optional<ByteSource::Location> loc = source_.Locate(key);
@@ -98,22 +111,69 @@ class StoragePlanner {
     if (fresh) {
       PTD_ASSIGN_OR_RETURN(const uint64_t size, source_.Size(key));
       jobs.push_back(internal::StorageJob{.key = key, .nbytes = size, .location = loc});
-      keys.emplace_back();
       groups.push_back(group);
     }
-    keys[index].push_back(key);
+    key_refs.push_back({index, key});
     by_key.emplace(key, index);
     return index;
   }
 
+  // The storage behind `named`, an entry of the container given at
+  // construction (REQUIRES: one was).
+  absl::StatusOr<uint32_t> Add(const NamedDataEntry& named, int group) {
+    const std::vector<Segment>& segments = container_->segments();
+    if (named.segment_index >= segments.size() || !segments[named.segment_index].in_bounds) {
+      // Not readable; the source's own lookup reports why.
+      PTD_RETURN_IF_ERROR(source_.Size(named.key).status());
+      return absl::NotFoundError(
+          absl::StrCat(source_.name(), ": no readable key '", Sv(named.key), "'"));
+    }
+    std::vector<uint32_t>& by_entry = by_entry_[group];
+    std::vector<uint32_t>& by_segment = by_segment_index_[group];
+    if (by_entry.empty()) {
+      by_entry.assign(container_->named_data().size(), kNone);
+      by_segment.assign(segments.size(), kNone);
+    }
+    const size_t entry = static_cast<size_t>(&named - container_->named_data().data());
+    if (by_entry[entry] != kNone) return by_entry[entry];
+    uint32_t& index = by_segment[named.segment_index];
+    if (index == kNone) {
+      index = static_cast<uint32_t>(jobs.size());
+      jobs.push_back(internal::StorageJob{
+          .key = named.key,
+          .nbytes = segments[named.segment_index].size,
+          .location = ByteSource::Location{
+              .segment = named.segment_index,
+              .offset = container_->SegmentFileOffset(named.segment_index)}});
+      groups.push_back(group);
+    }
+    key_refs.push_back({index, named.key});
+    by_entry[entry] = index;
+    return index;
+  }
+
+  void Reserve(size_t n) {
+    jobs.reserve(n);
+    groups.reserve(n);
+    key_refs.reserve(n);
+  }
+
+  struct KeyRef {
+    uint32_t job;
+    std::string_view key;
+  };
   std::vector<internal::StorageJob> jobs;
-  std::vector<std::vector<std::string_view>> keys;  // Per job.
-  std::vector<int> groups;                          // Per job: 0 device, 1 host.
+  std::vector<int> groups;        // Per job: 0 device, 1 host.
+  std::vector<KeyRef> key_refs;   // Every distinct (key, group), in first-use order.
 
  private:
+  static constexpr uint32_t kNone = ~uint32_t{0};
   const ByteSource& source_;
+  const Container* container_;
   absl::flat_hash_map<std::string_view, uint32_t> by_key_[2];
   absl::flat_hash_map<uint64_t, uint32_t> by_segment_[2];
+  std::vector<uint32_t> by_entry_[2];          // Container entry -> job.
+  std::vector<uint32_t> by_segment_index_[2];  // Segment -> job.
 };
 
 // A runtime-owned entry, listed rather than loaded.
@@ -153,6 +213,7 @@ class NameArena {
 
 absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> manifests,
                                                  bool all_keys, const ByteSource& source,
+                                                 const Container* container,
                                                  std::shared_ptr<Device> device,
                                                  const LoadOptions& options,
                                                  Clock::time_point start, double verify_s) {
@@ -171,12 +232,13 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   // CPU weights go to host memory: the device itself when it is the host.
   const bool device_is_host = device->kind() == DeviceKind::kHost;
 
-  StoragePlanner planner(source);
+  StoragePlanner planner(source, container);
   std::vector<std::string> all;  // The source's keys, without a manifest.
   std::vector<Selected> selected;
   std::vector<Owned> owned;
   if (all_keys) {
     all = source.Keys();
+    planner.Reserve(all.size());
     for (const std::string& key : all) PTD_RETURN_IF_ERROR(planner.Add(key, 0).status());
   } else {
     // Variants: the capability decides; a single untargeted variant wins.
@@ -202,7 +264,14 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
       out.chosen_.push_back(chosen);
       const bool filter_constants = chosen && variants.size() > 1;
       selected.reserve(selected.size() + m.manifest->entries.size());
-      for (const WeightEntry& e : m.manifest->entries) {
+      planner.Reserve(selected.capacity());
+      const std::vector<ResolvedWeight>* resolved =
+          container != nullptr && m.resolved != nullptr &&
+                  m.resolved->size() == m.manifest->entries.size()
+              ? m.resolved
+              : nullptr;
+      for (size_t ei = 0; ei < m.manifest->entries.size(); ++ei) {
+        const WeightEntry& e = m.manifest->entries[ei];
         if (e.runtime_owned()) {
           // Never planned: no storage lookup, no read, no allocation.
           if (wanted.contains(e.fqn)) {
@@ -231,7 +300,9 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
         }
         if (!wanted.empty()) found.insert(e.fqn);
         const int group = (e.device_type == 0 && !device_is_host) ? 1 : 0;
-        PTD_ASSIGN_OR_RETURN(const uint32_t s, planner.Add(e.storage_key, group));
+        const NamedDataEntry* named = resolved ? (*resolved)[ei].named : nullptr;
+        PTD_ASSIGN_OR_RETURN(const uint32_t s, named ? planner.Add(*named, group)
+                                                     : planner.Add(e.storage_key, group));
         const auto elem = ElementSize(e.dtype);
         if (!elem) {
           return absl::InvalidArgumentError(
@@ -322,9 +393,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   // The result's names and dims, each in one buffer.
   size_t name_bytes = 0, num_dims = 0;
   for (const ManifestRef& m : manifests) name_bytes += m.source.size();
-  for (const auto& ks : planner.keys) {
-    for (std::string_view k : ks) name_bytes += k.size();
-  }
+  for (const StoragePlanner::KeyRef& k : planner.key_refs) name_bytes += k.key.size();
   for (const Selected& w : selected) {
     name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
     num_dims += w.entry->sizes.size() + w.entry->strides.size();
@@ -336,15 +405,24 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   NameArena names(name_bytes);
   out.dims_.reset(new int64_t[std::max<size_t>(num_dims, 1)]);
   for (const ManifestRef& m : manifests) out.sources_.push_back(names.Add(m.source));
+  // Each storage's keys, in first-use order, grouped by storage in one array.
+  std::vector<uint32_t> key_start(jobs.size() + 1, 0);
+  for (const StoragePlanner::KeyRef& k : planner.key_refs) ++key_start[k.job + 1];
+  for (size_t i = 0; i < jobs.size(); ++i) key_start[i + 1] += key_start[i];
+  out.storage_keys_.reset(new std::string_view[std::max<size_t>(planner.key_refs.size(), 1)]);
+  {
+    std::vector<uint32_t> fill(key_start.begin(), key_start.end() - 1);
+    for (const StoragePlanner::KeyRef& k : planner.key_refs) {
+      out.storage_keys_[fill[k.job]++] = names.Add(k.key);
+    }
+  }
   out.storages_.resize(jobs.size());
-  out.by_key_.reserve(jobs.size());
+  out.by_key_.reserve(planner.key_refs.size());
   for (uint32_t i = 0; i < jobs.size(); ++i) {
     LoadedStorage& s = out.storages_[i];
-    s.keys.reserve(planner.keys[i].size());
-    for (std::string_view k : planner.keys[i]) {
-      s.keys.push_back(names.Add(k));
-      out.by_key_.try_emplace(s.keys.back(), i);
-    }
+    s.keys = absl::MakeConstSpan(out.storage_keys_.get() + key_start[i],
+                                 key_start[i + 1] - key_start[i]);
+    for (std::string_view k : s.keys) out.by_key_.try_emplace(k, i);
     s.nbytes = jobs[i].nbytes;
     const bool host_group = planner.groups[i] == 1;
     s.device = host_group ? DeviceKind::kHost : device->kind();
@@ -353,7 +431,9 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   }
   out.weights_.reserve(selected.size());
   out.by_fqn_.reserve(selected.size());
-  out.by_source_fqn_.reserve(selected.size());
+  // Find(source, fqn) uses by_fqn_ when there is one manifest.
+  const bool by_source = manifests.size() > 1;
+  if (by_source) out.by_source_fqn_.reserve(selected.size());
   int64_t* dims = out.dims_.get();
   const auto copy_dims = [&](const std::vector<int64_t>& v) {
     std::copy(v.begin(), v.end(), dims);
@@ -382,7 +462,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
              static_cast<uint64_t>(w.storage_offset) * w.element_size;
     const auto index = static_cast<uint32_t>(out.weights_.size());
     out.by_fqn_.try_emplace(w.fqn, index);
-    out.by_source_fqn_.try_emplace(std::make_pair(sel.manifest, w.fqn), index);
+    if (by_source) out.by_source_fqn_.try_emplace(std::make_pair(sel.manifest, w.fqn), index);
     out.weights_.push_back(w);
   }
   out.runtime_owned_.reserve(owned.size());
@@ -428,6 +508,7 @@ const LoadedWeight* LoadedWeights::Find(std::string_view fqn) const {
 const LoadedWeight* LoadedWeights::Find(std::string_view source, std::string_view fqn) const {
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     if (sources_[i] != source) continue;
+    if (sources_.size() == 1) return Find(fqn);
     auto it = by_source_fqn_.find(std::make_pair(i, fqn));
     return it == by_source_fqn_.end() ? nullptr : &weights_[it->second];
   }
@@ -481,8 +562,17 @@ absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
   }
   const std::unique_ptr<ByteSource> source = MakeContainerByteSource(*c, std::move(data));
   std::vector<ManifestRef> refs;
-  for (const SourcedManifest& m : bundle.manifests()) refs.push_back({m.source, &m.manifest});
-  return LoaderAccess::Load(refs, refs.empty(), *source, std::move(device), options, start, 0);
+  for (const SourcedManifest& m : bundle.manifests()) {
+    ManifestRef ref{m.source, &m.manifest};
+    if (bundle.weights()) {
+      for (const ResolvedManifest& r : bundle.weights()->manifests()) {
+        if (r.manifest == &m.manifest) ref.resolved = &r.weights;
+      }
+    }
+    refs.push_back(std::move(ref));
+  }
+  return LoaderAccess::Load(refs, refs.empty(), *source, c, std::move(device), options, start,
+                            0);
 }
 
 absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
@@ -523,14 +613,16 @@ absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
     return absl::Status(first.code(), absl::StrCat(source.name(), ": ", first.message()));
   }
   const ManifestRef ref{"manifest", &m};
-  return LoaderAccess::Load(absl::MakeConstSpan(&ref, 1), false, source, std::move(device),
+  return LoaderAccess::Load(absl::MakeConstSpan(&ref, 1), false, source, nullptr,
+                            std::move(device),
                             options, start, Since(start));
 }
 
 absl::StatusOr<LoadedWeights> LoadAllKeys(const ByteSource& source,
                                           std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
-  return LoaderAccess::Load({}, true, source, std::move(device), options, Clock::now(), 0);
+  return LoaderAccess::Load({}, true, source, nullptr, std::move(device), options,
+                            Clock::now(), 0);
 }
 
 }  // namespace ptd

@@ -187,6 +187,55 @@ TEST_P(LoaderConformanceTest, AsyncDeviceGetsExpectedBytes) {
   ExpectLoadsCase(Case(GetParam()), Target::kAsync);
 }
 
+// The loader plans a bundle's storages through the resolver's container
+// entries (arrays by entry and segment, no key hashing) and a ByteSource's
+// through key lookups. Both must give the same storages, keys and weights,
+// also with CPU weights in a second (host) group.
+void ExpectBothPlansAgree(const json& tc, Target target) {
+  if (tc["kind"] == "container" || tc.contains("via") || !tc.contains("manifest")) return;
+  const std::string ptd = ConformancePath(tc["ptd"]);
+  const std::string manifest = ConformancePath(tc["manifest"]);
+  auto by_entry = LoadWeights(BundlePaths{.ptd = ptd, .manifest = manifest}, MakeDevice(target));
+  ASSERT_TRUE(by_entry.ok()) << by_entry.status();
+  auto container = Container::Open(OpenPreadFile(ptd).value()).value();
+  const auto source = MakeContainerByteSource(*container);
+  const std::vector<uint8_t> bytes = ::ptd::testing::ReadFileBytes(manifest);
+  auto by_key = LoadWeights(bytes, *source, MakeDevice(target));
+  ASSERT_TRUE(by_key.ok()) << by_key.status();
+  ASSERT_EQ(by_entry->storages().size(), by_key->storages().size());
+  for (size_t i = 0; i < by_key->storages().size(); ++i) {
+    const LoadedStorage& a = by_entry->storages()[i];
+    const LoadedStorage& b = by_key->storages()[i];
+    EXPECT_EQ(std::vector<std::string_view>(a.keys.begin(), a.keys.end()),
+              std::vector<std::string_view>(b.keys.begin(), b.keys.end()))
+        << "storage " << i;
+    EXPECT_EQ(a.nbytes, b.nbytes) << "storage " << i;
+    EXPECT_EQ(a.device, b.device) << "storage " << i;
+    for (std::string_view k : a.keys) EXPECT_EQ(by_entry->FindStorage(k), &a) << k;
+  }
+  ASSERT_EQ(by_entry->weights().size(), by_key->weights().size());
+  for (size_t i = 0; i < by_key->weights().size(); ++i) {
+    const LoadedWeight& a = by_entry->weights()[i];
+    const LoadedWeight& b = by_key->weights()[i];
+    EXPECT_EQ(a.fqn, b.fqn);
+    EXPECT_EQ(a.storage, b.storage) << a.fqn;
+    EXPECT_EQ(a.device, b.device) << a.fqn;
+    EXPECT_EQ(static_cast<uint8_t*>(a.data) -
+                  static_cast<uint8_t*>(by_entry->storage(a).buffer.data()),
+              static_cast<uint8_t*>(b.data) -
+                  static_cast<uint8_t*>(by_key->storage(b).buffer.data()))
+        << a.fqn;
+    EXPECT_EQ(by_entry->Find("manifest", a.fqn), &a);
+  }
+  EXPECT_EQ(by_entry->stats().reused, by_key->stats().reused);
+  EXPECT_EQ(by_entry->stats().bytes, by_key->stats().bytes);
+}
+
+TEST_P(LoaderConformanceTest, BundleAndByteSourcePlansAgree) {
+  ExpectBothPlansAgree(Case(GetParam()), Target::kHost);
+  ExpectBothPlansAgree(Case(GetParam()), Target::kFakeCuda);
+}
+
 std::vector<std::string> Cases(bool ok) {
   std::vector<std::string> names;
   for (const auto& tc : ConformanceCases()) {
