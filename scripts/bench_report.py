@@ -23,7 +23,18 @@ import time
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 NEAR_CEILING = 0.8       # "near its ceiling": the loader's target ratio.
-VERIFY_TARGET_MS = 100.0  # Verify/100000 p50.
+VERIFY_TARGET_MS = 30.0   # Verify/100000 p50 (issue 19).
+LINEAR_GROWTH = 1.5       # Most per-weight growth from 1k to 100k weights (issue 19).
+FIRST_WEIGHT_MS = 40.0    # Time to first weight on the 1 KiB set (issue 19).
+# Per set: (the yardstick, the target ratio of ours to it). Issue 19: many
+# small storages against the warm-pread ceiling, big ones against the
+# fault-free read; other sets keep "near the warm-pread ceiling".
+SET_TARGETS = {
+    "1KiB": ("Ceiling/pread_warm", 0.5),
+    "4MiB": ("Ceiling/pread_warm_reused", 0.65),
+    "xfmr": ("Ceiling/pread_warm_reused", 0.65),
+}
+PHASES = ("verify_ms", "plan_ms", "alloc_ms", "read_ms", "finish_ms", "free_ms")
 SET_ORDER = ["1KiB", "64KiB", "4MiB", "xfmr"]
 SET_STORAGE = {"1KiB": 1024, "64KiB": 64 << 10, "4MiB": 4 << 20}
 
@@ -149,8 +160,7 @@ def table(r):
                 speed = f"{fmt(a)}x" + (f" / {fmt(m)}x" if m else "") if a else "-"
             notes = []
             if case.startswith("Loader"):
-                notes.append("verify {} / plan {} / alloc {} / read {} ms".format(
-                    *(fmt(b.get(k)) for k in ("verify_ms", "plan_ms", "alloc_ms", "read_ms"))))
+                notes.append(" / ".join(f"{k[:-3]} {fmt(b.get(k))}" for k in PHASES if b.get(k) is not None) + " ms")
             if b.get("extrapolated"):
                 notes.append(f"sampled {int(b['sampled_keys'])} of {int(b['keys'])} keys, time scaled to all")
             if b.get("label"):
@@ -184,28 +194,36 @@ def targets(r, verify_names):
     for s in r.sets:
         name = f"Loader/host_warm/{s}"
         b = r.rows[name]
-        ratio = r.ratio(name, f"Ceiling/pread_warm/{s}")
+        yard, want = SET_TARGETS.get(s, ("Ceiling/pread_warm", NEAR_CEILING))
+        ratio = r.ratio(name, f"{yard}/{s}")
         if ratio is None:
             continue
-        ph = {k: b.get(k) or 0 for k in ("verify_ms", "plan_ms", "alloc_ms", "read_ms")}
+        yard_short = yard.split("/")[1]
+        ph = {k: b.get(k) or 0 for k in PHASES}
         total = b.get("p50_ms") or 0
-        if ratio >= NEAR_CEILING:
-            ff = r.ratio(name, f"Ceiling/pread_warm_reused/{s}")
-            lines.append(f"- met: host loader, {s}, warm: {fmt(ratio)}x its warm-pread ceiling (target >= {NEAR_CEILING}x)"
-                         + (f"; {fmt(ff)}x the fault-free read into reused memory (a load into fresh memory also pays the first-touch faults that read does not)" if ff else "") + ".")
+        if ratio >= want:
+            lines.append(f"- met: host loader, {s}, warm: {fmt(ratio)}x `{yard_short}` (target >= {want}x).")
         else:
             top = max(ph, key=ph.get)
-            ceil_ms = r.get(f"Ceiling/pread_warm/{s}", "p50_ms") or float("nan")
+            ceil_ms = r.get(f"{yard}/{s}", "p50_ms") or float("nan")
             storages = int(b.get("storages") or 0)
+            before = ph["verify_ms"] + ph["plan_ms"] + ph["alloc_ms"]
             lines.append(
-                f"- **missed**: host loader, {s}, warm: {fmt(ratio)}x its warm-pread ceiling (target >= {NEAR_CEILING}x). "
-                f"Measured reason (p50 phases of {fmt(total)} ms): verify {fmt(ph['verify_ms'])}, plan {fmt(ph['plan_ms'])}, "
-                f"alloc {fmt(ph['alloc_ms'])}, read {fmt(ph['read_ms'])} ms; the largest is {top[:-3]}. "
-                f"The ceiling reads the same bytes in {fmt(ceil_ms)} ms (one buffer, 4 MiB preads, one thread). "
-                f"Before its first read the loader spends {fmt(ph['verify_ms'] + ph['plan_ms'] + ph['alloc_ms'])} ms "
-                f"(verify + plan + alloc) on {storages} storages, {fmt((ph['verify_ms'] + ph['plan_ms'] + ph['alloc_ms']) / ceil_ms)}x "
-                f"the ceiling's whole time; its read phase ({int(b.get('reads') or 0)} reads into fresh memory) takes "
-                f"{fmt(ph['read_ms'] / ceil_ms)}x the ceiling's time.")
+                f"- **missed**: host loader, {s}, warm: {fmt(ratio)}x `{yard_short}` (target >= {want}x). "
+                f"Measured reason (p50 phases of {fmt(total)} ms): "
+                + ", ".join(f"{k[:-3]} {fmt(v)}" for k, v in ph.items()) + f" ms; the largest is {top[:-3]}. "
+                f"`{yard_short}` reads the same bytes in {fmt(ceil_ms)} ms (one buffer, 4 MiB preads, one thread"
+                + (", into pre-faulted memory" if yard_short == "pread_warm_reused" else "") + "). "
+                f"Before its first read the loader spends {fmt(before)} ms (verify + plan + alloc) on {storages} storages, "
+                f"{fmt(before / ceil_ms)}x that whole time; its read phase ({int(b.get('reads') or 0)} reads into fresh memory) "
+                f"takes {fmt(ph['read_ms'] / ceil_ms)}x it; finish (the result's names and lookup tables) and free "
+                f"(the verified bundle freed before LoadWeights returns) add {fmt(ph['finish_ms'] + ph['free_ms'])} ms.")
+        if s == "1KiB" and b.get("first_weight_ms") is not None:
+            fw = b["first_weight_ms"]
+            lines.append(f"- {'met' if fw < FIRST_WEIGHT_MS else '**missed**'}: time to first weight on {s}, warm: "
+                         f"{fmt(fw)} ms (target < {FIRST_WEIGHT_MS:.0f} ms)"
+                         + ("." if fw < FIRST_WEIGHT_MS else
+                            f": verify {fmt(ph['verify_ms'])} + plan {fmt(ph['plan_ms'])} + alloc {fmt(ph['alloc_ms'])} ms come first."))
     by_n = {int(n.split("/")[1]): r.rows[n] for n in verify_names}
     if 100000 in by_n:
         p50 = by_n[100000]["p50_ms"]
@@ -219,10 +237,10 @@ def targets(r, verify_names):
     if len(by_n) >= 2:
         lo, hi = min(by_n), max(by_n)
         growth = by_n[hi]["ns_per_weight"] / by_n[lo]["ns_per_weight"]
-        ok = growth <= 2.0
+        ok = growth <= LINEAR_GROWTH
         steps = ", ".join(f"{fmt(by_n[n]['ns_per_weight'])} at {n:,}" for n in sorted(by_n))
         lines.append(f"- {'met' if ok else '**missed**'}: linear scaling: ns per weight {steps} weights: "
-                     f"{fmt(growth)}x per weight from {lo:,} to {hi:,} (linear is 1x; this page counts <= 2x as linear)."
+                     f"{fmt(growth)}x per weight from {lo:,} to {hi:,} (linear is 1x; the target is <= {LINEAR_GROWTH}x)."
                      + ("" if ok else " Per-weight growth of each part, timed separately, from "
                         f"{lo:,} to {hi:,}: " + ", ".join(
                             f"{part} {fmt((by_n[hi].get(k) or 0) / hi / ((by_n[lo].get(k) or float('nan')) / lo))}x"

@@ -53,6 +53,7 @@ json TimingsJson(const ptd::LoadTimings& t, uint64_t bytes) {
   return json{{"verify_s", t.verify_s},   {"plan_s", t.plan_s},
               {"allocate_s", t.allocate_s}, {"read_s", t.read_s},
               {"copy_s", t.copy_s},       {"wait_s", t.wait_s},
+              {"finish_s", t.finish_s},
               {"total_s", t.total_s},     {"first_weight_s", t.first_weight_s},
               {"gbps", GBps(bytes, t.total_s)}, {"read_gbps", GBps(bytes, t.read_s)}};
 }
@@ -395,10 +396,10 @@ int Main(int argc, char** argv) {
       ptd::cli::Plural(st.bytes_read, "byte", "bytes"), ", ",
       ptd::cli::Plural(st.copies, "copy", "copies"), "\n");
   absl::StrAppend(&out, absl::StrFormat(
-      "  verify %s, plan %s, allocate %s, read %s (copy %s, wait %s); total %s, first weight "
-      "%s; %.2f GB/s (%.2f GB/s in the read phase)\n",
+      "  verify %s, plan %s, allocate %s, read %s (copy %s, wait %s), finish %s; total %s, "
+      "first weight %s; %.2f GB/s (%.2f GB/s in the read phase)\n",
       Ms(t.verify_s), Ms(t.plan_s), Ms(t.allocate_s), Ms(t.read_s), Ms(t.copy_s),
-      Ms(t.wait_s), Ms(t.total_s), Ms(t.first_weight_s), GBps(st.bytes, t.total_s),
+      Ms(t.wait_s), Ms(t.finish_s), Ms(t.total_s), Ms(t.first_weight_s), GBps(st.bytes, t.total_s),
       GBps(st.bytes, t.read_s)));
   if (repeat > 1) {
     absl::StrAppend(&out, absl::StrFormat("  %d loads: median %s (%.2f GB/s), best %s (%.2f GB/s)\n",

@@ -106,6 +106,10 @@ class Container {
   // The named-data entry with `key`, or nullptr. O(1).
   const NamedDataEntry* Find(std::string_view key) const;
 
+  // True when Find finds every entry under its own key: each key decoded
+  // (C8) and appears once (C6).
+  bool AllKeysIndexed() const { return index_.size() == named_data_.size(); }
+
   // Size of the segment behind `entry`, or nullopt when its index is bad (C7).
   std::optional<uint64_t> SegmentSize(const NamedDataEntry& entry) const;
 

@@ -111,6 +111,8 @@ struct LoadTimings {
   double read_s = 0;
   double copy_s = 0;
   double wait_s = 0;
+  // After the reads: the result's names, dims and lookup tables.
+  double finish_s = 0;
   double total_s = 0;
   // From the start until the first storage was complete in memory.
   double first_weight_s = 0;

@@ -63,6 +63,7 @@ class Report {
 
   // Appends every diagnostic of `other`.
   void Merge(const Report& other);
+  void Merge(Report&& other);  // Moves other's diagnostics.
 
  private:
   std::vector<Diagnostic> errors_;

@@ -266,7 +266,7 @@ class Weights(Mapping):
 
     @property
     def timings(self) -> "dict[str, float]":
-        """Seconds per phase: verify_s, plan_s, allocate_s, read_s, copy_s, wait_s,
+        """Seconds per phase: verify_s, plan_s, allocate_s, read_s, copy_s, wait_s, finish_s,
         total_s, first_weight_s."""
         return self._w.timings
 

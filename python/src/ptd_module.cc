@@ -303,6 +303,7 @@ class Weights {
     d["read_s"] = t.read_s;
     d["copy_s"] = t.copy_s;
     d["wait_s"] = t.wait_s;
+    d["finish_s"] = t.finish_s;
     d["total_s"] = t.total_s;
     d["first_weight_s"] = t.first_weight_s;
     return d;

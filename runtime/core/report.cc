@@ -1,6 +1,7 @@
 #include "ptd/report.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,15 @@ void Report::Merge(const Report& other) {
   errors_.insert(errors_.end(), other.errors_.begin(), other.errors_.end());
   warnings_.insert(warnings_.end(), other.warnings_.begin(),
                    other.warnings_.end());
+}
+
+void Report::Merge(Report&& other) {
+  errors_.insert(errors_.end(), std::make_move_iterator(other.errors_.begin()),
+                 std::make_move_iterator(other.errors_.end()));
+  warnings_.insert(warnings_.end(), std::make_move_iterator(other.warnings_.begin()),
+                   std::make_move_iterator(other.warnings_.end()));
+  other.errors_.clear();
+  other.warnings_.clear();
 }
 
 absl::Status ToStatus(const Diagnostic& d) {

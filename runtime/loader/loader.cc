@@ -389,6 +389,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   PTD_RETURN_IF_ERROR(st);
   out.timings_.read_s = Since(read_t0);
   transfer.AddTo(&out.stats_, &out.timings_);
+  const auto finish_t0 = Clock::now();
 
   // The result's names and dims, each in one buffer.
   size_t name_bytes = 0, num_dims = 0;
@@ -495,6 +496,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   out.stats_.weights = out.weights_.size();
   out.stats_.storages = out.storages_.size();
   out.stats_.bytes = total_bytes;
+  out.timings_.finish_s = Since(finish_t0);
   out.timings_.total_s = Since(start);
   if (out.timings_.first_weight_s == 0) out.timings_.first_weight_s = out.timings_.total_s;
   return out;

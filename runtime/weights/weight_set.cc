@@ -40,12 +40,33 @@ class Resolver {
         file_(container ? container->path() : std::string()),
         referenced_(container ? container->named_data().size() : 0),
         key_owners_(container ? container->named_data().size() : 0),
-        reach_(container ? container->segments().size() : 0) {}
+        reach_(container ? container->segments().size() : 0),
+        all_keys_indexed_(container != nullptr && container->AllKeysIndexed()) {}
 
   // Sizes the table of keys not in a container for `entries` entries in all
   // (no rehashing while resolving).
   void Reserve(size_t entries) {
     if (container_ == nullptr) owners_.reserve(entries);
+  }
+
+  // The container entry of `key`. Exporters write the manifest's entries in
+  // the order of the container's keys, so the entry after the last one
+  // found is tried first: a sequential walk over the key list instead of a
+  // random probe of the index per entry (memory latency, not hashing, is
+  // what a lookup costs at 100,000 keys). Same result as Container::Find:
+  // keys are unique (C6), and a duplicated key is found through the index.
+  const NamedDataEntry* FindKey(std::string_view key) {
+    const std::vector<NamedDataEntry>& named = container_->named_data();
+    if (next_guess_ < named.size() && named[next_guess_].key == key) {
+      const NamedDataEntry* e = &named[next_guess_];
+      if (all_keys_indexed_ || container_->Find(key) == e) {
+        ++next_guess_;
+        return e;
+      }
+    }
+    const NamedDataEntry* e = container_->Find(key);
+    if (e != nullptr) next_guess_ = Index(e) + 1;
+    return e;
   }
 
   // Every check of one entry of the manifest `in`. With a container the
@@ -55,7 +76,7 @@ class Resolver {
     ResolvedWeight w{.entry = &e, .runtime_owned = e.runtime_owned()};
     const NamedDataEntry* named = nullptr;
     if (container_ != nullptr && !e.storage_key.empty()) {
-      named = container_->Find(e.storage_key);
+      named = FindKey(e.storage_key);
       // A malformed entry still references its key (no X3 for it).
       if (named != nullptr) referenced_[Index(named)] = true;
     }
@@ -325,6 +346,8 @@ class Resolver {
   // G4's first owners of keys not in a container (or without one).
   absl::flat_hash_map<std::string_view, KeyOwner> owners_;
   std::vector<Reach> reach_;
+  bool all_keys_indexed_ = false;  // Then FindKey's try needs no index check.
+  size_t next_guess_ = 0;          // FindKey's first try.
 };
 
 }  // namespace

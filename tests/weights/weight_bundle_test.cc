@@ -2,11 +2,14 @@
 // manifests (standalone or from a .pte) and the resolved weights.
 #include "ptd/weight_bundle.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ptd/manifest.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -44,6 +47,62 @@ TEST(WeightBundleTest, TakesManifestsFromEveryCudaDelegateOfAPte) {
   ASSERT_NE(b->program(), nullptr);
   ASSERT_FALSE(b->manifests().empty());
   EXPECT_THAT(b->manifests()[0].source, HasSubstr("pte:"));
+}
+
+// A manifest of `n` weights (float32 4x4, keys "k<i>") with weight 0's fqn
+// given twice (M6: weight 1 is named "w0" too).
+std::vector<uint8_t> ManifestWithDuplicateFqn(size_t n) {
+  Manifest m;
+  m.variants.push_back(Variant{.target_sm = 90, .so_blob_key = "aoti_cuda_blob"});
+  for (size_t i = 0; i < n; ++i) {
+    m.entries.push_back(WeightEntry{.fqn = "w" + std::to_string(i),
+                                    .storage_key = "k" + std::to_string(i),
+                                    .storage_nbytes = 64,
+                                    .dtype = 6,
+                                    .sizes = {4, 4},
+                                    .strides = {4, 1}});
+  }
+  std::vector<uint8_t> bytes = EncodeManifest(m).value();  // It refuses M6.
+  // Weight 1's fqn "w1" (length-prefixed) becomes "w0".
+  const std::string w1("\x02\x00\x00\x00w1", 6);
+  auto at = std::search(bytes.begin(), bytes.end(), w1.begin(), w1.end());
+  EXPECT_NE(at, bytes.end());
+  if (at != bytes.end()) at[5] = '0';
+  return bytes;
+}
+
+// A large manifest is decoded on a thread beside the container; the
+// diagnostics come out as when the two run one after the other: the
+// container's first, then the manifest's, then resolution's. Both sizes
+// (one below the threshold, one above) give the same rules in that order.
+TEST(WeightBundleTest, DiagnosticsKeepTheirOrderWhenTheManifestIsDecodedBeside) {
+  ::ptd::testing::TempDir dir;
+  for (size_t n : {size_t{4}, size_t{8000}}) {
+    SCOPED_TRACE(n);
+    const std::vector<uint8_t> bytes = ManifestWithDuplicateFqn(n);
+    EXPECT_EQ(bytes.size() >= (256u << 10), n > 4);
+    const std::string manifest = dir.File("m" + std::to_string(n) + ".manifest");
+    ::ptd::testing::WriteFileBytes(manifest, bytes);
+    for (bool use_mmap : {false, true}) {
+      auto sources = OpenBundleSources(BundlePaths{
+          .ptd = ConformancePath("files/c12_segment_past_data_region.ptd"),
+          .manifest = manifest,
+          .use_mmap = use_mmap});
+      ASSERT_TRUE(sources.ok()) << sources.status();
+      Report report;
+      const WeightBundle b = WeightBundle::Verify(*sources, &report);
+      ASSERT_NE(b.container(), nullptr);
+      ASSERT_EQ(b.manifests().size(), 1u);
+      EXPECT_EQ(b.manifests()[0].manifest.entries.size(), n);
+      std::vector<std::string> rules;
+      for (const Diagnostic& d : report.errors()) {
+        if (rules.empty() || rules.back() != d.rule) rules.push_back(d.rule);
+      }
+      ASSERT_GE(rules.size(), 3u);
+      EXPECT_EQ(rules[0], "C4");
+      EXPECT_EQ(rules[1], "M6");
+    }
+  }
 }
 
 TEST(WeightBundleTest, ContainerAloneHasNoWeights) {
