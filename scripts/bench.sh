@@ -59,6 +59,9 @@ render() {
   mode=$(cat "$out/mode")
   mapfile -t notes <"$out/notes.txt"
   for n in "${notes[@]}"; do note_args+=(--note "$n"); done
+  # The page this run replaces, kept at the run's start: its summary is
+  # listed as "before".
+  if [[ -f $out/before.md ]]; then note_args+=(--before "$out/before.md"); fi
   for j in "$out"/suite-*.json "$out"/upstream-*.json "$out"/verify.json "$out"/cuda.json; do
     if [[ -f $j ]]; then jsons+=("$j"); fi
   done
@@ -91,7 +94,8 @@ cmake --build "$build" --parallel "$(nproc)" "${build_args[@]}"
 
 data=${PTD_BENCH_DIR:-$build/bench-data}
 mkdir -p "$data" "$out"
-rm -f "$out"/*.json "$out"/mode "$out"/notes.txt "$out"/commit "$out"/date
+rm -f "$out"/*.json "$out"/mode "$out"/notes.txt "$out"/commit "$out"/date "$out"/before.md
+if [[ -f $root/bench/results/$machine.md ]]; then cp "$root/bench/results/$machine.md" "$out/before.md"; fi
 # The commit measured, kept for --report-only.
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then

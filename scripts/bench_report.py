@@ -354,6 +354,41 @@ def headline(r):
     return "\n".join(out)
 
 
+def before_after(before_page, r):
+    """Rows of an earlier page's summary (its own run) beside this run's, per set."""
+    text = open(before_page).read()
+    run = re.search(r"^Run: (.*?)\.?$", text, re.M)
+    old = {}
+    in_summary = False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            in_summary = line.strip() == "## Summary"
+            continue
+        if in_summary and line.startswith("| ") and not line.startswith("| set") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            old[cells[0]] = cells[1:]
+    if not old:
+        return []
+    new = {}
+    for line in headline(r).splitlines():
+        if line.startswith("| ") and not line.startswith("| set") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            new[cells[0]] = cells[1:]
+    cols = ["warm GB/s", "x warm-pread ceiling", "x fault-free read", "x upstream (file)", "cold GB/s",
+            "x cold-read ceiling", "first weight ms (warm)"]
+    out = ["## Before and after", "",
+           f"Before: the previous page of this machine ({run.group(1) if run else 'its run line is missing'}); "
+           "after: this run. Each from one run of the suite; the machine is shared, so compare ratios (each "
+           "taken within its own run) rather than absolute figures.", "",
+           "| set | | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for s in sorted(set(old) | set(new), key=lambda x: list(new).index(x) if x in new else 99):
+        for label, row in (("before", old.get(s)), ("after", new.get(s))):
+            cells = (row or ["-"] * len(cols))[:len(cols)]
+            cells += ["-"] * (len(cols) - len(cells))
+            out.append(f"| {s} | {label} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -363,6 +398,7 @@ def main():
     ap.add_argument("--note", action="append", default=[])
     ap.add_argument("--commit", help="the commit measured (default: HEAD now)")
     ap.add_argument("--date", help="when it was measured (default: now)")
+    ap.add_argument("--before", help="an earlier page of this machine: its summary is listed beside this run's")
     ap.add_argument("json", nargs="+")
     a = ap.parse_args()
 
@@ -404,7 +440,8 @@ def main():
         page.append(f"- {n}")
     page += ["", "## Model sets (written by CudaWeightWriter, cached in the data directory)", ""] + sets_desc + [
         "", "## Summary", "", headline(r), "",
-        "## Targets and misses", "", targets(r, vnames), "",
+        "## Targets and misses", "", targets(r, vnames), ""] + (
+        before_after(a.before, r) if a.before and os.path.exists(a.before) else []) + [
         "## All cases", "",
         "GB/s is the distinct stored bytes of the set (what our loader moves) over the p50 time; upstream copies "
         "a segment once per key that names it (fused QKV, tied embeddings), so on `xfmr` it moves more bytes "
@@ -440,8 +477,10 @@ def main():
         page += ["## Verification alone", "",
                  "`WeightBundle::Open` (pread) of a .ptd + manifest of N float32 4x4 weights, one 64-byte storage each, warm. "
                  "Its parts were timed again separately in each repetition (`Container::Open` of the .ptd, `ParseManifest`, "
-                 "`WeightSet::Open`, the resolution: X*, G*): their p50s show where the time goes; their sum can differ from "
-                 "the whole's p50 (separate runs on a noisy machine).", "",
+                 "`WeightSet::Open`, the resolution: X*, G*): their p50s show where the time goes. Their sum exceeds "
+                 "the whole's p50: `WeightBundle::Open` decodes a manifest of 256 KiB or more on a second thread "
+                 "while it verifies the container, so those two overlap (and the parts are separate runs on a "
+                 "noisy machine).", "",
                  vt, ""]
     page += ["## CUDA device", "", f"`ptd_cuda_bench` (pinned H2D ceiling, upstream-style cudaMalloc per storage, the loader's device path): {cstat}.", ""]
     page += ctable + ([""] if ctable else [])
