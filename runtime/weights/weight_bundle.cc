@@ -107,34 +107,32 @@ void WeightBundle::CheckLibraryKeys(Report* report) const {
 
 WeightBundle WeightBundle::Verify(const BundleSources& sources, Report* report) {
   WeightBundle b;
-  if (sources.ptd && sources.manifest &&
-      sources.manifest->size() >= kDecodeManifestOnAThreadBytes) {
-    // Independent until resolution: the manifest is decoded on a thread of
-    // its own while the container is verified. Its diagnostics follow the
-    // container's, as when run one after the other.
-    // What the thread throws (std::bad_alloc) is rethrown here, as if the
-    // decode had run on this thread.
-    Report manifest_report;
-    std::exception_ptr thrown;
-    std::thread manifest_thread([&] {
-      try {
-        b.ReadManifestFile(*sources.manifest, &manifest_report);
-      } catch (...) {
-        thrown = std::current_exception();
-      }
-    });
-    try {
-      b.container_ = Container::Verify(sources.ptd, report);
-    } catch (...) {
-      manifest_thread.join();
-      throw;
+  // Independent until resolution: a large manifest is decoded on a thread
+  // of its own while the container is verified. Its diagnostics follow the
+  // container's, as when run one after the other, and what the thread
+  // throws (std::bad_alloc) is rethrown here.
+  const bool beside = sources.ptd && sources.manifest &&
+                      sources.manifest->size() >= kDecodeManifestOnAThreadBytes;
+  Report manifest_report;
+  std::exception_ptr thrown;
+  {
+    std::jthread manifest_thread;  // Joined at the end of this block.
+    if (beside) {
+      manifest_thread = std::jthread([&] {
+        try {
+          b.ReadManifestFile(*sources.manifest, &manifest_report);
+        } catch (...) {
+          thrown = std::current_exception();
+        }
+      });
     }
-    manifest_thread.join();
-    if (thrown) std::rethrow_exception(thrown);
-    report->Merge(std::move(manifest_report));
-  } else {
     if (sources.ptd) b.container_ = Container::Verify(sources.ptd, report);
-    if (sources.manifest) b.ReadManifestFile(*sources.manifest, report);
+  }
+  if (thrown) std::rethrow_exception(thrown);
+  if (beside) {
+    report->Merge(std::move(manifest_report));
+  } else if (sources.manifest) {
+    b.ReadManifestFile(*sources.manifest, report);
   }
   if (sources.pte) b.ReadProgram(sources.pte, report);
   b.CheckLibraryKeys(report);
