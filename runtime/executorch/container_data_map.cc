@@ -82,6 +82,20 @@ Result<const EtTensorLayout> ContainerDataMap::get_tensor_layout(
     std::string_view key) const {
   const NamedDataEntry* e = container_->Find(key);
   if (e == nullptr || !e->layout.has_value()) return Error::NotFound;
+  // C8 holds, so the one layout ExecuTorch's TensorLayout::create refuses is a
+  // zero-byte one whose sizes before the 0 multiply past 64 bits: create
+  // checks each partial product, where C8 (and PyTorch's numel) gives 0.
+  uint64_t product = 1;
+  for (int32_t d : e->layout->sizes) {
+    if (__builtin_mul_overflow(product, static_cast<uint64_t>(d), &product)) {
+      ET_LOG(Error,
+             "get_tensor_layout: key '%.*s': ExecuTorch's TensorLayout refuses "
+             "its %zu sizes (their running product overflows 64 bits before "
+             "a size 0)",
+             static_cast<int>(key.size()), key.data(), e->layout->sizes.size());
+      return Error::InvalidArgument;
+    }
+  }
   // The spans point into the container's decoded entries, which live as long
   // as the container.
   return EtTensorLayout::create(

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -108,6 +109,40 @@ TEST_F(ContainerDataMapTest, LayoutOfKeyWithoutLayoutIsNotFoundUpstreamSegfaults
   // Same on the synthetic file.
   const auto child2 = RunInChild([&] { (void)this->up().get_tensor_layout("raw"); });
   EXPECT_TRUE(child2.signaled);
+}
+
+// C8 gives a layout with a size 0 zero bytes whatever the other sizes are, as
+// PyTorch's numel does. ExecuTorch's TensorLayout::create multiplies the sizes
+// in order and refuses a partial product that overflows 64 bits, so upstream
+// answers InvalidArgument for such a key; so does the map (the fuzzer found
+// the difference). Its bytes stay readable.
+TEST(ContainerDataMapLayoutTest, ZeroSizeAfterOverflowingSizesIsRefusedLikeUpstream) {
+  PtdWriter w;
+  const int32_t big = INT32_MAX;
+  ASSERT_TRUE(w.Add("late_zero", {}, 1, FloatLayout({big, big, big, 0})).ok());
+  ASSERT_TRUE(w.Add("early_zero", {}, 1, FloatLayout({0, big, big, big})).ok());
+  TempDir dir;
+  const std::string path = dir.File("z.ptd");
+  ASSERT_TRUE(w.Write(path).ok());
+  auto ours = ContainerDataMap::OpenFile(path);
+  ASSERT_TRUE(ours.ok()) << ours.status();  // C8 holds for both.
+  auto up = UpstreamMap::Open(path);
+  ASSERT_TRUE(up->map.has_value()) << ErrorName(up->error);
+
+  EXPECT_EQ((*ours)->get_tensor_layout("late_zero").error(), Error::InvalidArgument);
+  EXPECT_EQ(up->map->get_tensor_layout("late_zero").error(), Error::InvalidArgument);
+  auto a = (*ours)->get_tensor_layout("early_zero");
+  auto b = up->map->get_tensor_layout("early_zero");
+  ASSERT_TRUE(a.ok()) << ErrorName(a.error());
+  ASSERT_TRUE(b.ok()) << ErrorName(b.error());
+  EXPECT_EQ(a->nbytes(), 0u);
+  EXPECT_EQ(b->nbytes(), 0u);
+  for (const char* key : {"late_zero", "early_zero"}) {
+    SCOPED_TRACE(key);
+    auto data = (*ours)->get_data(key);
+    ASSERT_TRUE(data.ok()) << ErrorName(data.error());
+    EXPECT_EQ(data->size(), 0u);
+  }
 }
 
 TEST_F(ContainerDataMapTest, AbsentKeyIsNotFoundEverywhere) {

@@ -7,7 +7,10 @@
 //     at Open(), before the runtime sees a byte of it;
 //   - lookups are O(1) (a hash index; upstream scans the keys linearly);
 //   - get_tensor_layout() answers Error::NotFound for a key stored without a
-//     layout (XNNPACK and CUDA weights), where upstream dereferences null;
+//     layout (XNNPACK and CUDA weights), where upstream dereferences null.
+//     Like upstream, it answers Error::InvalidArgument for a zero-byte layout
+//     whose sizes before the 0 multiply past 64 bits (C8 accepts it: its
+//     element count is 0; ExecuTorch's TensorLayout::create does not);
 //   - get_data() hands out zero-copy views of the mapping (a heap copy from
 //     a pread source); each buffer keeps the container alive, so it may
 //     outlive the map;
