@@ -238,7 +238,7 @@ void BM_ReadFilePopulated(benchmark::State& state, const ModelSet& m) {
   const int fd = ::open(m.ptd.c_str(), O_RDONLY | O_CLOEXEC);
   Check(fd >= 0, "open " + m.ptd);
   const uint64_t len = m.file_bytes - m.data_begin;
-  HostDevice device;
+  HostDevice device(HostMemoryOptions{.populate = Populate::kOnAllocate});
   Samples samples;
   std::vector<double> populate;
   for (auto _ : state) {

@@ -123,6 +123,14 @@ class Device {
   virtual absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(
       absl::Span<const size_t> sizes);
 
+  // For a host-accessible device: [p, p + n) is about to be written through
+  // host pointers (the loader calls it before each direct read). Every page
+  // of the range must overlap a buffer this device returned; the bytes there
+  // are left as they are. HostDevice pre-faults the range (see
+  // HostMemoryOptions::populate); ResourceExhausted when the memory is not
+  // there. The default does nothing.
+  virtual absl::Status PrepareWrite(void* p, size_t n);
+
   // Host memory for staging copies (page-locked where that matters). A
   // device may cache and reuse freed staging blocks across loads.
   virtual absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) = 0;

@@ -42,6 +42,7 @@ struct FaultPlan {
   uint64_t fail_staging = 0;
   uint64_t fail_copy = 0;
   uint64_t fail_wait = 0;
+  uint64_t fail_prepare = 0;  // PrepareWrite calls.
   // What a failing call returns.
   absl::Status status = absl::ResourceExhaustedError("injected fault");
   // Overrides the wrapped device's host_accessible() when set.
@@ -56,6 +57,8 @@ struct FaultCounts {
   uint64_t staging_allocations = 0;
   uint64_t copies = 0;
   uint64_t waits = 0;
+  uint64_t prepares = 0;             // PrepareWrite calls, failed ones included.
+  uint64_t prepared_bytes = 0;
   uint64_t live_staging_bytes = 0;   // Staging bytes handed out, not freed.
   uint64_t peak_live_staging_bytes = 0;
   uint64_t live_allocations = 0;     // Device blocks handed out, not freed.
@@ -79,6 +82,8 @@ class FaultDevice final : public Device {
   bool host_accessible() const override;
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override;
+  // Counts, fails the plan's call, else forwards to the wrapped device.
+  absl::Status PrepareWrite(void* p, size_t n) override;
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
   absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
                                                size_t nbytes) override;

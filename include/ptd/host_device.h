@@ -5,10 +5,13 @@
 //
 // Fresh memory without the fault tax: an AllocateMany block of at least
 // HostMemoryOptions::huge_min_bytes is an anonymous mapping aligned to
-// 2 MiB, pre-faulted before it is returned (MADV_POPULATE_WRITE, Linux
-// 5.14+, on several threads; on older kernels one write per page), so that
-// the reads that follow copy into resident memory instead of taking a
-// fault per 4 KiB page inside each read. It is backed by transparent huge
+// 2 MiB. Its pages are pre-faulted (MADV_POPULATE_WRITE, Linux 5.14+; on
+// older kernels one write per page) so that the reads that fill it copy
+// into resident memory instead of taking a fault per 4 KiB page inside each
+// read: by default range by range, as PrepareWrite is called just before
+// each read (on the reader's thread, so the first weight does not wait for
+// the whole block), or all at once before AllocateMany returns
+// (Populate::kOnAllocate, on several threads). It is backed by transparent huge
 // pages (MADV_HUGEPAGE) when HostMemoryOptions::huge_pages says so; kAuto
 // asks for them only where THP is on ("always"/"madvise") and a huge-page
 // fault never stalls on compaction (defrag "defer" or "never"): measured
@@ -38,14 +41,22 @@ enum class HugePages {
   kOff,   // 4 KiB pages.
 };
 
+// When HostDevice pre-faults memory that is about to be written.
+enum class Populate {
+  kBeforeWrite,  // PrepareWrite pre-faults the range it is given.
+  kOnAllocate,   // AllocateMany pre-faults a mapped block before returning
+                 // it; PrepareWrite does nothing.
+  kOff,          // Never: pages fault in as they are first written.
+};
+
 struct HostMemoryOptions {
-  // AllocateMany blocks at least this large are mapped, 2 MiB-aligned, and
-  // pre-faulted; smaller ones come from the heap.
+  // AllocateMany blocks at least this large are mapped, 2 MiB-aligned;
+  // smaller ones come from the heap.
   size_t huge_min_bytes = size_t{8} << 20;
   HugePages huge_pages = HugePages::kAuto;
-  // Pre-fault mapped blocks before returning them.
-  bool populate = true;
-  // Threads that pre-fault one block (the calling thread included).
+  Populate populate = Populate::kBeforeWrite;
+  // Threads that pre-fault one block for kOnAllocate (the calling thread
+  // included).
   size_t populate_threads = 4;
 };
 
@@ -78,6 +89,12 @@ class HostDevice final : public Device {
   // one allocation per buffer.
   absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(
       absl::Span<const size_t> sizes) override;
+  // Populate::kBeforeWrite: faults the range's pages in for writing
+  // (MADV_POPULATE_WRITE); on a kernel without it, one write of 0 per page
+  // that lies wholly inside the range (pages it shares with a neighbour are
+  // left to fault in as the read writes them). ResourceExhausted (ENOMEM)
+  // when the memory is not there.
+  absl::Status PrepareWrite(void* p, size_t n) override;
   // Ordinary (pageable) host memory.
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
   // Synchronous memcpy; the ticket is already complete.

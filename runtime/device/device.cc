@@ -25,6 +25,8 @@ absl::StatusOr<std::vector<DeviceBuffer>> Device::AllocateMany(
   return out;
 }
 
+absl::Status Device::PrepareWrite(void* /*p*/, size_t /*n*/) { return absl::OkStatus(); }
+
 absl::StatusOr<std::vector<CopyTicket>> Device::CopyManyToDeviceAsync(
     absl::Span<const CopyRequest> requests) {
   std::vector<CopyTicket> tickets;

@@ -81,6 +81,20 @@ absl::StatusOr<DeviceBuffer> FaultDevice::Allocate(size_t nbytes) {
   return Wrap(*std::move(b), /*staging=*/false);
 }
 
+absl::Status FaultDevice::PrepareWrite(void* p, size_t n) {
+  uint64_t count;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    count = ++shared_->counts.prepares;
+    shared_->counts.prepared_bytes += n;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (count == plan_.fail_prepare) return plan_.status;
+  }
+  return inner_->PrepareWrite(p, n);
+}
+
 absl::StatusOr<HostBuffer> FaultDevice::AllocateStaging(size_t nbytes) {
   uint64_t n;
   absl::Status fail;

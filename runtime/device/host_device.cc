@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <fstream>
 #include <thread>
@@ -48,6 +49,10 @@ bool Prefault(uint8_t* p, size_t n) {
   return true;
 }
 
+// Whether madvise(MADV_POPULATE_WRITE) works here; cleared at the first
+// EINVAL (a kernel before 5.14), so that later calls skip the syscall.
+std::atomic<bool> populate_write_works{true};
+
 // Prefaults on up to `threads` threads, in huge-page-aligned pieces.
 bool PrefaultParallel(uint8_t* p, size_t n, size_t threads) {
   const size_t pages = (n + kHugePage - 1) / kHugePage;
@@ -65,6 +70,29 @@ bool PrefaultParallel(uint8_t* p, size_t n, size_t threads) {
   ok[0] = Prefault(p, std::min(per, n)) ? 1 : 0;
   for (std::thread& w : workers) w.join();
   return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
+}
+
+// Faults in the pages of [p, p + n) for writing without changing a byte:
+// MADV_POPULATE_WRITE over every page the range touches; without it, one
+// write of 0 per page that lies wholly inside the range (its bytes are the
+// caller's to overwrite; a page shared with a neighbour may be being written
+// by another thread). False on ENOMEM.
+bool PrefaultRange(uint8_t* p, size_t n) {
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = begin + n;
+  if (populate_write_works.load(std::memory_order_relaxed)) {
+    const uintptr_t lo = begin / kPage * kPage;
+    const uintptr_t hi = (end + kPage - 1) / kPage * kPage;
+    if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) == 0) return true;
+    if (errno != EINVAL) return false;
+    populate_write_works.store(false, std::memory_order_relaxed);
+  }
+  for (uintptr_t page = (begin + kPage - 1) / kPage * kPage; page + kPage <= end;
+       page += kPage) {
+    *reinterpret_cast<volatile uint8_t*>(page) = 0;
+  }
+  return true;
 }
 
 }  // namespace
@@ -118,10 +146,15 @@ std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
   if (aligned > start) ::munmap(start, static_cast<size_t>(aligned - start));
   const size_t tail = static_cast<size_t>((start + size + kHugePage) - (aligned + size));
   if (tail > 0) ::munmap(aligned + size, tail);
+  // Advice: failure is harmless. kOff keeps 4 KiB pages where THP is
+  // "always" too.
   if (UsesHugePages(options_)) {
-    (void)::madvise(aligned, size, MADV_HUGEPAGE);  // Advice: failure is harmless.
+    (void)::madvise(aligned, size, MADV_HUGEPAGE);
+  } else if (options_.huge_pages == HugePages::kOff) {
+    (void)::madvise(aligned, size, MADV_NOHUGEPAGE);
   }
-  if (options_.populate && !PrefaultParallel(aligned, size, options_.populate_threads)) {
+  if (options_.populate == Populate::kOnAllocate &&
+      !PrefaultParallel(aligned, size, options_.populate_threads)) {
     ::munmap(aligned, size);
     return nullptr;
   }
@@ -215,6 +248,15 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
     out.emplace_back(std::shared_ptr<void>(block, p), p, sizes[i]);
   }
   return out;
+}
+
+absl::Status HostDevice::PrepareWrite(void* p, size_t n) {
+  if (options_.populate != Populate::kBeforeWrite || n == 0) return absl::OkStatus();
+  if (!PrefaultRange(static_cast<uint8_t*>(p), n)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host: out of memory faulting in ", n, " bytes to write"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<HostBuffer> HostDevice::AllocateStaging(size_t nbytes) {

@@ -371,7 +371,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
       const auto plan = internal::PlanReads(
           jobs, which[0], options.max_read_bytes,
           std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
-      st = transfer.RunDirect(plan);
+      st = transfer.RunDirect(*device, plan);
     } else {
       const uint64_t slot = std::max<uint64_t>(1, options.ring_slot_bytes);
       const auto plan =
@@ -383,7 +383,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     const auto plan = internal::PlanReads(
         jobs, which[1], options.max_read_bytes,
         std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
-    st = transfer.RunDirect(plan);
+    st = transfer.RunDirect(*out.host_device_, plan);
   }
   // On error, `buffers` and the result go here: everything allocated is freed.
   PTD_RETURN_IF_ERROR(st);

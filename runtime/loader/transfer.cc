@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "ptd/status_macros.h"
 #include "runtime/internal/strings.h"
 
 namespace ptd::internal {
@@ -159,7 +160,33 @@ absl::Status Transfer::Complete(const ReadPlan& plan, const ReadItem& item) {
   return absl::OkStatus();
 }
 
-absl::Status Transfer::RunDirect(const ReadPlan& plan) {
+absl::Status Transfer::Prepare(Device& device, const ReadPlan& plan, const ReadItem& item) {
+  // One call per run of destinations that follow each other with less than
+  // a page between them (so every page of the run overlaps a destination):
+  // one call for a packed read of neighbouring storages.
+  constexpr uint64_t kPage = 4096;
+  uint8_t* lo = nullptr;
+  uint8_t* hi = nullptr;
+  const auto flush = [&]() -> absl::Status {
+    if (lo == hi) return absl::OkStatus();
+    absl::Status st = device.PrepareWrite(lo, static_cast<size_t>(hi - lo));
+    if (!st.ok()) return Fail(plan, item, "prepare", st);
+    return absl::OkStatus();
+  };
+  for (uint32_t k = 0; k < item.num_pieces; ++k) {
+    const Piece& p = plan.pieces[item.first_piece + k];
+    if (p.nbytes == 0) continue;
+    uint8_t* begin = storages_[p.storage].dest + p.dst_offset;
+    if (lo == hi || begin < hi || static_cast<uint64_t>(begin - hi) >= kPage) {
+      PTD_RETURN_IF_ERROR(flush());
+      lo = begin;
+    }
+    hi = begin + p.nbytes;
+  }
+  return flush();
+}
+
+absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   if (plan.items.empty()) return absl::OkStatus();
   std::atomic<size_t> next{0};
   std::atomic<bool> stop{false};
@@ -167,24 +194,26 @@ absl::Status Transfer::RunDirect(const ReadPlan& plan) {
   absl::Status error;
   const auto work = [&] {
     std::vector<uint8_t> scratch;  // For packed reads; at most max_read_bytes.
+    const auto read = [&](const ReadItem& item) -> absl::Status {
+      const Piece& first = plan.pieces[item.first_piece];
+      if (item.num_pieces == 1 && first.src_offset == 0 && first.nbytes == item.nbytes) {
+        return Read(plan, item, storages_[first.storage].dest + first.dst_offset);
+      }
+      if (scratch.size() < item.nbytes) scratch.resize(item.nbytes);
+      PTD_RETURN_IF_ERROR(Read(plan, item, scratch.data()));
+      for (uint32_t k = 0; k < item.num_pieces; ++k) {
+        const Piece& p = plan.pieces[item.first_piece + k];
+        std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch.data() + p.src_offset,
+                    p.nbytes);
+      }
+      return absl::OkStatus();
+    };
     while (!stop.load(std::memory_order_relaxed)) {
       const size_t i = next.fetch_add(1);
       if (i >= plan.items.size()) return;
       const ReadItem& item = plan.items[i];
-      absl::Status st;
-      if (item.num_pieces == 1 && plan.pieces[item.first_piece].src_offset == 0 &&
-          plan.pieces[item.first_piece].nbytes == item.nbytes) {
-        const Piece& p = plan.pieces[item.first_piece];
-        st = Read(plan, item, storages_[p.storage].dest + p.dst_offset);
-      } else {
-        if (scratch.size() < item.nbytes) scratch.resize(item.nbytes);
-        st = Read(plan, item, scratch.data());
-        for (uint32_t k = 0; st.ok() && k < item.num_pieces; ++k) {
-          const Piece& p = plan.pieces[item.first_piece + k];
-          std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch.data() + p.src_offset,
-                      p.nbytes);
-        }
-      }
+      absl::Status st = Prepare(device, plan, item);
+      if (st.ok()) st = read(item);
       if (st.ok()) st = Complete(plan, item);
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(error_mu);

@@ -78,9 +78,11 @@ class Transfer {
   Transfer(const ByteSource& source, std::vector<StorageJob>* storages,
            const LoadOptions& options, Clock::time_point start, uint64_t total_bytes);
 
-  // Host-accessible destinations: reads straight into them, packed reads
-  // through a per-thread buffer; `threads` workers, the caller included.
-  absl::Status RunDirect(const ReadPlan& plan);
+  // Destinations `device` made, host-accessible: reads straight into them,
+  // packed reads through a per-thread buffer; `threads` workers, the caller
+  // included. Each read's destinations go to device.PrepareWrite first, on
+  // the reader's thread.
+  absl::Status RunDirect(Device& device, const ReadPlan& plan);
   // Through a ring of staging buffers of `device` (see loader.h): `threads`
   // reader threads fill slots (ring_slots, or threads + 2 when 0) while the
   // calling thread copies each filled slot as one batch and waits on its
@@ -90,6 +92,8 @@ class Transfer {
   void AddTo(LoadStats* stats, LoadTimings* timings) const;
 
  private:
+  // device.PrepareWrite over the item's destinations.
+  absl::Status Prepare(Device& device, const ReadPlan& plan, const ReadItem& item);
   absl::Status Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst);
   // Records the item's bytes as done; a Cancelled error when the progress
   // callback says stop.

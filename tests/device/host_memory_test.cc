@@ -57,8 +57,9 @@ std::string VmFlagsOf(const void* p) {
   return "";
 }
 
-TEST(HostMemoryTest, LargeBlockIsResidentBeforeAnyWrite) {
-  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff});
+TEST(HostMemoryTest, PopulateOnAllocateMakesTheBlockResidentBeforeAnyWrite) {
+  HostDevice device(
+      HostMemoryOptions{.huge_pages = HugePages::kOff, .populate = Populate::kOnAllocate});
   auto got = device.AllocateMany({40 * kMiB, 1000});
   ASSERT_TRUE(got.ok()) << got.status();
   const void* base = (*got)[0].data();
@@ -77,7 +78,8 @@ TEST(HostMemoryTest, AutoAsksForHugePagesOnlyWhereFaultsDoNotCompact) {
 
 TEST(HostMemoryTest, HugePageBlockIsAdvisedAndResidentBeforeAnyWrite) {
   if (!ThpAvailable()) GTEST_SKIP() << "transparent huge pages are 'never' or unknown here";
-  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOn});
+  HostDevice device(
+      HostMemoryOptions{.huge_pages = HugePages::kOn, .populate = Populate::kOnAllocate});
   const std::vector<size_t> sizes = {40 * kMiB, 1000, 24 * kMiB};
   auto got = device.AllocateMany(sizes);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -99,9 +101,41 @@ TEST(HostMemoryTest, HugePageBlockIsAdvisedAndResidentBeforeAnyWrite) {
   EXPECT_EQ(static_cast<const uint8_t*>((*got)[1].data())[999], 0xA5);
 }
 
+// The default leaves population to PrepareWrite, which the loader calls
+// just before each read: it faults in the pages of the range it is given
+// (and of no other), and keeps the bytes already there, including those of
+// a neighbour on a page the range shares.
+TEST(HostMemoryTest, PrepareWriteFaultsInItsRangeAndKeepsTheBytes) {
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff});
+  auto got = device.AllocateMany({32 * kMiB});
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto* base = static_cast<uint8_t*>((*got)[0].data());
+  const long page = ::sysconf(_SC_PAGESIZE);
+  EXPECT_EQ(ResidentPages(base, 32 * kMiB), 0) << "nothing before PrepareWrite";
+  std::memset(base, 0x5A, 100);  // A neighbour's bytes on the first page.
+  ASSERT_TRUE(device.PrepareWrite(base + 100, 8 * kMiB).ok());
+  // [100, 8 MiB + 100) touches 8 MiB / page + 1 pages, the first included.
+  EXPECT_EQ(ResidentPages(base, 32 * kMiB), static_cast<long>(8 * kMiB) / page + 1);
+  EXPECT_EQ(ResidentPages(base + 9 * kMiB, 23 * kMiB), 0) << "beyond the range";
+  for (size_t i = 0; i < 100; ++i) ASSERT_EQ(base[i], 0x5A) << i;
+  for (size_t i = 100; i < 8 * kMiB + 100; i += 4093) ASSERT_EQ(base[i], 0) << i;
+  EXPECT_TRUE(device.PrepareWrite(base, 0).ok());
+}
+
+TEST(HostMemoryTest, PrepareWriteDoesNothingUnlessPopulatingBeforeWrites) {
+  for (Populate p : {Populate::kOff, Populate::kOnAllocate}) {
+    HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff, .populate = p});
+    auto got = device.AllocateMany({16 * kMiB});
+    ASSERT_TRUE(got.ok()) << got.status();
+    const long before = ResidentPages((*got)[0].data(), 16 * kMiB);
+    ASSERT_TRUE(device.PrepareWrite((*got)[0].data(), 4 * kMiB).ok());
+    EXPECT_EQ(ResidentPages((*got)[0].data(), 16 * kMiB), before);
+  }
+}
+
 TEST(HostMemoryTest, WithoutPopulateNothingIsResidentYet) {
   if (!ThpAvailable()) GTEST_SKIP() << "transparent huge pages are 'never' or unknown here";
-  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOn, .populate = false});
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOn, .populate = Populate::kOff});
   auto got = device.AllocateMany({32 * kMiB});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(ResidentPages((*got)[0].data(), 32 * kMiB), 0);
@@ -115,6 +149,7 @@ TEST(HostMemoryTest, TheMappingGoesWithTheLastBuffer) {
     auto got = device.AllocateMany({16 * kMiB, 16 * kMiB});
     ASSERT_TRUE(got.ok()) << got.status();
     base = (*got)[0].data();
+    ASSERT_TRUE(device.PrepareWrite((*got)[0].data(), 16 * kMiB).ok());
     DeviceBuffer keep = std::move((*got)[1]);
     got->clear();
     EXPECT_GT(ResidentPages(base, 16 * kMiB), 0) << "still held by the second buffer";

@@ -1,5 +1,5 @@
 // Failures halfway through a load: every allocation, staging allocation,
-// copy, wait and read index in turn; a file that shrinks during the load; a
+// copy, wait, prepare and read index in turn; a file that shrinks during the load; a
 // cancel. Each gives a clean Status naming the storage and the phase, and
 // leaves nothing allocated (the suite also runs under ASan/LSan and TSan).
 // Three paths: direct reads into host memory, a staging device that copies
@@ -116,6 +116,14 @@ TEST_P(LoaderFaultTest, EveryAllocationCopyAndWaitFailsCleanly) {
   if (staged()) {
     ASSERT_GT(ok.counts.copies, 40u);
     ASSERT_GT(ok.counts.waits, 5u);
+    EXPECT_EQ(ok.counts.prepares, 0u) << "staging buffers are not prepared";
+  } else {
+    // Every direct read's destinations are prepared first: at least every
+    // byte of the storages (runs also span the padding between neighbours).
+    ASSERT_GT(ok.counts.prepares, 3u);
+    uint64_t bytes = 0;
+    for (uint64_t n : FaultSizes()) bytes += n;
+    EXPECT_GE(ok.counts.prepared_bytes, bytes);
   }
   const absl::Status boom = absl::InternalError("injected");
   struct Kind {
@@ -132,6 +140,8 @@ TEST_P(LoaderFaultTest, EveryAllocationCopyAndWaitFailsCleanly) {
        [](uint64_t n, absl::Status s) { return FaultPlan{.fail_copy = n, .status = s}; }},
       {"wait", ok.counts.waits,
        [](uint64_t n, absl::Status s) { return FaultPlan{.fail_wait = n, .status = s}; }},
+      {"prepare", ok.counts.prepares,
+       [](uint64_t n, absl::Status s) { return FaultPlan{.fail_prepare = n, .status = s}; }},
   };
   for (const Kind& k : kinds) {
     for (uint64_t n = 1; n <= k.count; ++n) {
