@@ -147,6 +147,14 @@ TEST_P(LoaderFaultTest, EveryAllocationCopyAndWaitFailsCleanly) {
     for (uint64_t n = 1; n <= k.count; ++n) {
       SCOPED_TRACE(std::string(k.phase) + " #" + std::to_string(n));
       const Loaded r = Load(k.plan(n, boom));
+      if (k.plan(n, boom).fail_prepare != 0 && r.weights.ok()) {
+        // One PrepareWrite covers destinations that lie less than a page
+        // apart, so the number of calls depends on where the heap put the
+        // buffers: this load made fewer than n.
+        EXPECT_LT(r.counts.prepares, n);
+        ASSERT_GT(n, 1u);
+        continue;
+      }
       ASSERT_FALSE(r.weights.ok());
       EXPECT_EQ(r.weights.status().code(), absl::StatusCode::kInternal);
       EXPECT_THAT(r.weights.status().message(), HasSubstr("storage '"));
