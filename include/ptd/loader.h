@@ -21,14 +21,14 @@
 //             the destinations, each read's destinations handed to
 //             Device::PrepareWrite just before it (HostDevice faults their
 //             pages in there, so the first weight does not wait for the
-//             whole allocation to be populated). Otherwise reader threads fill a bounded
-//             ring of staging buffers that the calling thread copies to the
-//             device (CopyToDeviceAsync) and waits on before reuse: host
-//             memory beyond the destinations is the ring plus metadata,
-//             whatever the file size.
-// A failure anywhere (allocation, prepare, read, copy, wait, a file that shrank,
-// cancellation) waits for copies in flight, frees everything the load
-// allocated and returns a Status naming the storage key and the phase.
+//             whole allocation to be populated). Otherwise reader threads
+//             fill a bounded ring of staging buffers that the calling
+//             thread copies to the device (CopyToDeviceAsync) and waits on
+//             before reuse: host memory beyond the destinations is the ring
+//             plus metadata, whatever the file size.
+// A failure anywhere (allocation, prepare, read, copy, wait, a file that
+// shrank, cancellation) waits for copies in flight, frees everything the
+// load allocated and returns a Status naming the storage key and the phase.
 //
 // Weights whose device_type is CPU (0) go to host memory whichever device
 // is chosen (the result keeps a HostDevice for them).
