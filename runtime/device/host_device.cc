@@ -36,22 +36,34 @@ HugePageMode ReadHugePageMode() {
   return HugePageMode::kUnknown;
 }
 
-// Faults in [p, p + n) for writing: MADV_POPULATE_WRITE; on an older kernel
-// (EINVAL), one write per 4 KiB page. False when the memory is not there
-// (ENOMEM): the caller fails the allocation instead of meeting the OOM
-// killer in the reads.
-bool Prefault(uint8_t* p, size_t n) {
-  if (::madvise(p, n, MADV_POPULATE_WRITE) == 0) return true;
-  if (errno != EINVAL) return false;
-  for (size_t off = 0; off < n; off += 4096) {
-    reinterpret_cast<volatile uint8_t*>(p)[off] = 0;  // Fresh memory is zeros.
-  }
-  return true;
-}
-
 // Whether madvise(MADV_POPULATE_WRITE) works here; cleared at the first
 // EINVAL (a kernel before 5.14), so that later calls skip the syscall.
 std::atomic<bool> populate_write_works{true};
+
+// Faults in the pages of [p, p + n) for writing without changing a byte:
+// MADV_POPULATE_WRITE over every page the range touches; without it, one
+// write of 0 per page that lies wholly inside the range (its bytes are the
+// caller's to overwrite; a page shared with a neighbour may be being written
+// by another thread). False when the memory is not there (ENOMEM): the
+// caller fails the allocation or the read instead of meeting the OOM killer
+// in the reads.
+bool Prefault(uint8_t* p, size_t n) {
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = begin + n;
+  if (populate_write_works.load(std::memory_order_relaxed)) {
+    const uintptr_t lo = begin / kPage * kPage;
+    const uintptr_t hi = (end + kPage - 1) / kPage * kPage;
+    if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) == 0) return true;
+    if (errno != EINVAL) return false;
+    populate_write_works.store(false, std::memory_order_relaxed);
+  }
+  for (uintptr_t page = (begin + kPage - 1) / kPage * kPage; page + kPage <= end;
+       page += kPage) {
+    *reinterpret_cast<volatile uint8_t*>(page) = 0;
+  }
+  return true;
+}
 
 // Prefaults on up to `threads` threads, in huge-page-aligned pieces.
 bool PrefaultParallel(uint8_t* p, size_t n, size_t threads) {
@@ -70,29 +82,6 @@ bool PrefaultParallel(uint8_t* p, size_t n, size_t threads) {
   ok[0] = Prefault(p, std::min(per, n)) ? 1 : 0;
   for (std::thread& w : workers) w.join();
   return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
-}
-
-// Faults in the pages of [p, p + n) for writing without changing a byte:
-// MADV_POPULATE_WRITE over every page the range touches; without it, one
-// write of 0 per page that lies wholly inside the range (its bytes are the
-// caller's to overwrite; a page shared with a neighbour may be being written
-// by another thread). False on ENOMEM.
-bool PrefaultRange(uint8_t* p, size_t n) {
-  constexpr uintptr_t kPage = 4096;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t end = begin + n;
-  if (populate_write_works.load(std::memory_order_relaxed)) {
-    const uintptr_t lo = begin / kPage * kPage;
-    const uintptr_t hi = (end + kPage - 1) / kPage * kPage;
-    if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) == 0) return true;
-    if (errno != EINVAL) return false;
-    populate_write_works.store(false, std::memory_order_relaxed);
-  }
-  for (uintptr_t page = (begin + kPage - 1) / kPage * kPage; page + kPage <= end;
-       page += kPage) {
-    *reinterpret_cast<volatile uint8_t*>(page) = 0;
-  }
-  return true;
 }
 
 }  // namespace
@@ -252,7 +241,7 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
 
 absl::Status HostDevice::PrepareWrite(void* p, size_t n) {
   if (options_.populate != Populate::kBeforeWrite || n == 0) return absl::OkStatus();
-  if (!PrefaultRange(static_cast<uint8_t*>(p), n)) {
+  if (!Prefault(static_cast<uint8_t*>(p), n)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("host: out of memory faulting in ", n, " bytes to write"));
   }
