@@ -110,7 +110,7 @@ void BM_Baseline_UpstreamStyle(benchmark::State& state) {
     // Upstream keeps the FlatBuffer and compares its keys on every lookup.
     std::vector<std::string> names;
     names.reserve(c->named_data().size());
-    for (const NamedDataEntry& e : c->named_data()) names.push_back(e.key);
+    for (const NamedDataEntry& e : c->named_data()) names.emplace_back(e.key);
     for (size_t k = 0; k < m.keys.size(); ++k) {
       size_t i = 0;
       while (i < names.size() && names[i] != m.keys[k]) ++i;

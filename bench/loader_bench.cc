@@ -181,7 +181,7 @@ void BM_Baseline_UpstreamStyleLoad(benchmark::State& state) {
     auto c = Container::Open(std::shared_ptr<const FileSource>(std::move(*src)));
     CheckOk(c.status(), "Container::Open");
     std::vector<std::string> names;
-    for (const NamedDataEntry& e : (*c)->named_data()) names.push_back(e.key);
+    for (const NamedDataEntry& e : (*c)->named_data()) names.emplace_back(e.key);
     std::vector<std::unique_ptr<uint8_t[]>> dests;
     dests.reserve(m.keys.size());
     for (const std::string& key : m.keys) {

@@ -76,7 +76,7 @@ std::vector<std::string> ScatteredKeys(const Container& c) {
   std::vector<std::string> keys;
   keys.reserve(named.size());
   for (size_t i = 0; i < named.size(); ++i) {
-    keys.push_back(named[(i * 7919) % named.size()].key);
+    keys.emplace_back(named[(i * 7919) % named.size()].key);
   }
   return keys;
 }

@@ -58,9 +58,13 @@ struct TensorLayout {
 };
 
 struct NamedDataEntry {
-  std::string key;
+  // A view into the Container's FlatBuffer bytes, which it keeps: valid for
+  // the Container's lifetime, and followed by a NUL (the FlatBuffers
+  // verifier checks it).
+  std::string_view key;
   uint32_t segment_index = 0;
-  std::optional<TensorLayout> layout;
+  // The entry's layout, owned by the Container; null when it has none.
+  const TensorLayout* layout = nullptr;
 };
 
 // Checks a tensor layout against C8 (known scalar type, sizes >= 0,
@@ -86,10 +90,10 @@ class Container {
   static std::unique_ptr<Container> Verify(
       std::shared_ptr<const FileSource> source, Report* report);
 
-  // Not copyable: the key index holds views of the entries' keys, and a copy
-  // would keep viewing the original's. Movable: the entries live in one
-  // vector buffer that a move hands over whole, so every view (short keys
-  // included, which live inside their std::string) stays valid. Open and
+  // Not copyable: the entries' keys and the key index view the FlatBuffer
+  // bytes the Container holds, and the entries point at its layouts.
+  // Movable: those bytes (a view of the mapping or one owned buffer) and the
+  // layouts' buffer move whole, so every view stays valid. Open and
   // Verify hand Containers out by unique_ptr.
   Container(const Container&) = delete;
   Container& operator=(const Container&) = delete;
@@ -136,9 +140,11 @@ class Container {
 
   std::shared_ptr<const FileSource> source_;
   PtdHeader header_;
+  Bytes flatbuffer_;  // [0, flatbuffer_offset + flatbuffer_size): keys view it.
   uint32_t version_ = 0;
   std::vector<Segment> segments_;
   std::vector<NamedDataEntry> named_data_;
+  std::vector<TensorLayout> layouts_;  // Sized once: entries point into it.
   absl::flat_hash_map<std::string_view, uint32_t> index_;  // key -> named_data_ index.
 };
 

@@ -71,7 +71,7 @@ ContainerDataMap::ContainerDataMap(std::shared_ptr<const Container> container)
 
 uint64_t ContainerDataMap::LoadSize(const NamedDataEntry& entry) const {
   const uint64_t segment_size = container_->SegmentSize(entry).value_or(0);
-  if (!entry.layout.has_value()) return segment_size;
+  if (entry.layout == nullptr) return segment_size;
   // C8 holds: the product neither overflows nor exceeds the segment.
   uint64_t n = ElementSize(entry.layout->scalar_type).value_or(0);
   for (int32_t d : entry.layout->sizes) n *= static_cast<uint64_t>(d);
@@ -81,7 +81,7 @@ uint64_t ContainerDataMap::LoadSize(const NamedDataEntry& entry) const {
 Result<const EtTensorLayout> ContainerDataMap::get_tensor_layout(
     std::string_view key) const {
   const NamedDataEntry* e = container_->Find(key);
-  if (e == nullptr || !e->layout.has_value()) return Error::NotFound;
+  if (e == nullptr || e->layout == nullptr) return Error::NotFound;
   // C8 holds, so the one layout ExecuTorch's TensorLayout::create refuses is a
   // zero-byte one whose sizes before the 0 multiply past 64 bits: create
   // checks each partial product, where C8 (and PyTorch's numel) gives 0.
@@ -152,7 +152,8 @@ Result<uint32_t> ContainerDataMap::get_num_keys() const {
 Result<const char*> ContainerDataMap::get_key(uint32_t index) const {
   const auto& entries = container_->named_data();
   if (index >= entries.size()) return Error::InvalidArgument;
-  return entries[index].key.c_str();
+  // The FlatBuffers verifier checked the NUL after each string.
+  return entries[index].key.data();
 }
 
 }  // namespace ptd

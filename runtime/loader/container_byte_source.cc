@@ -26,7 +26,7 @@ class ContainerByteSource final : public ByteSource {
   std::vector<std::string> Keys() const override {
     std::vector<std::string> keys;
     keys.reserve(container_.named_data().size());
-    for (const NamedDataEntry& e : container_.named_data()) keys.push_back(e.key);
+    for (const NamedDataEntry& e : container_.named_data()) keys.emplace_back(e.key);
     return keys;
   }
 

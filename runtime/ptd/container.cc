@@ -137,7 +137,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   const auto elem = ElementSize(layout.scalar_type);
   if (!elem) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", entry.key, "': unknown scalar type ",
+                  absl::StrCat("key '", internal::Sv(entry.key), "': unknown scalar type ",
                                layout.scalar_type),
                   where);
   }
@@ -145,7 +145,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   for (size_t i = 0; i < layout.sizes.size(); ++i) {
     if (layout.sizes[i] < 0) {
       report->Error("C8", kDataLoss,
-                    absl::StrCat("key '", entry.key, "': sizes[", i, "] is ",
+                    absl::StrCat("key '", internal::Sv(entry.key), "': sizes[", i, "] is ",
                                  layout.sizes[i], ", negative"),
                     where);
       sizes_ok = false;
@@ -153,7 +153,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   }
   if (layout.dim_order.size() != layout.sizes.size()) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", entry.key, "': dim_order has ",
+                  absl::StrCat("key '", internal::Sv(entry.key), "': dim_order has ",
                                layout.dim_order.size(), " entries, sizes has ",
                                layout.sizes.size()),
                   where);
@@ -163,7 +163,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
       const uint8_t d = layout.dim_order[i];
       if (d >= seen.size() || seen[d]) {
         report->Error("C8", kDataLoss,
-                      absl::StrCat("key '", entry.key, "': dim_order is not a "
+                      absl::StrCat("key '", internal::Sv(entry.key), "': dim_order is not a "
                                    "permutation of 0..", seen.size() - 1,
                                    " (dim_order[", i, "] = ", d, ")"),
                       where);
@@ -182,14 +182,14 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   if (any_zero) nbytes = 0;
   if (!nbytes) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", entry.key,
+                  absl::StrCat("key '", internal::Sv(entry.key),
                                "': layout byte size overflows 64 bits"),
                   where);
     return;
   }
   if (segment_size && *nbytes > *segment_size) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", entry.key, "': layout needs ", *nbytes,
+                  absl::StrCat("key '", internal::Sv(entry.key), "': layout needs ", *nbytes,
                                " bytes, segment ", entry.segment_index,
                                " holds ", *segment_size),
                   where);
@@ -244,7 +244,7 @@ bool DecodeKey(const fb::NamedData& nd, uint32_t i, const Where& where,
                   absl::StrCat("named_data[", i, "] has no key"), where);
     return false;
   }
-  e->key = nd.key()->str();
+  e->key = nd.key()->string_view();
   if (e->key.empty()) {
     report->Error("C6", kDataLoss,
                   absl::StrCat("named_data[", i, "] has an empty key"),
@@ -271,7 +271,7 @@ TensorLayout DecodeLayout(const fb::TensorLayout& l, const NamedDataEntry& e,
   bool present = true;
   if (l.sizes() == nullptr) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", e.key, "': layout has no sizes"),
+                  absl::StrCat("key '", internal::Sv(e.key), "': layout has no sizes"),
                   kw);
     present = false;
   } else {
@@ -279,7 +279,7 @@ TensorLayout DecodeLayout(const fb::TensorLayout& l, const NamedDataEntry& e,
   }
   if (l.dim_order() == nullptr) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", e.key,
+                  absl::StrCat("key '", internal::Sv(e.key),
                                "': layout has no dim_order"),
                   kw);
     present = false;
@@ -294,14 +294,18 @@ TensorLayout DecodeLayout(const fb::TensorLayout& l, const NamedDataEntry& e,
 }
 
 // C6, C7, C8 over every entry; fills `named` and the key index `index`,
-// whose keys view the strings in `named`.
+// whose keys, like the entries', view the FlatBuffer.
 void DecodeNamedData(
     const flatbuffers::Vector<flatbuffers::Offset<fb::NamedData>>& entries,
     const std::vector<Segment>& segments, const std::string& file,
-    std::vector<NamedDataEntry>* named,
+    std::vector<NamedDataEntry>* named, std::vector<TensorLayout>* layouts,
     absl::flat_hash_map<std::string_view, uint32_t>* index, Report* report) {
   const Where where{.file = file};
   named->reserve(entries.size());
+  // Entries point into `layouts`: it must never reallocate.
+  size_t num_layouts = 0;
+  for (const fb::NamedData* nd : entries) num_layouts += nd->tensor_layout() != nullptr;
+  layouts->reserve(num_layouts);
   index->reserve(entries.size());
   for (uint32_t i = 0; i < entries.size(); ++i) {
     const fb::NamedData* nd = entries.Get(i);
@@ -326,18 +330,17 @@ void DecodeNamedData(
       seg_size = segments[e.segment_index].size;
     }
     if (const fb::TensorLayout* l = nd->tensor_layout()) {
-      e.layout = DecodeLayout(*l, e, seg_size, kw(), report);
+      e.layout = &layouts->emplace_back(DecodeLayout(*l, e, seg_size, kw(), report));
     }
     named->push_back(std::move(e));
     if (key_ok) {
-      const auto& stored = named->back().key;
-      // Keys point into `named`, whose capacity was reserved above.
+      const std::string_view stored = named->back().key;
       if (!index->emplace(stored, i).second) {
         report->Error("C6", kDataLoss,
-                      absl::StrCat("key '", stored, "' appears more than once"
+                      absl::StrCat("key '", internal::Sv(stored), "' appears more than once"
                                    " (entries ", (*index)[stored], " and ",
                                    i, ")"),
-                      Where{.file = file, .key = stored,
+                      Where{.file = file, .key = std::string(stored),
                             .segment = named->back().segment_index});
       }
     }
@@ -374,7 +377,9 @@ std::unique_ptr<Container> Container::Verify(
                   where);
     return nullptr;
   }
-  const fb::FlatTensor* root = fb::GetFlatTensor(fb->data());
+  // Kept: the keys view it. A move keeps the bytes where they are.
+  c->flatbuffer_ = *std::move(fb);
+  const fb::FlatTensor* root = fb::GetFlatTensor(c->flatbuffer_.data());
 
   // C2.
   c->version_ = root->version();
@@ -399,8 +404,8 @@ std::unique_ptr<Container> Container::Verify(
   }
   // C6, C7, C8.
   if (const auto* named = root->named_data()) {
-    DecodeNamedData(*named, c->segments_, file, &c->named_data_, &c->index_,
-                    report);
+    DecodeNamedData(*named, c->segments_, file, &c->named_data_, &c->layouts_,
+                    &c->index_, report);
   }
   return c;
 }

@@ -38,7 +38,7 @@ json Object(size_t fields) {
   return j;
 }
 
-json LayoutJson(const std::optional<TensorLayout>& l) {
+json LayoutJson(const TensorLayout* l) {
   if (!l) return nullptr;
   json j = Object(3);
   j["scalar_type"] = l->scalar_type;

@@ -124,9 +124,10 @@ class Resolver {
       if (r.end != 0 && r.first == 0 && r.end >= size) continue;  // All reached.
       // Built only for a warning.
       const Where where{.file = file_,
-                        .key = seg_key[i] ? std::optional(seg_key[i]->key) : std::nullopt,
+                        .key = seg_key[i] ? std::optional<std::string>(seg_key[i]->key)
+                                          : std::nullopt,
                         .segment = i};
-      const std::string key = seg_key[i] ? absl::StrCat(" ('", seg_key[i]->key, "')") : "";
+      const std::string key = seg_key[i] ? absl::StrCat(" ('", internal::Sv(seg_key[i]->key), "')") : "";
       if (r.end == 0) {
         report_->Warning("G5",
                          absl::StrCat("segment ", i, key, ": none of its ", size,
@@ -149,11 +150,11 @@ class Resolver {
     const auto& named = container_->named_data();
     for (size_t k = 0; k < named.size(); ++k) {
       const NamedDataEntry& nd = named[k];
-      if (!referenced[k] && absl::StartsWith(nd.key, internal::Sv(kCudaWeightKeyPrefix))) {
+      if (!referenced[k] && nd.key.starts_with(kCudaWeightKeyPrefix)) {
         report_->Warning("X3",
-                         absl::StrCat("storage key '", nd.key,
+                         absl::StrCat("storage key '", internal::Sv(nd.key),
                                       "' is referenced by no manifest"),
-                         Where{.file = file_, .key = nd.key,
+                         Where{.file = file_, .key = std::string(nd.key),
                                .segment = nd.segment_index});
       }
     }

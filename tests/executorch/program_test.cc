@@ -204,7 +204,7 @@ TEST_P(ProgramTest, MlpXnnpackRunsAndAsksOnlyForData) {
   ASSERT_TRUE(method.ok()) << ErrorName(method.error());
 
   std::vector<std::string> keys;
-  for (const auto& e : (*map)->container().named_data()) keys.push_back(e.key);
+  for (const auto& e : (*map)->container().named_data()) keys.emplace_back(e.key);
   ASSERT_EQ(keys.size(), 4u);
   EXPECT_EQ(keys[0], "31651231e83c4124daa62b4bb6d3a6aee9992e2034fdf991eb81770f730dd6e9");
   EXPECT_EQ(counting.calls(), Calls("get_data", keys));
@@ -272,7 +272,7 @@ TEST(ProgramErrorTest, LayoutMismatchIsInvalidExternalData) {
     ASSERT_TRUE(bytes.ok());
     ::ptd::TensorLayout layout = *e.layout;
     if (e.key == "fc1.weight") layout.sizes = {16, 32};
-    ASSERT_TRUE(w.Add(e.key, bytes->span(), 16, layout).ok());
+    ASSERT_TRUE(w.Add(std::string(e.key), bytes->span(), 16, layout).ok());
   }
   ::ptd::testing::TempDir dir;
   ASSERT_TRUE(w.Write(dir.File("t.ptd")).ok());

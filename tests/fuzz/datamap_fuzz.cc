@@ -59,7 +59,7 @@ void Exercise(const ContainerDataMap& map, std::vector<FreeableBuffer>* kept) {
       continue;
     }
     FUZZ_CHECK(key.ok() && *key != nullptr);
-    FUZZ_CHECK(std::string_view(*key) == std::string_view(c.named_data()[i].key.c_str()));
+    FUZZ_CHECK(std::string_view(*key) == c.named_data()[i].key);
   }
   auto beyond = map.get_key(UINT32_MAX);
   FUZZ_CHECK(!beyond.ok() && beyond.error() == Error::InvalidArgument);
@@ -74,10 +74,10 @@ void Exercise(const ContainerDataMap& map, std::vector<FreeableBuffer>* kept) {
     FUZZ_CHECK(load_size <= seg_size);
 
     auto layout = map.get_tensor_layout(e.key);
-    if (found->layout.has_value() && RunningProductOverflows(found->layout->sizes)) {
+    if (found->layout != nullptr && RunningProductOverflows(found->layout->sizes)) {
       // C8 accepts it (a size is 0); ExecuTorch's TensorLayout does not.
       FUZZ_CHECK(!layout.ok() && layout.error() == Error::InvalidArgument);
-    } else if (found->layout.has_value()) {
+    } else if (found->layout != nullptr) {
       FUZZ_CHECK(layout.ok());
       FUZZ_CHECK(layout->sizes().size() == found->layout->sizes.size());
       FUZZ_CHECK(layout->dim_order().size() == found->layout->dim_order.size());

@@ -46,7 +46,7 @@ TEST(ContainerTest, OpensValidFileAndHandsOutSegmentBytes) {
   ASSERT_EQ((*c)->named_data().size(), 3u);
   const NamedDataEntry* a = (*c)->Find("a");
   ASSERT_NE(a, nullptr);
-  ASSERT_TRUE(a->layout.has_value());
+  ASSERT_NE(a->layout, nullptr);
   EXPECT_EQ(a->layout->sizes, (std::vector<int32_t>{2, 3}));
   auto bytes = (*c)->Get("c");  // Shares a's segment.
   ASSERT_TRUE(bytes.ok());

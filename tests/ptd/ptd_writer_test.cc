@@ -137,7 +137,7 @@ TEST(PtdWriterTest, RandomContentsRoundTrip) {
       EXPECT_EQ(c->segments()[e->segment_index].offset %
                     std::lcm(seg_align, want.alignment),
                 0u);
-      ASSERT_EQ(e->layout.has_value(), want.layout.has_value());
+      ASSERT_EQ(e->layout != nullptr, want.layout.has_value());
       if (want.layout) {
         EXPECT_EQ(e->layout->sizes, want.layout->sizes);
       }
