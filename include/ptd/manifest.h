@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ptd/report.h"
@@ -53,6 +54,10 @@ inline bool IsRuntimeOwnedFqn(std::string_view fqn) {
   return fqn.substr(0, kRuntimeOwnedPrefix.size()) == kRuntimeOwnedPrefix;
 }
 
+// A view's sizes or strides. Up to four dims live inline, so decoding a
+// manifest allocates nothing per entry for them.
+using DimVector = absl::InlinedVector<int64_t, 4>;
+
 struct WeightEntry {
   std::string fqn;
   std::string storage_key;
@@ -60,8 +65,8 @@ struct WeightEntry {
   int32_t dtype = 0;        // ScalarType numbering.
   int32_t device_type = 1;  // 0 = CPU, 1 = CUDA.
   int64_t storage_offset = 0;  // Elements.
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;  // Elements.
+  DimVector sizes;
+  DimVector strides;  // Elements.
   // False when the decoder reported an M5/M6 error for this entry; geometry
   // checks skip such entries (their numbers are meaningless).
   bool well_formed = true;

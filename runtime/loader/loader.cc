@@ -436,7 +436,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   const bool by_source = manifests.size() > 1;
   if (by_source) out.by_source_fqn_.reserve(selected.size());
   int64_t* dims = out.dims_.get();
-  const auto copy_dims = [&](const std::vector<int64_t>& v) {
+  const auto copy_dims = [&](absl::Span<const int64_t> v) {
     std::copy(v.begin(), v.end(), dims);
     const absl::Span<const int64_t> span(dims, v.size());
     dims += v.size();

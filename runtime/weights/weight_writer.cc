@@ -50,8 +50,9 @@ absl::StatusOr<WeightEntry> CudaWeightWriter::NewEntry(const WeightSpec& w, int6
                     .dtype = w.dtype,
                     .device_type = w.device_type,
                     .storage_offset = offset,
-                    .sizes = w.properties.shape,
-                    .strides = w.properties.stride};
+                    .sizes = DimVector(w.properties.shape.begin(), w.properties.shape.end()),
+                    .strides = DimVector(w.properties.stride.begin(),
+                                         w.properties.stride.end())};
   // Never record what the decoder would reject (M5, M6).
   PTD_RETURN_IF_ERROR(CheckWeightEntry(entry));
   if (fqns_.contains(w.fqn)) {

@@ -308,8 +308,9 @@ TEST(ViewGeometryTest, PropertyExactStorageVerifiesOneByteLessFailsG2) {
                                            .dtype = v.dtype,
                                            .device_type = 1,
                                            .storage_offset = v.offset,
-                                           .sizes = v.sizes,
-                                           .strides = v.strides});
+                                           .sizes = DimVector(v.sizes.begin(), v.sizes.end()),
+                                           .strides = DimVector(v.strides.begin(),
+                                                                v.strides.end())});
   };
   size_t expected_g2 = 0;
   for (size_t i = 0; i < views.size(); ++i) {

@@ -59,7 +59,7 @@ std::unique_ptr<Container> MakeContainer(
 }
 
 WeightEntry Entry(std::string fqn, std::string key, uint64_t nbytes, int64_t offset,
-                  std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                  DimVector sizes, DimVector strides,
                   int32_t device_type = 1) {
   return WeightEntry{.fqn = std::move(fqn),
                      .storage_key = std::move(key),
