@@ -132,7 +132,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
                        uint32_t segment_index,
                        std::optional<uint64_t> segment_size, const Where& where,
                        Report* report) {
-  const NamedDataEntry entry{.key = std::string(key),
+  const NamedDataEntry entry{.key = key,
                              .segment_index = segment_index};
   const auto elem = ElementSize(layout.scalar_type);
   if (!elem) {
