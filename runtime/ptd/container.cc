@@ -132,12 +132,10 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
                        uint32_t segment_index,
                        std::optional<uint64_t> segment_size, const Where& where,
                        Report* report) {
-  const NamedDataEntry entry{.key = key,
-                             .segment_index = segment_index};
   const auto elem = ElementSize(layout.scalar_type);
   if (!elem) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(entry.key), "': unknown scalar type ",
+                  absl::StrCat("key '", internal::Sv(key), "': unknown scalar type ",
                                layout.scalar_type),
                   where);
   }
@@ -145,7 +143,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   for (size_t i = 0; i < layout.sizes.size(); ++i) {
     if (layout.sizes[i] < 0) {
       report->Error("C8", kDataLoss,
-                    absl::StrCat("key '", internal::Sv(entry.key), "': sizes[", i, "] is ",
+                    absl::StrCat("key '", internal::Sv(key), "': sizes[", i, "] is ",
                                  layout.sizes[i], ", negative"),
                     where);
       sizes_ok = false;
@@ -153,7 +151,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   }
   if (layout.dim_order.size() != layout.sizes.size()) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(entry.key), "': dim_order has ",
+                  absl::StrCat("key '", internal::Sv(key), "': dim_order has ",
                                layout.dim_order.size(), " entries, sizes has ",
                                layout.sizes.size()),
                   where);
@@ -163,7 +161,7 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
       const uint8_t d = layout.dim_order[i];
       if (d >= seen.size() || seen[d]) {
         report->Error("C8", kDataLoss,
-                      absl::StrCat("key '", internal::Sv(entry.key), "': dim_order is not a "
+                      absl::StrCat("key '", internal::Sv(key), "': dim_order is not a "
                                    "permutation of 0..", seen.size() - 1,
                                    " (dim_order[", i, "] = ", d, ")"),
                       where);
@@ -182,15 +180,15 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   if (any_zero) nbytes = 0;
   if (!nbytes) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(entry.key),
+                  absl::StrCat("key '", internal::Sv(key),
                                "': layout byte size overflows 64 bits"),
                   where);
     return;
   }
   if (segment_size && *nbytes > *segment_size) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(entry.key), "': layout needs ", *nbytes,
-                               " bytes, segment ", entry.segment_index,
+                  absl::StrCat("key '", internal::Sv(key), "': layout needs ", *nbytes,
+                               " bytes, segment ", segment_index,
                                " holds ", *segment_size),
                   where);
   }
