@@ -24,7 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "ptd/report.h"
 #include "ptd/file_source.h"
@@ -65,6 +66,24 @@ struct NamedDataEntry {
   uint32_t segment_index = 0;
   // The entry's layout, owned by the Container; null when it has none.
   const TensorLayout* layout = nullptr;
+};
+
+// Hashes and compares named-data entries by key, and keys against them: an
+// index of entries that is a set of 8-byte pointers, not of (key, index)
+// pairs three times the size.
+struct NamedDataKeyHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view key) const {
+    return absl::Hash<std::string_view>{}(key);
+  }
+  size_t operator()(const NamedDataEntry* e) const { return (*this)(e->key); }
+};
+struct NamedDataKeyEq {
+  using is_transparent = void;
+  static std::string_view Key(std::string_view key) { return key; }
+  static std::string_view Key(const NamedDataEntry* e) { return e->key; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const { return Key(a) == Key(b); }
 };
 
 // Checks a tensor layout against C8 (known scalar type, sizes >= 0,
@@ -115,7 +134,10 @@ class Container {
   bool AllKeysIndexed() const { return index_.size() == named_data_.size(); }
 
   // Size of the segment behind `entry`, or nullopt when its index is bad (C7).
-  std::optional<uint64_t> SegmentSize(const NamedDataEntry& entry) const;
+  std::optional<uint64_t> SegmentSize(const NamedDataEntry& entry) const {
+    if (entry.segment_index >= segments_.size()) return std::nullopt;
+    return segments_[entry.segment_index].size;
+  }
 
   // Bytes of segment `index`: a view into the mapping or an owned copy.
   // OutOfRange for a bad index, DataLoss for a segment that broke C4.
@@ -145,7 +167,9 @@ class Container {
   std::vector<Segment> segments_;
   std::vector<NamedDataEntry> named_data_;
   std::vector<TensorLayout> layouts_;  // Sized once: entries point into it.
-  absl::flat_hash_map<std::string_view, uint32_t> index_;  // key -> named_data_ index.
+  // Entries by key: pointers into named_data_, which never reallocates
+  // once decoded (and keeps its buffer when the Container moves).
+  absl::flat_hash_set<const NamedDataEntry*, NamedDataKeyHash, NamedDataKeyEq> index_;
 };
 
 }  // namespace ptd

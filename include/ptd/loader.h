@@ -57,6 +57,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ptd/byte_source.h"
@@ -188,6 +190,26 @@ struct RuntimeOwnedWeight {
   uint64_t required_nbytes = 0;       // What the view spans (G2 holds).
 };
 
+namespace internal {
+// Hashes and compares what LoadedWeights indexes by a name (a weight by its
+// fqn, a storage key by itself) and names against them: each index is a set
+// of 8-byte pointers into the result, not of (name, index) pairs.
+struct NameOfHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return absl::Hash<std::string_view>{}(s); }
+  size_t operator()(const LoadedWeight* w) const { return (*this)(w->fqn); }
+  size_t operator()(const std::string_view* k) const { return (*this)(*k); }
+};
+struct NameOfEq {
+  using is_transparent = void;
+  static std::string_view Name(std::string_view s) { return s; }
+  static std::string_view Name(const LoadedWeight* w) { return w->fqn; }
+  static std::string_view Name(const std::string_view* k) { return *k; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const { return Name(a) == Name(b); }
+};
+}  // namespace internal
+
 class LoadedWeights {
  public:
   LoadedWeights(LoadedWeights&&) = default;
@@ -239,9 +261,12 @@ class LoadedWeights {
   std::unique_ptr<int64_t[]> dims_;
   std::unique_ptr<std::string_view[]> storage_keys_;  // LoadedStorage::keys.
   std::vector<std::string_view> sources_;
-  absl::flat_hash_map<std::string_view, uint32_t> by_fqn_;  // First manifest's.
+  std::unique_ptr<uint32_t[]> key_storage_;  // Per storage_keys_ element: its storage.
+  // Into weights_ (first manifest's weight of each fqn) and storage_keys_.
+  absl::flat_hash_set<const LoadedWeight*, internal::NameOfHash, internal::NameOfEq> by_fqn_;
   absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn_;
-  absl::flat_hash_map<std::string_view, uint32_t> by_key_;
+  absl::flat_hash_set<const std::string_view*, internal::NameOfHash, internal::NameOfEq>
+      by_key_;
   LoadTimings timings_;
   LoadStats stats_;
 };

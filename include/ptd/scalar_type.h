@@ -10,8 +10,20 @@ namespace ptd {
 
 inline constexpr int kNumScalarTypes = 30;  // 0..29 are known.
 
+namespace internal {
+// Element sizes of ScalarTypes 0..kNumScalarTypes-1, in that order (names:
+// scalar_type.cc, whose table is checked against this one).
+inline constexpr uint8_t kElementSizes[kNumScalarTypes] = {
+    1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4,
+    2, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 4, 8};
+}  // namespace internal
+
 // Element size in bytes of ScalarType `type`, or nullopt when unknown.
-std::optional<uint32_t> ElementSize(int64_t type);
+// Inline: every weight's checks ask.
+inline std::optional<uint32_t> ElementSize(int64_t type) {
+  if (type < 0 || type >= kNumScalarTypes) return std::nullopt;
+  return internal::kElementSizes[type];
+}
 
 // Upstream name ("Float", "BFloat16", ...), or "unknown".
 std::string_view ScalarTypeName(int64_t type);

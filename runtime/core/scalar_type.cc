@@ -25,10 +25,14 @@ constexpr std::array<TypeInfo, kNumScalarTypes> kTypes = {{
 
 }  // namespace
 
-std::optional<uint32_t> ElementSize(int64_t type) {
-  if (type < 0 || type >= kNumScalarTypes) return std::nullopt;
-  return kTypes[static_cast<size_t>(type)].size;
+// The header's size table and this one agree, entry by entry.
+constexpr bool SizesAgree() {
+  for (size_t i = 0; i < kTypes.size(); ++i) {
+    if (kTypes[i].size != internal::kElementSizes[i]) return false;
+  }
+  return true;
 }
+static_assert(SizesAgree(), "kElementSizes disagrees with kTypes");
 
 std::string_view ScalarTypeName(int64_t type) {
   if (type < 0 || type >= kNumScalarTypes) return "unknown";

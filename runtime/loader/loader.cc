@@ -418,12 +418,16 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     }
   }
   out.storages_.resize(jobs.size());
+  out.key_storage_.reset(new uint32_t[std::max<size_t>(planner.key_refs.size(), 1)]);
   out.by_key_.reserve(planner.key_refs.size());
   for (uint32_t i = 0; i < jobs.size(); ++i) {
     LoadedStorage& s = out.storages_[i];
     s.keys = absl::MakeConstSpan(out.storage_keys_.get() + key_start[i],
                                  key_start[i + 1] - key_start[i]);
-    for (std::string_view k : s.keys) out.by_key_.try_emplace(k, i);
+    for (uint32_t k = key_start[i]; k < key_start[i + 1]; ++k) {
+      out.key_storage_[k] = i;
+      out.by_key_.insert(&out.storage_keys_[k]);
+    }
     s.nbytes = jobs[i].nbytes;
     const bool host_group = planner.groups[i] == 1;
     s.device = host_group ? DeviceKind::kHost : device->kind();
@@ -462,9 +466,9 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     w.data = static_cast<uint8_t*>(out.storages_[w.storage].buffer.data()) +
              static_cast<uint64_t>(w.storage_offset) * w.element_size;
     const auto index = static_cast<uint32_t>(out.weights_.size());
-    out.by_fqn_.try_emplace(w.fqn, index);
+    // Reserved above: the pointer stays valid.
+    out.by_fqn_.insert(&out.weights_.emplace_back(w));
     if (by_source) out.by_source_fqn_.try_emplace(std::make_pair(sel.manifest, w.fqn), index);
-    out.weights_.push_back(w);
   }
   out.runtime_owned_.reserve(owned.size());
   for (const Owned& o : owned) {
@@ -504,7 +508,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
 
 const LoadedWeight* LoadedWeights::Find(std::string_view fqn) const {
   auto it = by_fqn_.find(fqn);
-  return it == by_fqn_.end() ? nullptr : &weights_[it->second];
+  return it == by_fqn_.end() ? nullptr : *it;
 }
 
 const LoadedWeight* LoadedWeights::Find(std::string_view source, std::string_view fqn) const {
@@ -519,7 +523,7 @@ const LoadedWeight* LoadedWeights::Find(std::string_view source, std::string_vie
 
 const LoadedStorage* LoadedWeights::FindStorage(std::string_view key) const {
   auto it = by_key_.find(key);
-  return it == by_key_.end() ? nullptr : &storages_[it->second];
+  return it == by_key_.end() ? nullptr : &storages_[key_storage_[*it - storage_keys_.get()]];
 }
 
 Device& LoadedWeights::DeviceOf(const LoadedStorage& s) const {

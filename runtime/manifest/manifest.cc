@@ -5,8 +5,10 @@
 #include <string>
 #include <string_view>
 
+#include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/bytes_le.h"
@@ -54,13 +56,18 @@ class Cursor {
  private:
   bool Need(uint64_t n, std::string_view what) {
     if (n <= remaining()) return true;
+    Fail(n, what);
+    return false;
+  }
+
+  // Kept out of line: every read inlines the check above, not this.
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void Fail(uint64_t n, std::string_view what) {
     report_->Error("M2", kDataLoss,
                    absl::StrCat("manifest ends while reading ", internal::Sv(what),
                                 entry_ ? absl::StrCat(" ", *entry_) : std::string(), ": needs ",
                                 n, " bytes at offset ", pos_, ", ",
                                 remaining(), " left of ", bytes_.size()),
                    where_);
-    return false;
   }
 
   absl::Span<const uint8_t> bytes_;
@@ -294,7 +301,8 @@ bool DecodeEntries(Cursor& in, Manifest* m, const Where& where,
   constexpr size_t kMinEntryBytes = 4 + 4 + 8 + 4 + 4 + 8 + 4;
   m->entries.reserve(std::min<size_t>(num_entries, in.remaining() / kMinEntryBytes));
   for (uint32_t i = 0; i < num_entries; ++i) {
-    WeightEntry e;
+    // Decoded in place; on a framing failure the manifest is dropped whole.
+    WeightEntry& e = m->entries.emplace_back();
     in.SetEntry(i);
     constexpr std::string_view what = "entry";
     uint32_t ndim;
@@ -321,23 +329,34 @@ bool DecodeEntries(Cursor& in, Manifest* m, const Where& where,
       if (!in.Read(&e.strides[d], what)) return false;
     }
     e.well_formed = CheckEntry(e, i, where, report);
-    m->entries.push_back(std::move(e));
   }
   return true;
 }
 
-// M6, after decoding (the entries' strings no longer move).
+// Entries hashed and compared by fqn: M6's set of pointers (8 bytes a slot).
+struct FqnHash {
+  size_t operator()(const WeightEntry* e) const {
+    return absl::Hash<std::string_view>{}(e->fqn);
+  }
+};
+struct FqnEq {
+  bool operator()(const WeightEntry* a, const WeightEntry* b) const {
+    return a->fqn == b->fqn;
+  }
+};
+
+// M6, after decoding (the entries no longer move).
 void CheckUniqueFqns(Manifest* m, const Where& where, Report* report) {
-  absl::flat_hash_map<std::string_view, size_t> seen_fqns;
+  absl::flat_hash_set<const WeightEntry*, FqnHash, FqnEq> seen_fqns;
   seen_fqns.reserve(m->entries.size());
   for (size_t i = 0; i < m->entries.size(); ++i) {
     WeightEntry& e = m->entries[i];
     if (e.fqn.empty()) continue;
-    auto [it, inserted] = seen_fqns.emplace(e.fqn, i);
+    auto [it, inserted] = seen_fqns.insert(&e);
     if (!inserted) {
       report->Error("M6", kDataLoss,
                     absl::StrCat("weight '", e.fqn, "' appears twice (entries ",
-                                 it->second, " and ", i, ")"),
+                                 *it - m->entries.data(), " and ", i, ")"),
                     Where{.file = where.file, .key = e.storage_key,
                           .fqn = e.fqn, .source = where.source});
       e.well_formed = false;

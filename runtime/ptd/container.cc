@@ -297,7 +297,8 @@ void DecodeNamedData(
     const flatbuffers::Vector<flatbuffers::Offset<fb::NamedData>>& entries,
     const std::vector<Segment>& segments, const std::string& file,
     std::vector<NamedDataEntry>* named, std::vector<TensorLayout>* layouts,
-    absl::flat_hash_map<std::string_view, uint32_t>* index, Report* report) {
+    absl::flat_hash_set<const NamedDataEntry*, NamedDataKeyHash, NamedDataKeyEq>* index,
+    Report* report) {
   const Where where{.file = file};
   named->reserve(entries.size());
   // Entries point into `layouts`: it must never reallocate.
@@ -330,16 +331,15 @@ void DecodeNamedData(
     if (const fb::TensorLayout* l = nd->tensor_layout()) {
       e.layout = &layouts->emplace_back(DecodeLayout(*l, e, seg_size, kw(), report));
     }
-    named->push_back(std::move(e));
+    const NamedDataEntry& stored = named->emplace_back(e);
     if (key_ok) {
-      const std::string_view stored = named->back().key;
-      if (!index->emplace(stored, i).second) {
+      if (auto [it, inserted] = index->insert(&stored); !inserted) {
         report->Error("C6", kDataLoss,
-                      absl::StrCat("key '", internal::Sv(stored), "' appears more than once"
-                                   " (entries ", (*index)[stored], " and ",
+                      absl::StrCat("key '", internal::Sv(e.key), "' appears more than once"
+                                   " (entries ", *it - named->data(), " and ",
                                    i, ")"),
-                      Where{.file = file, .key = std::string(stored),
-                            .segment = named->back().segment_index});
+                      Where{.file = file, .key = std::string(e.key),
+                            .segment = e.segment_index});
       }
     }
   }
@@ -418,12 +418,7 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(
 
 const NamedDataEntry* Container::Find(std::string_view key) const {
   auto it = index_.find(key);
-  return it == index_.end() ? nullptr : &named_data_[it->second];
-}
-
-std::optional<uint64_t> Container::SegmentSize(const NamedDataEntry& entry) const {
-  if (entry.segment_index >= segments_.size()) return std::nullopt;
-  return segments_[entry.segment_index].size;
+  return it == index_.end() ? nullptr : *it;
 }
 
 absl::StatusOr<Bytes> Container::SegmentData(uint32_t index) const {
