@@ -1,6 +1,7 @@
 #include "verifier/cli_util.h"
 
 #include <sys/ioctl.h>
+#include <gnu/libc-version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -71,6 +74,78 @@ bool WriteOut(std::string_view text) {
     return false;
   }
   return true;
+}
+
+namespace {
+
+constexpr const char* kTunables = "GLIBC_TUNABLES";
+constexpr const char* kHugetlbTunable = "glibc.malloc.hugetlb";
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// glibc.malloc.hugetlb exists from glibc 2.35.
+bool GlibcHasHugetlbTunable() {
+  int major = 0, minor = 0;
+  if (std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor) != 2) return false;
+  return major > 2 || (major == 2 && minor >= 35);
+}
+
+// "[always]" or "[madvise]": the kernel backs advised memory with THP.
+bool KernelAllowsThp() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(f, mode);
+  return mode.find("[always]") != std::string::npos ||
+         mode.find("[madvise]") != std::string::npos;
+}
+
+}  // namespace
+
+bool HugePageMallocAvailable() {
+  return !kSanitized && GlibcHasHugetlbTunable() && KernelAllowsThp();
+}
+
+std::string MallocPagesLine() {
+  const char* tunables = std::getenv(kTunables);
+  const char* at = tunables != nullptr ? std::strstr(tunables, kHugetlbTunable) : nullptr;
+  if (at == nullptr) return "malloc: default (4 KiB) pages";
+  const std::string setting(at, std::strcspn(at, ":"));
+  if (setting == absl::StrCat(kHugetlbTunable, "=1")) {
+    return absl::StrCat("malloc: ", setting, " (large blocks on transparent huge pages)");
+  }
+  return absl::StrCat("malloc: ", setting);
+}
+
+void ReexecWithHugePageMalloc(char** argv) {
+  const char* opt_out = std::getenv("PTD_MALLOC_HUGETLB");
+  if (opt_out != nullptr && std::strcmp(opt_out, "0") == 0) return;
+  const char* tunables = std::getenv(kTunables);
+  // Set already, by the user or by the exec below: never a second exec.
+  if (tunables != nullptr && std::strstr(tunables, kHugetlbTunable) != nullptr) return;
+  if (!HugePageMallocAvailable()) return;
+  const std::optional<std::string> before =
+      tunables != nullptr ? std::optional<std::string>(tunables) : std::nullopt;
+  std::string value = absl::StrCat(kHugetlbTunable, "=1");
+  if (before && !before->empty()) value = absl::StrCat(*before, ":", value);
+  if (::setenv(kTunables, value.c_str(), 1) != 0) return;
+  ::execv("/proc/self/exe", argv);
+  // Still here: run as is, with the environment as it was.
+  if (before) {
+    ::setenv(kTunables, before->c_str(), 1);
+  } else {
+    ::unsetenv(kTunables);
+  }
 }
 
 int RunGuarded(const char* program, const std::function<int()>& body) {

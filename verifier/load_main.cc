@@ -16,6 +16,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -126,7 +127,9 @@ int Main(int argc, char** argv) {
       "unreadable input or a failed load.",
       "ptd-load");
   ptd::cli::SetUp(app);
-  app.set_version_flag("--version", std::string("ptd-load ") + PTD_VERSION);
+  app.set_version_flag("--version", std::function<std::string()>([] {
+    return std::string("ptd-load ") + PTD_VERSION + "\n" + ptd::cli::MallocPagesLine();
+  }));
   app.add_option("ptd", ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
                        ->type_name("FILE");
@@ -430,5 +433,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ptd::cli::ReexecWithHugePageMalloc(argv);
   return ptd::cli::RunGuarded("ptd-load", [&] { return Main(argc, argv); });
 }

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <functional>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -37,7 +38,9 @@ int Main(int argc, char** argv) {
       "unreadable input.",
       "ptd-verify");
   ptd::cli::SetUp(app);
-  app.set_version_flag("--version", std::string("ptd-verify ") + PTD_VERSION);
+  app.set_version_flag("--version", std::function<std::string()>([] {
+    return std::string("ptd-verify ") + PTD_VERSION + "\n" + ptd::cli::MallocPagesLine();
+  }));
   app.add_option("ptd", options.ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
                        ->type_name("FILE");
@@ -127,5 +130,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ptd::cli::ReexecWithHugePageMalloc(argv);
   return ptd::cli::RunGuarded("ptd-verify", [&] { return Main(argc, argv); });
 }

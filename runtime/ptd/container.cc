@@ -207,14 +207,15 @@ std::vector<Segment> DecodeSegments(
   for (uint32_t i = 0; i < segs.size(); ++i) {
     const fb::DataSegment* s = segs.Get(i);
     Segment seg{.offset = s->offset(), .size = s->size()};
-    const Where sw{.file = file, .segment = i};
+    // Built only for a diagnostic: the file name is not copied per segment.
+    const auto sw = [&] { return Where{.file = file, .segment = i}; };
     if (!internal::RangeInside(seg.offset, seg.size, h.segment_data_size)) {
       report->Error("C4", kDataLoss,
                     absl::StrCat("segment ", i, ": offset ", seg.offset,
                                  " + size ", seg.size,
                                  " exceeds segment_data_size ",
                                  h.segment_data_size),
-                    sw);
+                    sw());
       seg.in_bounds = false;
     } else if (const auto abs = internal::CheckedAdd(h.segment_base_offset, seg.offset);
                !data_in_file &&
@@ -226,7 +227,7 @@ std::vector<Segment> DecodeSegments(
                     absl::StrCat("segment ", i, " starts at ", seg.offset,
                                  ", before the end of segment ", i - 1,
                                  " at ", *prev_end),
-                    sw);
+                    sw());
     }
     prev_end = internal::CheckedAdd(seg.offset, seg.size);
     segments.push_back(seg);

@@ -8,6 +8,7 @@
 #include "ptd/weight_writer.h"
 #include "runtime/internal/utf8.h"
 #include "tests/testing/test_util.h"
+#include "verifier/cli_util.h"
 
 namespace ptd {
 namespace {
@@ -35,6 +36,37 @@ TEST(CliTest, HelpAndVersionExitZero) {
   auto version = RunCommand(Verify("--version"));
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_THAT(version.out, HasSubstr("ptd-verify"));
+}
+
+// Both tools re-execute themselves once with glibc.malloc.hugetlb=1 unless
+// the user opted out or chose a setting of their own; --version says which.
+TEST(CliTest, MallocUsesHugePagesUnlessOptedOut) {
+  if (!cli::HugePageMallocAvailable()) {
+    GTEST_SKIP() << "no glibc 2.35+, THP mode is never, or a sanitizer build";
+  }
+  for (const std::string binary : {PTD_VERIFY_BINARY, PTD_LOAD_BINARY}) {
+    SCOPED_TRACE(binary);
+    const std::string clean = "env -u GLIBC_TUNABLES -u PTD_MALLOC_HUGETLB ";
+    auto on = RunCommand(clean + binary + " --version 2>&1");
+    EXPECT_EQ(on.exit_code, 0);
+    EXPECT_THAT(on.out, HasSubstr("malloc: glibc.malloc.hugetlb=1 (large blocks"));
+    auto out = RunCommand(clean + "PTD_MALLOC_HUGETLB=0 " + binary + " --version 2>&1");
+    EXPECT_THAT(out.out, HasSubstr("malloc: default (4 KiB) pages"));
+    auto own = RunCommand(clean + "GLIBC_TUNABLES=glibc.malloc.hugetlb=0 " + binary +
+                          " --version 2>&1");
+    EXPECT_THAT(own.out, HasSubstr("malloc: glibc.malloc.hugetlb=0\n"));
+    // Another tunable is kept, and the setting appended to it.
+    auto other = RunCommand(clean + "GLIBC_TUNABLES=glibc.malloc.tcache_count=8 " + binary +
+                            " --version 2>&1");
+    EXPECT_THAT(other.out, HasSubstr("malloc: glibc.malloc.hugetlb=1 (large blocks"));
+    // A verification is the same with either setting.
+    auto plain = RunCommand(clean + "PTD_MALLOC_HUGETLB=0 " + binary + " " + kK01 +
+                            " --manifest " + kK01Manifest + " --json 2>/dev/null");
+    auto huge = RunCommand(clean + binary + " " + kK01 + " --manifest " + kK01Manifest +
+                           " --json 2>/dev/null");
+    EXPECT_EQ(plain.exit_code, huge.exit_code);
+    EXPECT_EQ(json::parse(plain.out)["ok"], json::parse(huge.out)["ok"]);
+  }
 }
 
 TEST(CliTest, UsageErrorsExitTwo) {
