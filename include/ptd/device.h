@@ -39,6 +39,13 @@ enum class DeviceKind : int32_t { kHost = 0, kCuda = 1 };
 // element type needs.
 inline constexpr size_t kDeviceAlignment = 256;
 
+// Alignment of each buffer HostDevice::AllocateMany carves out of its block:
+// PyTorch's CPU allocator alignment (c10's gAlignment) and a cache line, more
+// than any element type (complex128, 16 bytes) or SIMD load needs. Packing
+// small host storages at 64 rather than 256 bytes keeps 100,000 64-byte
+// storages in 6.4 MB instead of 25.6 MB.
+inline constexpr size_t kHostAlignment = 64;
+
 // A range of device memory. Sub-ranges of one block (an arena) share it;
 // the block is freed when its last DeviceBuffer goes. Movable and copyable
 // (copies share the block).
@@ -107,6 +114,9 @@ class Device {
   // Compute capability as 10 * major + minor (90 for sm_90), for choosing a
   // manifest variant; nullopt for the host.
   virtual std::optional<uint32_t> compute_capability() const { return std::nullopt; }
+  // What each buffer of AllocateMany is aligned to: kDeviceAlignment, or
+  // kHostAlignment for HostDevice. Allocate always gives kDeviceAlignment.
+  virtual size_t buffer_alignment() const { return kDeviceAlignment; }
   // True when the host can read and write this device's memory directly
   // (the loader then reads files straight into it, with no staging).
   virtual bool host_accessible() const = 0;
@@ -115,7 +125,7 @@ class Device {
   // kDeviceAlignment. ResourceExhausted when the device is out of memory.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) = 0;
 
-  // One buffer per size, each aligned to kDeviceAlignment. The default
+  // One buffer per size, each aligned to buffer_alignment(). The default
   // allocates each separately; a device may carve them out of one arena.
   // On failure nothing stays allocated; when one buffer's allocation failed,
   // the Status should carry payload kAllocateManyIndexPayload (the default

@@ -1,5 +1,6 @@
-// HostDevice: the Device over plain host memory (aligned to
-// kDeviceAlignment). The default where there is no GPU, and what most tests
+// HostDevice: the Device over plain host memory (Allocate aligns to
+// kDeviceAlignment; AllocateMany packs its buffers at kHostAlignment, 64
+// bytes, as PyTorch's CPU allocator aligns). The default where there is no GPU, and what most tests
 // load onto. host_accessible() is true, so the loader reads files straight
 // into its buffers; copies are memcpy and complete before they return.
 //
@@ -80,10 +81,12 @@ class HostDevice final : public Device {
   int index() const override { return 0; }
   std::string name() const override { return "host"; }
   bool host_accessible() const override { return true; }
+  size_t buffer_alignment() const override { return kHostAlignment; }
 
   // ResourceExhausted when the allocation fails.
   absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override;
-  // One block for all of them (each buffer 256-byte aligned within it):
+  // One block for all of them (each buffer at the next kHostAlignment
+  // boundary within it; the block itself is kDeviceAlignment-aligned):
   // one malloc per load instead of one per storage. The buffers share the
   // block, which is freed when the last of them goes; stats() still count
   // one allocation per buffer.

@@ -118,7 +118,10 @@ bool UsesHugePages(const HostMemoryOptions& options) {
 
 std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
   if (total < options_.huge_min_bytes) {
-    void* p = std::aligned_alloc(kDeviceAlignment, total);
+    // aligned_alloc wants a multiple of the alignment.
+    const size_t rounded = (total + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+    if (rounded < total) return nullptr;
+    void* p = std::aligned_alloc(kDeviceAlignment, rounded);
     if (p == nullptr) return nullptr;
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
@@ -194,13 +197,14 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
     absl::Span<const size_t> sizes) {
   std::vector<DeviceBuffer> out;
   if (sizes.empty()) return out;
-  // Each buffer at a multiple of the alignment; a zero-byte one still gets
-  // a distinct address.
+  // Each buffer at a multiple of kHostAlignment; a zero-byte one still gets
+  // a distinct address. The block's size stays a multiple of
+  // kDeviceAlignment (aligned_alloc needs a multiple of its alignment).
   std::vector<size_t> offsets(sizes.size());
   size_t total = 0, data_bytes = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const size_t n = std::max<size_t>(sizes[i], 1);
-    const size_t rounded = (n + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+    const size_t rounded = (n + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
     if (rounded < n || total + rounded < total) {
       absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
           "host: buffer ", i, " of ", sizes.size(), " (", sizes[i],

@@ -40,6 +40,7 @@ TEST(HostDeviceTest, AllocatesAlignedBlocksAndCountsThem) {
 
 TEST(HostDeviceTest, AllocateManyCarvesAlignedDisjointBuffersFromOneBlock) {
   HostDevice dev;
+  EXPECT_EQ(dev.buffer_alignment(), kHostAlignment);
   const std::vector<size_t> sizes = {16, 0, 300, 256, 1};
   auto bufs = dev.AllocateMany(sizes);
   ASSERT_TRUE(bufs.ok()) << bufs.status();
@@ -49,9 +50,16 @@ TEST(HostDeviceTest, AllocateManyCarvesAlignedDisjointBuffersFromOneBlock) {
   for (size_t i = 0; i < sizes.size(); ++i) {
     const DeviceBuffer& b = (*bufs)[i];
     EXPECT_EQ(b.size(), sizes[i]);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kDeviceAlignment, 0u) << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHostAlignment, 0u) << i;
     if (i > 0) {
-      EXPECT_NE(b.data(), (*bufs)[i - 1].data());
+      // Packed: each buffer starts at the first kHostAlignment boundary
+      // after the one before (a zero-byte buffer takes one byte).
+      const size_t before = std::max<size_t>(sizes[i - 1], 1);
+      const size_t step = (before + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+      EXPECT_EQ(static_cast<const uint8_t*>(b.data()) -
+                    static_cast<const uint8_t*>((*bufs)[i - 1].data()),
+                static_cast<ptrdiff_t>(step))
+          << i;
     }
     if (b.size() > 0) std::memset(b.data(), static_cast<int>(i + 1), b.size());
   }
