@@ -1,8 +1,9 @@
 // HostDevice: the Device over plain host memory (Allocate aligns to
 // kDeviceAlignment; AllocateMany packs its buffers at kHostAlignment, 64
-// bytes, as PyTorch's CPU allocator aligns). The default where there is no GPU, and what most tests
-// load onto. host_accessible() is true, so the loader reads files straight
-// into its buffers; copies are memcpy and complete before they return.
+// bytes, as PyTorch's CPU allocator aligns). The default where there is no
+// GPU, and what most tests load onto. host_accessible() is true, so the
+// loader reads files straight into its buffers; copies are memcpy and
+// complete before they return.
 //
 // Fresh memory without the fault tax: an AllocateMany block of at least
 // HostMemoryOptions::huge_min_bytes is an anonymous mapping aligned to

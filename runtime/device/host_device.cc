@@ -12,11 +12,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/internal/checked_math.h"
 
 namespace ptd {
 namespace {
@@ -119,9 +121,9 @@ bool UsesHugePages(const HostMemoryOptions& options) {
 std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
   if (total < options_.huge_min_bytes) {
     // aligned_alloc wants a multiple of the alignment.
-    const size_t rounded = (total + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
-    if (rounded < total) return nullptr;
-    void* p = std::aligned_alloc(kDeviceAlignment, rounded);
+    const std::optional<uint64_t> rounded = internal::AlignUp(total, kDeviceAlignment);
+    if (!rounded || *rounded > SIZE_MAX) return nullptr;
+    void* p = std::aligned_alloc(kDeviceAlignment, static_cast<size_t>(*rounded));
     if (p == nullptr) return nullptr;
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
@@ -198,14 +200,15 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
   std::vector<DeviceBuffer> out;
   if (sizes.empty()) return out;
   // Each buffer at a multiple of kHostAlignment; a zero-byte one still gets
-  // a distinct address. The block's size stays a multiple of
-  // kDeviceAlignment (aligned_alloc needs a multiple of its alignment).
+  // a distinct address.
   std::vector<size_t> offsets(sizes.size());
   size_t total = 0, data_bytes = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    const size_t n = std::max<size_t>(sizes[i], 1);
-    const size_t rounded = (n + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    if (rounded < n || total + rounded < total) {
+    const std::optional<uint64_t> rounded =
+        internal::AlignUp(std::max<size_t>(sizes[i], 1), kHostAlignment);
+    const std::optional<uint64_t> end =
+        rounded ? internal::CheckedAdd(total, *rounded) : std::nullopt;
+    if (!end || *end > SIZE_MAX) {
       absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
           "host: buffer ", i, " of ", sizes.size(), " (", sizes[i],
           " bytes) takes the total past the address space"));
@@ -213,7 +216,7 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
       return s;
     }
     offsets[i] = total;
-    total += rounded;
+    total = static_cast<size_t>(*end);
     data_bytes += sizes[i];
   }
   std::shared_ptr<void> memory = AllocateManyBlock(total);
