@@ -74,7 +74,8 @@ class LoaderAccess {
                                             const Container* container,
                                             std::shared_ptr<Device> device,
                                             const LoadOptions& options,
-                                            Clock::time_point start, double verify_s);
+                                            Clock::time_point start, double verify_s,
+                                            std::shared_ptr<const void> keep = nullptr);
   static LoadTimings& MutableTimings(LoadedWeights& w) { return w.timings_; }
 };
 
@@ -158,6 +159,19 @@ class StoragePlanner {
     key_refs.reserve(n);
   }
 
+  // Frees everything planned (once the result holds what it needs).
+  void Release() {
+    std::vector<internal::StorageJob>().swap(jobs);
+    std::vector<int>().swap(groups);
+    std::vector<KeyRef>().swap(key_refs);
+    for (int g = 0; g < 2; ++g) {
+      by_key_[g] = {};
+      by_segment_[g] = {};
+      std::vector<uint32_t>().swap(by_entry_[g]);
+      std::vector<uint32_t>().swap(by_segment_index_[g]);
+    }
+  }
+
   struct KeyRef {
     uint32_t job;
     std::string_view key;
@@ -216,7 +230,8 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
                                                  const Container* container,
                                                  std::shared_ptr<Device> device,
                                                  const LoadOptions& options,
-                                                 Clock::time_point start, double verify_s) {
+                                                 Clock::time_point start, double verify_s,
+                                                 std::shared_ptr<const void> keep) {
   if (device == nullptr) return absl::InvalidArgumentError("LoadWeights: no device");
   if (all_keys && !options.fqns.empty()) {
     // Weights are named by a manifest; loading every key instead would be a
@@ -364,47 +379,56 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
 
   // Reads: the device's group first (staged or direct), then CPU weights.
   const auto read_t0 = Clock::now();
-  internal::Transfer transfer(source, &jobs, options, start, total_bytes);
-  absl::Status st;
-  if (!which[0].empty()) {
-    if (device->host_accessible()) {
-      const auto plan = internal::PlanReads(
-          jobs, which[0], options.max_read_bytes,
-          std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
-      st = transfer.RunDirect(*device, plan);
-    } else {
-      const uint64_t slot = std::max<uint64_t>(1, options.ring_slot_bytes);
-      const auto plan =
-          internal::PlanReads(jobs, which[0], slot, slot, options.max_gap_bytes);
-      st = transfer.RunStaged(*device, plan);
+  {
+    internal::Transfer transfer(source, &jobs, options, start, total_bytes);
+    absl::Status st;
+    if (!which[0].empty()) {
+      if (device->host_accessible()) {
+        const auto plan = internal::PlanReads(
+            jobs, which[0], options.max_read_bytes,
+            std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
+        st = transfer.RunDirect(*device, plan);
+      } else {
+        const uint64_t slot = std::max<uint64_t>(1, options.ring_slot_bytes);
+        const auto plan =
+            internal::PlanReads(jobs, which[0], slot, slot, options.max_gap_bytes);
+        st = transfer.RunStaged(*device, plan);
+      }
     }
+    if (st.ok() && !which[1].empty()) {
+      const auto plan = internal::PlanReads(
+          jobs, which[1], options.max_read_bytes,
+          std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
+      st = transfer.RunDirect(*out.host_device_, plan);
+    }
+    // On error, `buffers` and the result go here: everything allocated is freed.
+    PTD_RETURN_IF_ERROR(st);
+    out.timings_.read_s = Since(read_t0);
+    transfer.AddTo(&out.stats_, &out.timings_);
   }
-  if (st.ok() && !which[1].empty()) {
-    const auto plan = internal::PlanReads(
-        jobs, which[1], options.max_read_bytes,
-        std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
-    st = transfer.RunDirect(*out.host_device_, plan);
-  }
-  // On error, `buffers` and the result go here: everything allocated is freed.
-  PTD_RETURN_IF_ERROR(st);
-  out.timings_.read_s = Since(read_t0);
-  transfer.AddTo(&out.stats_, &out.timings_);
   const auto finish_t0 = Clock::now();
 
-  // The result's names and dims, each in one buffer.
+  // The result's names and dims: views into the manifests and the
+  // container when `keep` holds them (the keys of a load without a manifest
+  // come from the source's list, so they are always copied), else copies,
+  // each kind in one buffer. Sources are few and always copied.
+  const bool views = keep != nullptr && !all_keys;
   size_t name_bytes = 0, num_dims = 0;
   for (const ManifestRef& m : manifests) name_bytes += m.source.size();
-  for (const StoragePlanner::KeyRef& k : planner.key_refs) name_bytes += k.key.size();
-  for (const Selected& w : selected) {
-    name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
-    num_dims += w.entry->sizes.size() + w.entry->strides.size();
-  }
-  for (const Owned& w : owned) {
-    name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
-    num_dims += w.entry->sizes.size() + w.entry->strides.size();
+  if (!views) {
+    for (const StoragePlanner::KeyRef& k : planner.key_refs) name_bytes += k.key.size();
+    for (const Selected& w : selected) {
+      name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
+      num_dims += w.entry->sizes.size() + w.entry->strides.size();
+    }
+    for (const Owned& w : owned) {
+      name_bytes += w.entry->fqn.size() + w.entry->storage_key.size();
+      num_dims += w.entry->sizes.size() + w.entry->strides.size();
+    }
+    out.dims_.reset(new int64_t[std::max<size_t>(num_dims, 1)]);
   }
   NameArena names(name_bytes);
-  out.dims_.reset(new int64_t[std::max<size_t>(num_dims, 1)]);
+  const auto name = [&](std::string_view s) { return views ? s : names.Add(s); };
   for (const ManifestRef& m : manifests) out.sources_.push_back(names.Add(m.source));
   // Each storage's keys, in first-use order, grouped by storage in one array.
   std::vector<uint32_t> key_start(jobs.size() + 1, 0);
@@ -414,7 +438,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   {
     std::vector<uint32_t> fill(key_start.begin(), key_start.end() - 1);
     for (const StoragePlanner::KeyRef& k : planner.key_refs) {
-      out.storage_keys_[fill[k.job]++] = names.Add(k.key);
+      out.storage_keys_[fill[k.job]++] = name(k.key);
     }
   }
   out.storages_.resize(jobs.size());
@@ -434,6 +458,9 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     s.host_accessible = host_group || device->host_accessible();
     s.buffer = std::move(buffers[i]);
   }
+  // What only the plan needed goes before the weights' table is built.
+  std::vector<DeviceBuffer>().swap(buffers);
+  planner.Release();
   out.weights_.reserve(selected.size());
   out.by_fqn_.reserve(selected.size());
   // Find(source, fqn) uses by_fqn_ when there is one manifest.
@@ -441,6 +468,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   if (by_source) out.by_source_fqn_.reserve(selected.size());
   int64_t* dims = out.dims_.get();
   const auto copy_dims = [&](absl::Span<const int64_t> v) {
+    if (views) return v;
     std::copy(v.begin(), v.end(), dims);
     const absl::Span<const int64_t> span(dims, v.size());
     dims += v.size();
@@ -451,8 +479,8 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     const WeightEntry& e = *sel.entry;
     if (storage_used[sel.storage]) ++out.stats_.reused;
     storage_used[sel.storage] = true;
-    LoadedWeight w{.fqn = names.Add(e.fqn),
-                   .storage_key = names.Add(e.storage_key),
+    LoadedWeight w{.fqn = name(e.fqn),
+                   .storage_key = name(e.storage_key),
                    .source = out.sources_[sel.manifest],
                    .dtype = e.dtype,
                    .element_size = sel.element_size,
@@ -473,8 +501,8 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   out.runtime_owned_.reserve(owned.size());
   for (const Owned& o : owned) {
     const WeightEntry& e = *o.entry;
-    RuntimeOwnedWeight r{.fqn = names.Add(e.fqn),
-                         .storage_key = names.Add(e.storage_key),
+    RuntimeOwnedWeight r{.fqn = name(e.fqn),
+                         .storage_key = name(e.storage_key),
                          .source = out.sources_[o.manifest],
                          .dtype = e.dtype,
                          .element_size = o.element_size,
@@ -497,6 +525,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   }
   out.stats_.runtime_owned = out.runtime_owned_.size();
   out.names_ = names.Release();
+  if (views) out.keep_ = std::move(keep);
   out.stats_.weights = out.weights_.size();
   out.stats_.storages = out.storages_.size();
   out.stats_.bytes = total_bytes;
@@ -533,9 +562,14 @@ Device& LoadedWeights::DeviceOf(const LoadedStorage& s) const {
   return *device_;
 }
 
-absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
-                                          std::shared_ptr<Device> device,
-                                          const LoadOptions& options) {
+namespace {
+
+// LoadWeights of a bundle; the result's views point into the bundle when
+// `keep` holds it.
+absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle,
+                                         std::shared_ptr<Device> device,
+                                         const LoadOptions& options,
+                                         std::shared_ptr<const void> keep) {
   const auto start = Clock::now();
   const Container* c = bundle.container();
   if (c == nullptr || bundle.io_error()) {
@@ -578,7 +612,23 @@ absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
     refs.push_back(std::move(ref));
   }
   return LoaderAccess::Load(refs, refs.empty(), *source, c, std::move(device), options, start,
-                            0);
+                            0, std::move(keep));
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  return LoadBundle(bundle, std::move(device), options, nullptr);
+}
+
+absl::StatusOr<LoadedWeights> LoadWeights(std::shared_ptr<const WeightBundle> bundle,
+                                          std::shared_ptr<Device> device,
+                                          const LoadOptions& options) {
+  if (bundle == nullptr) return absl::InvalidArgumentError("LoadWeights: no bundle");
+  const WeightBundle& b = *bundle;
+  return LoadBundle(b, std::move(device), options, std::move(bundle));
 }
 
 absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,

@@ -90,78 +90,126 @@ size_t DistinctSegments(const std::string& ptd, const std::vector<std::string>& 
   return segs.size();
 }
 
+// The manifest entry of `bundle` named `fqn` (of its first manifest that
+// has it), or null.
+const WeightEntry* EntryOf(const WeightBundle& bundle, std::string_view fqn) {
+  for (const SourcedManifest& m : bundle.manifests()) {
+    for (const WeightEntry& e : m.manifest.entries) {
+      if (e.fqn == fqn) return &e;
+    }
+  }
+  return nullptr;
+}
+
+// Each route is loaded twice: by paths (the result copies its names and
+// dims) and from a shared bundle (the result holds the bundle and points
+// into it; the caller's reference is dropped before the checks).
 void ExpectLoadsCase(const json& tc, Target target) {
   std::vector<BundlePaths> routes;
   const std::string ptd = ConformancePath(tc["ptd"]);
   if (tc["kind"] == "container") {
     routes.push_back(BundlePaths{.ptd = ptd});
   } else {
-    if (!tc.contains("via")) routes.push_back({.ptd = ptd, .manifest = ConformancePath(tc["manifest"])});
+    if (!tc.contains("via"))
+      routes.push_back({.ptd = ptd, .manifest = ConformancePath(tc["manifest"])});
     if (tc.contains("pte")) routes.push_back({.ptd = ptd, .pte = ConformancePath(tc["pte"])});
   }
   for (const BundlePaths& paths : routes) {
-    SCOPED_TRACE(paths.pte ? "pte" : paths.manifest ? "manifest" : "container");
-    std::shared_ptr<Device> device = MakeDevice(target);
-    {
-      auto w = LoadWeights(paths, device);
-      ASSERT_TRUE(w.ok()) << w.status();
-      std::vector<std::string> keys;
-      if (tc.contains("named_data")) {
-        for (const auto& nd : tc["named_data"]) {
-          const std::string key = nd["key"];
-          keys.push_back(key);
-          const LoadedStorage* s = w->FindStorage(key);
-          ASSERT_NE(s, nullptr) << key;
-          EXPECT_EQ(s->nbytes, nd["size"].get<uint64_t>()) << key;
-          auto d = DigestLoadedStorage(*w, *s);
-          ASSERT_TRUE(d.ok()) << d.status();
-          EXPECT_EQ(*d, nd["sha256"].get<std::string>()) << key;
+    for (const bool shared : {false, true}) {
+      SCOPED_TRACE(paths.pte ? "pte" : paths.manifest ? "manifest" : "container");
+      SCOPED_TRACE(shared ? "shared bundle" : "by paths");
+      std::shared_ptr<Device> device = MakeDevice(target);
+      std::weak_ptr<const WeightBundle> kept;
+      {
+        absl::StatusOr<LoadedWeights> w = absl::UnknownError("not loaded");
+        if (shared) {
+          auto opened = WeightBundle::Open(paths);
+          ASSERT_TRUE(opened.ok()) << opened.status();
+          auto bundle = std::make_shared<const WeightBundle>(*std::move(opened));
+          kept = bundle;
+          w = LoadWeights(std::move(bundle), device);
+        } else {
+          w = LoadWeights(paths, device);
         }
-      }
-      if (tc.contains("weights")) {
-        // Runtime-owned entries are listed, not loaded (SPEC section 2).
-        ASSERT_EQ(w->weights().size() + w->runtime_owned().size(), tc["weights"].size());
-        EXPECT_EQ(w->stats().runtime_owned, w->runtime_owned().size());
-        for (const auto& want : tc["weights"]) {
-          const std::string fqn = want["fqn"];
-          if (want["sha256"].is_null()) {
-            const auto owned = std::find_if(
-                w->runtime_owned().begin(), w->runtime_owned().end(),
-                [&](const RuntimeOwnedWeight& r) { return r.fqn == fqn; });
-            ASSERT_NE(owned, w->runtime_owned().end()) << fqn;
-            EXPECT_EQ(w->Find(fqn), nullptr) << fqn;
-            EXPECT_EQ(w->FindStorage(want["storage_key"].get<std::string>()), nullptr) << fqn;
-            EXPECT_EQ(owned->sizes, want["sizes"].get<std::vector<int64_t>>());
-            EXPECT_EQ(owned->strides, want["strides"].get<std::vector<int64_t>>());
-            EXPECT_EQ(owned->required_nbytes, want["required_nbytes"].get<uint64_t>());
-            continue;
+        ASSERT_TRUE(w.ok()) << w.status();
+        const std::shared_ptr<const WeightBundle> bundle = kept.lock();
+        // Held by the result alone (when it has manifests to point into).
+        EXPECT_EQ(bundle != nullptr, shared && tc["kind"] != "container");
+        std::vector<std::string> keys;
+        if (tc.contains("named_data")) {
+          for (const auto& nd : tc["named_data"]) {
+            const std::string key = nd["key"];
+            keys.push_back(key);
+            const LoadedStorage* s = w->FindStorage(key);
+            ASSERT_NE(s, nullptr) << key;
+            EXPECT_EQ(s->nbytes, nd["size"].get<uint64_t>()) << key;
+            auto d = DigestLoadedStorage(*w, *s);
+            ASSERT_TRUE(d.ok()) << d.status();
+            EXPECT_EQ(*d, nd["sha256"].get<std::string>()) << key;
           }
-          const LoadedWeight* lw = w->Find(fqn);
-          ASSERT_NE(lw, nullptr) << fqn;
-          keys.push_back(want["storage_key"]);
-          EXPECT_EQ(lw->sizes, want["sizes"].get<std::vector<int64_t>>());
-          EXPECT_EQ(lw->strides, want["strides"].get<std::vector<int64_t>>());
-          EXPECT_EQ(lw->storage_offset, want["storage_offset"].get<int64_t>());
-          const LoadedStorage& s = w->storage(*lw);
-          EXPECT_EQ(lw->data, static_cast<uint8_t*>(s.buffer.data()) +
-                                  lw->storage_offset * lw->element_size);
-          EXPECT_EQ(lw->device, want["device_type"] == 0 ? DeviceKind::kHost : device->kind())
-              << fqn;
-          auto d = DigestLoadedWeight(*w, *lw);
-          ASSERT_TRUE(d.ok()) << d.status();
-          EXPECT_EQ(*d, want["sha256"].get<std::string>()) << fqn;
+        }
+        if (tc.contains("weights")) {
+          // Runtime-owned entries are listed, not loaded (SPEC section 2).
+          ASSERT_EQ(w->weights().size() + w->runtime_owned().size(), tc["weights"].size());
+          EXPECT_EQ(w->stats().runtime_owned, w->runtime_owned().size());
+          for (const auto& want : tc["weights"]) {
+            const std::string fqn = want["fqn"];
+            if (want["sha256"].is_null()) {
+              const auto owned =
+                  std::find_if(w->runtime_owned().begin(), w->runtime_owned().end(),
+                               [&](const RuntimeOwnedWeight& r) { return r.fqn == fqn; });
+              ASSERT_NE(owned, w->runtime_owned().end()) << fqn;
+              EXPECT_EQ(w->Find(fqn), nullptr) << fqn;
+              EXPECT_EQ(w->FindStorage(want["storage_key"].get<std::string>()), nullptr) << fqn;
+              EXPECT_EQ(owned->sizes, want["sizes"].get<std::vector<int64_t>>());
+              EXPECT_EQ(owned->strides, want["strides"].get<std::vector<int64_t>>());
+              EXPECT_EQ(owned->required_nbytes, want["required_nbytes"].get<uint64_t>());
+              if (bundle != nullptr) {
+                const WeightEntry* e = EntryOf(*bundle, fqn);
+                ASSERT_NE(e, nullptr) << fqn;
+                EXPECT_EQ(owned->fqn.data(), e->fqn.data()) << fqn;
+                EXPECT_EQ(owned->sizes.data(), e->sizes.data()) << fqn;
+              }
+              continue;
+            }
+            const LoadedWeight* lw = w->Find(fqn);
+            ASSERT_NE(lw, nullptr) << fqn;
+            keys.push_back(want["storage_key"]);
+            EXPECT_EQ(lw->sizes, want["sizes"].get<std::vector<int64_t>>());
+            EXPECT_EQ(lw->strides, want["strides"].get<std::vector<int64_t>>());
+            EXPECT_EQ(lw->storage_offset, want["storage_offset"].get<int64_t>());
+            const LoadedStorage& s = w->storage(*lw);
+            EXPECT_EQ(lw->data, static_cast<uint8_t*>(s.buffer.data()) +
+                                    lw->storage_offset * lw->element_size);
+            EXPECT_EQ(lw->device, want["device_type"] == 0 ? DeviceKind::kHost : device->kind())
+                << fqn;
+            auto d = DigestLoadedWeight(*w, *lw);
+            ASSERT_TRUE(d.ok()) << d.status();
+            EXPECT_EQ(*d, want["sha256"].get<std::string>()) << fqn;
+            if (bundle != nullptr) {
+              // Views into the bundle's manifest, not copies.
+              const WeightEntry* e = EntryOf(*bundle, fqn);
+              ASSERT_NE(e, nullptr) << fqn;
+              EXPECT_EQ(lw->fqn.data(), e->fqn.data()) << fqn;
+              EXPECT_EQ(lw->storage_key, e->storage_key) << fqn;
+              EXPECT_EQ(lw->sizes.data(), e->sizes.data()) << fqn;
+              EXPECT_EQ(lw->strides.data(), e->strides.data()) << fqn;
+            }
+          }
+        }
+        // One allocation per distinct segment, one AllocateMany per device.
+        const size_t distinct = DistinctSegments(ptd, keys);
+        EXPECT_EQ(w->stats().storages, distinct);
+        if (target == Target::kHost) {
+          EXPECT_EQ(device->stats().allocations, distinct);
         }
       }
-      // One allocation per distinct segment, one AllocateMany per device.
-      const size_t distinct = DistinctSegments(ptd, keys);
-      EXPECT_EQ(w->stats().storages, distinct);
-      if (target == Target::kHost) {
-        EXPECT_EQ(device->stats().allocations, distinct);
-      }
+      // Gone with the result.
+      EXPECT_TRUE(kept.expired());
+      EXPECT_EQ(device->stats().live_allocations, 0u);
+      EXPECT_EQ(device->stats().live_staging_bytes, 0u);
+      EXPECT_EQ(StagingFreedInFlight(*device), 0u);
     }
-    EXPECT_EQ(device->stats().live_allocations, 0u);
-    EXPECT_EQ(device->stats().live_staging_bytes, 0u);
-    EXPECT_EQ(StagingFreedInFlight(*device), 0u);
   }
 }
 
