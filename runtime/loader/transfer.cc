@@ -186,6 +186,19 @@ absl::Status Transfer::Prepare(Device& device, const ReadPlan& plan, const ReadI
   return flush();
 }
 
+bool Transfer::DestinationsFollowSource(const ReadPlan& plan, const ReadItem& item,
+                                        const uint8_t* first_dest) const {
+  uint64_t src = 0;
+  const uint8_t* dst = first_dest;
+  for (uint32_t k = 0; k < item.num_pieces; ++k) {
+    const Piece& p = plan.pieces[item.first_piece + k];
+    if (p.src_offset != src || storages_[p.storage].dest + p.dst_offset != dst) return false;
+    src += p.nbytes;
+    dst += p.nbytes;
+  }
+  return src == item.nbytes;
+}
+
 absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   if (plan.items.empty()) return absl::OkStatus();
   std::atomic<size_t> next{0};
@@ -196,8 +209,12 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
     std::vector<uint8_t> scratch;  // For packed reads; at most max_read_bytes.
     const auto read = [&](const ReadItem& item) -> absl::Status {
       const Piece& first = plan.pieces[item.first_piece];
-      if (item.num_pieces == 1 && first.src_offset == 0 && first.nbytes == item.nbytes) {
-        return Read(plan, item, storages_[first.storage].dest + first.dst_offset);
+      uint8_t* const first_dest = storages_[first.storage].dest + first.dst_offset;
+      if (first.src_offset == 0 && DestinationsFollowSource(plan, item, first_dest)) {
+        // One storage, or neighbours whose destinations lie back to back
+        // as their bytes do in the file (a host device packs small buffers
+        // so): straight into them, no scratch and no copy.
+        return Read(plan, item, first_dest);
       }
       if (scratch.size() < item.nbytes) scratch.resize(item.nbytes);
       PTD_RETURN_IF_ERROR(Read(plan, item, scratch.data()));

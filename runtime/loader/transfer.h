@@ -79,7 +79,8 @@ class Transfer {
            const LoadOptions& options, Clock::time_point start, uint64_t total_bytes);
 
   // Destinations `device` made, host-accessible: reads straight into them,
-  // packed reads through a per-thread buffer; `threads` workers, the caller
+  // packed reads too when their destinations lie back to back as in the
+  // file, others through a per-thread buffer; `threads` workers, the caller
   // included. Each read's destinations go to device.PrepareWrite first, on
   // the reader's thread.
   absl::Status RunDirect(Device& device, const ReadPlan& plan);
@@ -95,6 +96,11 @@ class Transfer {
   // device.PrepareWrite over the item's destinations.
   absl::Status Prepare(Device& device, const ReadPlan& plan, const ReadItem& item);
   absl::Status Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst);
+  // True when the item's pieces cover its bytes in order without gaps and
+  // their destinations follow each other the same way from `first_dest`:
+  // the item can be read straight into them.
+  bool DestinationsFollowSource(const ReadPlan& plan, const ReadItem& item,
+                                const uint8_t* first_dest) const;
   // Records the item's bytes as done; a Cancelled error when the progress
   // callback says stop.
   absl::Status Complete(const ReadPlan& plan, const ReadItem& item);

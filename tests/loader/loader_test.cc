@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ptd/async_device.h"
+#include "ptd/byte_source.h"
 #include "ptd/fault_device.h"
 #include "ptd/host_device.h"
 #include "ptd/ptd_writer.h"
@@ -413,6 +415,76 @@ TEST(LoaderTest, CoalescesAdjacentSmallStoragesOnBothPaths) {
       EXPECT_EQ(*digest, DigestLoadedWeight(*reference, *reference->Find(f)).value()) << f;
       const LoadedStorage& s = w->storage(*w->Find(f));
       EXPECT_EQ(s.nbytes, 1024u);
+    }
+  }
+}
+
+// A source that records where each located read lands.
+class DestinationRecorder : public ByteSource {
+ public:
+  explicit DestinationRecorder(std::unique_ptr<ByteSource> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  std::vector<std::string> Keys() const override { return inner_->Keys(); }
+  absl::StatusOr<uint64_t> Size(std::string_view key) const override { return inner_->Size(key); }
+  absl::Status ReadAt(std::string_view key, uint64_t offset,
+                      absl::Span<uint8_t> dst) const override {
+    return inner_->ReadAt(key, offset, dst);
+  }
+  std::optional<Location> Locate(std::string_view key) const override {
+    return inner_->Locate(key);
+  }
+  absl::Status ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      destinations_.push_back(dst.data());
+    }
+    return inner_->ReadLocated(offset, dst);
+  }
+  std::vector<const uint8_t*> destinations() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return destinations_;
+  }
+
+ private:
+  std::unique_ptr<ByteSource> inner_;
+  mutable std::mutex mu_;
+  mutable std::vector<const uint8_t*> destinations_;
+};
+
+TEST(LoaderTest, PackedNeighboursBackToBackInMemoryAreReadStraightIntoThem) {
+  // 1 KiB storages lie back to back in the file (128-byte segment
+  // alignment) and in the host device's block (64-byte packing): each
+  // packed read goes straight into its first storage. 1000-byte storages
+  // have 24-byte gaps between them in the file: through scratch, then
+  // copied. Either way every storage holds its stored bytes.
+  for (const uint64_t size : {uint64_t{1024}, uint64_t{1000}}) {
+    SCOPED_TRACE(size);
+    TempDir dir;
+    const TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(256, size));
+    auto bundle = WeightBundle::Open(BundlePaths{.ptd = m.ptd});
+    ASSERT_TRUE(bundle.ok()) << bundle.status();
+    const std::vector<uint8_t> manifest = ::ptd::testing::ReadFileBytes(m.manifest);
+    DestinationRecorder source(MakeContainerByteSource(*bundle->container()));
+    auto w = LoadWeights(manifest, source, std::make_shared<HostDevice>(),
+                         LoadOptions{.threads = 1});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->stats().storages, 256u);
+    EXPECT_LT(w->stats().reads, 16u);  // Packed: 256 KiB at a time, not 256 reads.
+    std::set<const uint8_t*> starts;
+    for (const LoadedStorage& s : w->storages()) {
+      starts.insert(static_cast<const uint8_t*>(s.buffer.data()));
+    }
+    const std::vector<const uint8_t*> destinations = source.destinations();
+    ASSERT_EQ(destinations.size(), w->stats().reads);
+    for (const uint8_t* d : destinations) EXPECT_EQ(starts.count(d), size == 1024 ? 1u : 0u);
+    auto reference = MakeContainerByteSource(*bundle->container());
+    for (const std::string& fqn : m.fqns) {
+      const LoadedWeight* lw = w->Find(fqn);
+      ASSERT_NE(lw, nullptr) << fqn;
+      std::vector<uint8_t> want(size);
+      ASSERT_TRUE(reference->ReadAt(lw->storage_key, 0, absl::MakeSpan(want)).ok());
+      const auto* got = static_cast<const uint8_t*>(lw->data);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << fqn;
     }
   }
 }
