@@ -2,6 +2,7 @@
 
 #include <sys/ioctl.h>
 #include <gnu/libc-version.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -125,6 +126,35 @@ std::string MallocPagesLine() {
     return absl::StrCat("malloc: ", setting, " (large blocks on transparent huge pages)");
   }
   return absl::StrCat("malloc: ", setting);
+}
+
+namespace {
+enum class MmapThreshold { kDynamic, kFixed, kEnvironment };
+MmapThreshold g_mmap_threshold = MmapThreshold::kDynamic;
+}  // namespace
+
+void FixMallocMmapThreshold() {
+  const char* tunables = std::getenv(kTunables);
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      (tunables != nullptr && std::strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr)) {
+    g_mmap_threshold = MmapThreshold::kEnvironment;
+    return;
+  }
+  if (::mallopt(M_MMAP_THRESHOLD, kMallocMmapThreshold) == 1) {
+    g_mmap_threshold = MmapThreshold::kFixed;
+  }
+}
+
+std::string MallocMmapLine() {
+  switch (g_mmap_threshold) {
+    case MmapThreshold::kFixed:
+      return absl::StrCat("malloc: mmap_threshold=", kMallocMmapThreshold, " (fixed)");
+    case MmapThreshold::kEnvironment:
+      return "malloc: mmap_threshold set by the environment";
+    case MmapThreshold::kDynamic:
+      break;
+  }
+  return "malloc: mmap_threshold dynamic (glibc's default)";
 }
 
 void ReexecWithHugePageMalloc(char** argv) {

@@ -39,7 +39,8 @@ int Main(int argc, char** argv) {
       "ptd-verify");
   ptd::cli::SetUp(app);
   app.set_version_flag("--version", std::function<std::string()>([] {
-    return std::string("ptd-verify ") + PTD_VERSION + "\n" + ptd::cli::MallocPagesLine();
+    return std::string("ptd-verify ") + PTD_VERSION + "\n" + ptd::cli::MallocPagesLine() +
+           "\n" + ptd::cli::MallocMmapLine();
   }));
   app.add_option("ptd", options.ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
@@ -131,5 +132,6 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   ptd::cli::ReexecWithHugePageMalloc(argv);
+  ptd::cli::FixMallocMmapThreshold();
   return ptd::cli::RunGuarded("ptd-verify", [&] { return Main(argc, argv); });
 }

@@ -39,7 +39,8 @@ TEST(CliTest, HelpAndVersionExitZero) {
 }
 
 // Both tools re-execute themselves once with glibc.malloc.hugetlb=1 unless
-// the user opted out or chose a setting of their own; --version says which.
+// the user opted out or chose a setting of their own, and fix malloc's mmap
+// threshold unless the environment sets one; --version says which.
 TEST(CliTest, MallocUsesHugePagesUnlessOptedOut) {
   if (!cli::HugePageMallocAvailable()) {
     GTEST_SKIP() << "no glibc 2.35+, THP mode is never, or a sanitizer build";
@@ -59,6 +60,16 @@ TEST(CliTest, MallocUsesHugePagesUnlessOptedOut) {
     auto other = RunCommand(clean + "GLIBC_TUNABLES=glibc.malloc.tcache_count=8 " + binary +
                             " --version 2>&1");
     EXPECT_THAT(other.out, HasSubstr("malloc: glibc.malloc.hugetlb=1 (large blocks"));
+    // The mmap threshold is fixed unless the environment sets one.
+    EXPECT_THAT(on.out, HasSubstr("malloc: mmap_threshold=2097152 (fixed)"));
+    EXPECT_THAT(out.out, HasSubstr("malloc: mmap_threshold=2097152 (fixed)"));
+    auto threshold = RunCommand(clean + "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536 " +
+                                binary + " --version 2>&1");
+    EXPECT_THAT(threshold.out, HasSubstr("malloc: mmap_threshold set by the environment"));
+    EXPECT_THAT(threshold.out, HasSubstr("malloc: glibc.malloc.hugetlb=1 (large blocks"));
+    auto legacy =
+        RunCommand(clean + "MALLOC_MMAP_THRESHOLD_=65536 " + binary + " --version 2>&1");
+    EXPECT_THAT(legacy.out, HasSubstr("malloc: mmap_threshold set by the environment"));
     // A verification is the same with either setting.
     auto plain = RunCommand(clean + "PTD_MALLOC_HUGETLB=0 " + binary + " " + kK01 +
                             " --manifest " + kK01Manifest + " --json 2>/dev/null");
