@@ -55,18 +55,20 @@ class Bytes {
     b.view_ = view;
     return b;
   }
-  static Bytes Owned(std::vector<uint8_t> data) {
+  // `n` bytes of its own, left uninitialized for the caller to fill
+  // through `*data` (a buffer about to be read into is not zeroed first).
+  static Bytes Allocate(size_t n, uint8_t** data) {
     Bytes b;
-    b.owned_ = std::move(data);
-    b.view_ = absl::MakeConstSpan(b.owned_);
+    b.owned_.reset(new uint8_t[n == 0 ? 1 : n]);
+    b.view_ = absl::MakeConstSpan(b.owned_.get(), n);
+    *data = b.owned_.get();
     return b;
   }
   Bytes(Bytes&& other) noexcept { *this = std::move(other); }
   Bytes& operator=(Bytes&& other) noexcept {
-    const bool owned = other.view_.data() == other.owned_.data();
     owned_ = std::move(other.owned_);
-    view_ = owned ? absl::MakeConstSpan(owned_) : other.view_;
-    other.view_ = {};
+    view_ = other.view_;
+    other.view_ = {};  // A moved-from Bytes is empty, not a dangling view.
     return *this;
   }
   Bytes(const Bytes&) = delete;
@@ -75,10 +77,11 @@ class Bytes {
   absl::Span<const uint8_t> span() const { return view_; }
   const uint8_t* data() const { return view_.data(); }
   size_t size() const { return view_.size(); }
-  bool borrowed() const { return !view_.empty() && view_.data() != owned_.data(); }
+  bool borrowed() const { return !view_.empty() && owned_ == nullptr; }
 
  private:
-  std::vector<uint8_t> owned_;
+  // The heap buffer does not move with the object: view_ stays valid.
+  std::unique_ptr<uint8_t[]> owned_;
   absl::Span<const uint8_t> view_;
 };
 

@@ -165,10 +165,11 @@ absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset,
   if (!internal::RangeInside(offset, len, source.size())) {
     return OutOfRange(source.name(), offset, len, source.size());
   }
-  std::vector<uint8_t> buf(len);
-  auto status = source.ReadAt(offset, absl::MakeSpan(buf));
+  uint8_t* data = nullptr;
+  Bytes bytes = Bytes::Allocate(static_cast<size_t>(len), &data);
+  auto status = source.ReadAt(offset, absl::MakeSpan(data, static_cast<size_t>(len)));
   if (!status.ok()) return status;
-  return Bytes::Owned(std::move(buf));
+  return bytes;
 }
 
 absl::StatusOr<std::unique_ptr<FileSource>> OpenMmapFile(const std::string& path) {

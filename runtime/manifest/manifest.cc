@@ -1,9 +1,11 @@
 #include "ptd/manifest.h"
 
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
@@ -31,6 +33,8 @@ class Cursor {
       : bytes_(bytes), pos_(pos), where_(where), report_(report) {}
 
   size_t pos() const { return pos_; }
+  // REQUIRES: pos <= the size of the bytes.
+  void Seek(size_t pos) { pos_ = pos; }
   // Reads that follow belong to entry `i`: their `what` is numbered in a
   // message ("entry 7"), built only when a read fails.
   void SetEntry(uint32_t i) { entry_ = i; }
@@ -41,6 +45,17 @@ class Cursor {
     if (!Need(sizeof(T), what)) return false;
     *out = internal::LoadLE<T>(bytes_.data() + pos_);
     pos_ += sizeof(T);
+    return true;
+  }
+
+  // `n` little-endian int64 values into `out`, one bounds check for all.
+  bool ReadDims(uint32_t n, DimVector* out, std::string_view what) {
+    if (!Need(uint64_t{n} * sizeof(int64_t), what)) return false;
+    out->resize(n);
+    for (uint32_t d = 0; d < n; ++d) {
+      (*out)[d] = internal::LoadLE<int64_t>(bytes_.data() + pos_ + d * sizeof(int64_t));
+    }
+    pos_ += n * sizeof(int64_t);
     return true;
   }
 
@@ -285,9 +300,66 @@ bool DecodeReleasedVariant(Cursor& in, Manifest* m, const Where& where,
   return true;
 }
 
+// Entry `i` at the cursor into `e` (M5). False when the bytes cannot be
+// framed (the error is reported).
+bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, const Where& where, Report* report) {
+  in.SetEntry(i);
+  constexpr std::string_view what = "entry";
+  uint32_t ndim;
+  if (!in.ReadString(&e.fqn, what) || !in.ReadString(&e.storage_key, what) ||
+      !in.Read(&e.storage_nbytes, what) || !in.Read(&e.dtype, what) ||
+      !in.Read(&e.device_type, what) || !in.Read(&e.storage_offset, what) ||
+      !in.Read(&ndim, what)) {
+    return false;
+  }
+  if (ndim > kMaxDims) {
+    report->Error("M5", kDataLoss,
+                  absl::StrCat("entry ", i, " ('", internal::Escaped(e.fqn),
+                               "'): ndim is ", ndim, ", over the limit ", kMaxDims),
+                  Where{.file = where.file, .fqn = e.fqn, .source = where.source});
+    return false;  // The rest of the bytes cannot be framed.
+  }
+  if (!in.ReadDims(ndim, &e.sizes, what) || !in.ReadDims(ndim, &e.strides, what)) {
+    return false;
+  }
+  e.well_formed = CheckEntry(e, i, where, report);
+  return true;
+}
+
+// From this many entries the second half is decoded on a thread of its own.
+constexpr uint32_t kParallelDecodeEntries = 16384;
+
+// The offset of entry `count` when the `count` entries from `pos` frame
+// (what DecodeEntry reads, without decoding); nullopt when they do not.
+std::optional<size_t> SkipEntries(absl::Span<const uint8_t> bytes, size_t pos, uint32_t count) {
+  const auto need = [&](uint64_t n) { return n <= bytes.size() - pos; };
+  const auto u32 = [&]() { return internal::LoadLE<uint32_t>(bytes.data() + pos); };
+  for (uint32_t i = 0; i < count; ++i) {
+    for (int str = 0; str < 2; ++str) {
+      if (!need(4)) return std::nullopt;
+      const uint32_t len = u32();
+      pos += 4;
+      if (!need(len)) return std::nullopt;
+      pos += len;
+    }
+    if (!need(8 + 4 + 4 + 8 + 4)) return std::nullopt;
+    pos += 8 + 4 + 4 + 8;
+    const uint32_t ndim = u32();
+    pos += 4;
+    if (ndim > kMaxDims || !need(uint64_t{ndim} * 16)) return std::nullopt;
+    pos += size_t{ndim} * 16;
+  }
+  return pos;
+}
+
 // The entry list (M5 per entry). False when the bytes cannot be framed.
-bool DecodeEntries(Cursor& in, Manifest* m, const Where& where,
-                   Report* report) {
+// A large list is decoded in two halves at once, each into its own report,
+// merged in order: the diagnostics and the entries are those of decoding
+// from start to end (the second half starts where its first entry is found
+// by skipping the first; a list whose first half does not frame is decoded
+// from start to end, which reports where).
+bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
+                   const Where& where, Report* report) {
   uint32_t num_entries;
   if (!in.Read(&num_entries, "num_entries")) return false;
   if (num_entries > kMaxManifestEntries) {
@@ -299,37 +371,47 @@ bool DecodeEntries(Cursor& in, Manifest* m, const Where& where,
   }
   // Each entry takes at least 40 bytes; do not reserve more than could fit.
   constexpr size_t kMinEntryBytes = 4 + 4 + 8 + 4 + 4 + 8 + 4;
-  m->entries.reserve(std::min<size_t>(num_entries, in.remaining() / kMinEntryBytes));
-  for (uint32_t i = 0; i < num_entries; ++i) {
-    // Decoded in place; on a framing failure the manifest is dropped whole.
-    WeightEntry& e = m->entries.emplace_back();
-    in.SetEntry(i);
-    constexpr std::string_view what = "entry";
-    uint32_t ndim;
-    if (!in.ReadString(&e.fqn, what) || !in.ReadString(&e.storage_key, what) ||
-        !in.Read(&e.storage_nbytes, what) || !in.Read(&e.dtype, what) ||
-        !in.Read(&e.device_type, what) || !in.Read(&e.storage_offset, what) ||
-        !in.Read(&ndim, what)) {
-      return false;
+  const size_t fit = in.remaining() / kMinEntryBytes;
+  const uint32_t half = num_entries / 2;
+  const std::optional<size_t> second =
+      num_entries >= kParallelDecodeEntries && num_entries <= fit &&
+              std::thread::hardware_concurrency() > 1
+          ? SkipEntries(bytes, in.pos(), half)
+          : std::nullopt;
+  if (!second) {
+    m->entries.reserve(std::min<size_t>(num_entries, fit));
+    for (uint32_t i = 0; i < num_entries; ++i) {
+      // Decoded in place; on a framing failure the manifest is dropped whole.
+      if (!DecodeEntry(in, i, m->entries.emplace_back(), where, report)) return false;
     }
-    if (ndim > kMaxDims) {
-      report->Error("M5", kDataLoss,
-                    absl::StrCat("entry ", i, " ('", internal::Escaped(e.fqn),
-                                 "'): ndim is ", ndim, ", over the limit ",
-                                 kMaxDims),
-                    Where{.file = where.file, .fqn = e.fqn, .source = where.source});
-      return false;  // The rest of the bytes cannot be framed.
-    }
-    e.sizes.resize(ndim);
-    e.strides.resize(ndim);
-    for (uint32_t d = 0; d < ndim; ++d) {
-      if (!in.Read(&e.sizes[d], what)) return false;
-    }
-    for (uint32_t d = 0; d < ndim; ++d) {
-      if (!in.Read(&e.strides[d], what)) return false;
-    }
-    e.well_formed = CheckEntry(e, i, where, report);
+    return true;
   }
+  m->entries.resize(num_entries);
+  Report second_report;
+  bool second_ok = true;
+  size_t end = 0;
+  std::exception_ptr thrown;
+  {
+    std::jthread worker([&] {
+      try {
+        Cursor tail(bytes, *second, where, &second_report);
+        for (uint32_t i = half; i < num_entries && second_ok; ++i) {
+          second_ok = DecodeEntry(tail, i, m->entries[i], where, &second_report);
+        }
+        end = tail.pos();
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+    });
+    for (uint32_t i = 0; i < half; ++i) {
+      // The first half frames (SkipEntries): this never fails.
+      if (!DecodeEntry(in, i, m->entries[i], where, report)) return false;
+    }
+  }
+  if (thrown) std::rethrow_exception(thrown);
+  report->Merge(std::move(second_report));
+  if (!second_ok) return false;
+  in.Seek(end);
   return true;
 }
 
@@ -380,7 +462,7 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
   const bool framed = *format == ManifestFormat::kFqn3
                           ? DecodeReleasedVariant(in, &m, where, report)
                           : DecodeVariants(in, &m, where, report);
-  if (!framed || !DecodeEntries(in, &m, where, report)) return std::nullopt;
+  if (!framed || !DecodeEntries(in, bytes, &m, where, report)) return std::nullopt;
   if (in.remaining() != 0) {
     report->Error("M3", kDataLoss,
                   absl::StrCat(in.remaining(), " trailing bytes after the last "

@@ -593,6 +593,110 @@ TEST(ManifestTest, M5TooManyEntriesRejectedBeforeAllocation) {
               AllOf(HasSubstr("1048577"), HasSubstr("1048576")));
 }
 
+// A list of 20,000 entries is decoded in two halves at once (from 16,384):
+// entries, errors and warnings must be exactly those of decoding from start
+// to end, including around the split at entry 10,000, and framing errors in
+// either half must name the entry where the bytes stop.
+class LargeManifest {
+ public:
+  static constexpr uint32_t kEntries = 20000;
+  LargeManifest() {
+    for (uint32_t i = 0; i < kEntries; ++i) {
+      EntryFields e;
+      e.fqn = absl::StrCat("w", i);
+      e.key = absl::StrCat("cuda_fqn_weight:cuda:w", i);
+      e.sizes = {i % 7 + 1, 4};
+      e.strides = {4, 1};
+      e.nbytes = (i % 7 + 1) * 16;
+      if (i == 3 || i == 9999 || i == 10000 || i == 19999) e.dtype = 99;  // M5.
+      if (i == 5 || i == 15000) e.dtype = 7;  // float64: U1.
+      if (i == 12000) e.fqn = "w7";           // M6 with entry 7.
+      entries.push_back(e);
+    }
+  }
+  // The bytes of every entry before `cut`, the entry `cut` cut short by
+  // one byte... or all of them when cut is nullopt, with `trailing` bytes.
+  std::vector<uint8_t> Bytes(std::optional<uint32_t> cut = std::nullopt, size_t trailing = 0) {
+    ManifestBytes b = ManifestBytes::Untargeted();
+    b.U32(kEntries);
+    size_t cut_at = 0;
+    for (uint32_t i = 0; i < kEntries; ++i) {
+      if (cut && i == *cut) cut_at = b.size() + 10;
+      b.Entry(entries[i]);
+    }
+    std::vector<uint8_t> bytes = b.bytes();
+    if (cut) bytes.resize(cut_at);
+    bytes.insert(bytes.end(), trailing, 0);
+    return bytes;
+  }
+  std::vector<EntryFields> entries;
+};
+
+std::vector<std::string> RulesInOrder(const std::vector<Diagnostic>& ds) {
+  std::vector<std::string> out;
+  for (const Diagnostic& d : ds) out.push_back(d.rule + " " + d.fqn.value_or("-"));
+  return out;
+}
+
+TEST(ManifestTest, LargeListDecodedInHalvesIsTheListInOrder) {
+  LargeManifest lm;
+  const std::vector<uint8_t> bytes = lm.Bytes();
+  const Decoded d = Decode(bytes);
+  ASSERT_TRUE(d.manifest.has_value()) << Messages(d.report);
+  ASSERT_EQ(d.manifest->entries.size(), LargeManifest::kEntries);
+  for (uint32_t i = 0; i < LargeManifest::kEntries; ++i) {
+    const WeightEntry& e = d.manifest->entries[i];
+    const EntryFields& want = lm.entries[i];
+    ASSERT_EQ(e.fqn, want.fqn) << i;
+    ASSERT_EQ(e.storage_key, want.key) << i;
+    ASSERT_EQ(e.dtype, want.dtype) << i;
+    ASSERT_EQ(e.storage_nbytes, want.nbytes) << i;
+    ASSERT_THAT(e.sizes, ElementsAre(want.sizes[0], want.sizes[1])) << i;
+    ASSERT_THAT(e.strides, ElementsAre(4, 1)) << i;
+    const bool bad = i == 3 || i == 9999 || i == 10000 || i == 19999 || i == 12000;
+    ASSERT_EQ(e.well_formed, !bad) << i;
+  }
+  EXPECT_THAT(RulesInOrder(d.report.errors()),
+              ElementsAre("M5 w3", "M5 w9999", "M5 w10000", "M5 w19999", "M6 w7"));
+  EXPECT_THAT(d.report.errors()[4].message, HasSubstr("entries 7 and 12000"));
+  EXPECT_THAT(RulesInOrder(d.report.warnings()), ElementsAre("U1 w5", "U1 w15000"));
+
+  // Trailing bytes after the last entry (the second half's end): M3 at the
+  // offset where the entries end.
+  const Decoded t = Decode(lm.Bytes(std::nullopt, 5));
+  ASSERT_TRUE(t.manifest.has_value());
+  ASSERT_TRUE(t.report.HasError("M3"));
+  EXPECT_THAT(Messages(t.report), HasSubstr(absl::StrCat("5 trailing bytes after the last entry, at offset ",
+                                                         bytes.size())));
+}
+
+TEST(ManifestTest, LargeListCutShortInEitherHalfIsM2AtThatEntry) {
+  LargeManifest lm;
+  // In the second half (decoded beside the first): the first half's and the
+  // second half's errors up to the cut, then M2 naming entry 15000.
+  const Decoded second = Decode(lm.Bytes(15000));
+  EXPECT_FALSE(second.manifest.has_value());
+  EXPECT_THAT(RulesInOrder(second.report.errors()),
+              ElementsAre("M5 w3", "M5 w9999", "M5 w10000", "M2 -"));
+  EXPECT_THAT(second.report.errors().back().message, HasSubstr("entry 15000"));
+  // In the first half (its entries do not frame: decoded from start to end).
+  const Decoded first = Decode(lm.Bytes(5000));
+  EXPECT_FALSE(first.manifest.has_value());
+  EXPECT_THAT(RulesInOrder(first.report.errors()), ElementsAre("M5 w3", "M2 -"));
+  EXPECT_THAT(first.report.errors().back().message, HasSubstr("entry 5000"));
+}
+
+TEST(ManifestTest, LargeListWithTooManyDimsInTheSecondHalfIsM5) {
+  LargeManifest lm;
+  lm.entries[17000].sizes.assign(65, 1);
+  lm.entries[17000].strides.assign(65, 1);
+  const Decoded d = Decode(lm.Bytes());
+  EXPECT_FALSE(d.manifest.has_value());
+  EXPECT_THAT(RulesInOrder(d.report.errors()),
+              ElementsAre("M5 w3", "M5 w9999", "M5 w10000", "M5 w17000"));
+  EXPECT_THAT(d.report.errors().back().message, HasSubstr("ndim is 65"));
+}
+
 TEST(ManifestTest, M2EntryCountAtLimitWithoutEntries) {
   // 2^20 is allowed, but the bytes end: M2, without reserving 2^20 entries.
   ManifestBytes b = ManifestBytes::Untargeted();
