@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -226,7 +227,9 @@ class LoadedWeights {
   // fqns: none was asked for).
   const std::vector<RuntimeOwnedWeight>& runtime_owned() const { return runtime_owned_; }
 
-  // The weight named `fqn` (of the first manifest that has it), or null. O(1).
+  // The weight named `fqn` (of the first manifest that has it), or null.
+  // O(1) (the first lookup of any kind builds the indexes, O(weights)).
+  // Thread-safe.
   const LoadedWeight* Find(std::string_view fqn) const;
   // The weight of one manifest (`source` as in LoadedWeight::source).
   const LoadedWeight* Find(std::string_view source, std::string_view fqn) const;
@@ -265,11 +268,21 @@ class LoadedWeights {
   std::unique_ptr<std::string_view[]> storage_keys_;  // LoadedStorage::keys.
   std::vector<std::string_view> sources_;
   std::unique_ptr<uint32_t[]> key_storage_;  // Per storage_keys_ element: its storage.
+  size_t num_storage_keys_ = 0;
+  // Per weight, its manifest (parallel to weights_; only with several).
+  std::vector<uint32_t> weight_manifest_;
   // Into weights_ (first manifest's weight of each fqn) and storage_keys_.
-  absl::flat_hash_set<const LoadedWeight*, internal::NameOfHash, internal::NameOfEq> by_fqn_;
-  absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn_;
-  absl::flat_hash_set<const std::string_view*, internal::NameOfHash, internal::NameOfEq>
-      by_key_;
+  // Built by the first Find or FindStorage, once (a load whose caller looks
+  // nothing up, or a few names, does not hash 100,000 of them).
+  struct Indexes {
+    std::once_flag built;
+    absl::flat_hash_set<const LoadedWeight*, internal::NameOfHash, internal::NameOfEq> by_fqn;
+    absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn;
+    absl::flat_hash_set<const std::string_view*, internal::NameOfHash, internal::NameOfEq>
+        by_key;
+  };
+  const Indexes& indexes() const;
+  std::unique_ptr<Indexes> indexes_ = std::make_unique<Indexes>();
   LoadTimings timings_;
   LoadStats stats_;
 };

@@ -443,14 +443,13 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   }
   out.storages_.resize(jobs.size());
   out.key_storage_.reset(new uint32_t[std::max<size_t>(planner.key_refs.size(), 1)]);
-  out.by_key_.reserve(planner.key_refs.size());
+  out.num_storage_keys_ = planner.key_refs.size();
   for (uint32_t i = 0; i < jobs.size(); ++i) {
     LoadedStorage& s = out.storages_[i];
     s.keys = absl::MakeConstSpan(out.storage_keys_.get() + key_start[i],
                                  key_start[i + 1] - key_start[i]);
     for (uint32_t k = key_start[i]; k < key_start[i + 1]; ++k) {
       out.key_storage_[k] = i;
-      out.by_key_.insert(&out.storage_keys_[k]);
     }
     s.nbytes = jobs[i].nbytes;
     const bool host_group = planner.groups[i] == 1;
@@ -462,10 +461,9 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   std::vector<DeviceBuffer>().swap(buffers);
   planner.Release();
   out.weights_.reserve(selected.size());
-  out.by_fqn_.reserve(selected.size());
-  // Find(source, fqn) uses by_fqn_ when there is one manifest.
+  // Find(source, fqn) uses the fqn index when there is one manifest.
   const bool by_source = manifests.size() > 1;
-  if (by_source) out.by_source_fqn_.reserve(selected.size());
+  if (by_source) out.weight_manifest_.reserve(selected.size());
   int64_t* dims = out.dims_.get();
   const auto copy_dims = [&](absl::Span<const int64_t> v) {
     if (views) return v;
@@ -493,10 +491,8 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     // this stays inside the storage for a non-empty view.
     w.data = static_cast<uint8_t*>(out.storages_[w.storage].buffer.data()) +
              static_cast<uint64_t>(w.storage_offset) * w.element_size;
-    const auto index = static_cast<uint32_t>(out.weights_.size());
-    // Reserved above: the pointer stays valid.
-    out.by_fqn_.insert(&out.weights_.emplace_back(w));
-    if (by_source) out.by_source_fqn_.try_emplace(std::make_pair(sel.manifest, w.fqn), index);
+    out.weights_.push_back(w);
+    if (by_source) out.weight_manifest_.push_back(sel.manifest);
   }
   out.runtime_owned_.reserve(owned.size());
   for (const Owned& o : owned) {
@@ -535,24 +531,45 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   return out;
 }
 
+const LoadedWeights::Indexes& LoadedWeights::indexes() const {
+  std::call_once(indexes_->built, [this] {
+    Indexes& x = *indexes_;
+    x.by_fqn.reserve(weights_.size());
+    for (const LoadedWeight& w : weights_) x.by_fqn.insert(&w);  // The first of each fqn.
+    if (!weight_manifest_.empty()) {
+      x.by_source_fqn.reserve(weights_.size());
+      for (size_t i = 0; i < weights_.size(); ++i) {
+        x.by_source_fqn.try_emplace(std::make_pair(weight_manifest_[i], weights_[i].fqn),
+                                    static_cast<uint32_t>(i));
+      }
+    }
+    x.by_key.reserve(num_storage_keys_);
+    for (size_t k = 0; k < num_storage_keys_; ++k) x.by_key.insert(&storage_keys_[k]);
+  });
+  return *indexes_;
+}
+
 const LoadedWeight* LoadedWeights::Find(std::string_view fqn) const {
-  auto it = by_fqn_.find(fqn);
-  return it == by_fqn_.end() ? nullptr : *it;
+  const auto& by_fqn = indexes().by_fqn;
+  auto it = by_fqn.find(fqn);
+  return it == by_fqn.end() ? nullptr : *it;
 }
 
 const LoadedWeight* LoadedWeights::Find(std::string_view source, std::string_view fqn) const {
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     if (sources_[i] != source) continue;
     if (sources_.size() == 1) return Find(fqn);
-    auto it = by_source_fqn_.find(std::make_pair(i, fqn));
-    return it == by_source_fqn_.end() ? nullptr : &weights_[it->second];
+    const auto& by_source_fqn = indexes().by_source_fqn;
+    auto it = by_source_fqn.find(std::make_pair(i, fqn));
+    return it == by_source_fqn.end() ? nullptr : &weights_[it->second];
   }
   return nullptr;
 }
 
 const LoadedStorage* LoadedWeights::FindStorage(std::string_view key) const {
-  auto it = by_key_.find(key);
-  return it == by_key_.end() ? nullptr : &storages_[key_storage_[*it - storage_keys_.get()]];
+  const auto& by_key = indexes().by_key;
+  auto it = by_key.find(key);
+  return it == by_key.end() ? nullptr : &storages_[key_storage_[*it - storage_keys_.get()]];
 }
 
 Device& LoadedWeights::DeviceOf(const LoadedStorage& s) const {
