@@ -8,9 +8,11 @@
 #include "ptd/loader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -486,6 +488,34 @@ TEST(LoaderTest, PackedNeighboursBackToBackInMemoryAreReadStraightIntoThem) {
       const auto* got = static_cast<const uint8_t*>(lw->data);
       EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << fqn;
     }
+  }
+}
+
+TEST(LoaderTest, FirstLookupsFromManyThreadsBuildTheIndexesOnce) {
+  // The indexes are built by the first Find or FindStorage, whichever
+  // thread makes it; every thread must see them whole (TSan runs this).
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(512, 64));
+  for (int round = 0; round < 4; ++round) {
+    auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest},
+                         std::make_shared<HostDevice>());
+    ASSERT_TRUE(w.ok()) << w.status();
+    std::atomic<size_t> found{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (size_t i = 0; i < m.fqns.size(); ++i) {
+          const std::string& fqn = m.fqns[(i + t * 97) % m.fqns.size()];
+          const LoadedWeight* lw = t % 2 == 0 ? w->Find(fqn) : w->Find("manifest", fqn);
+          if (lw != nullptr && lw->fqn == fqn && w->FindStorage(lw->storage_key) != nullptr) {
+            ++found;
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(found.load(), 4 * m.fqns.size());
+    EXPECT_EQ(w->Find("no such weight"), nullptr);
   }
 }
 
