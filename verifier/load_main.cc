@@ -320,21 +320,26 @@ int Main(int argc, char** argv) {
   const auto digest_tick = [&] {
     if (digest && show_progress) bar.Update(++digest_done, digest_total);
   };
-  for (auto& m : j["manifests"]) {
-    const std::string source = m["source"];
-    for (auto& wj : m["weights"]) {
-      const ptd::LoadedWeight* lw = w.Find(source, wj["fqn"].get<std::string>());
-      wj["loaded"] = lw != nullptr;
-      digest_tick();
-      if (digest && lw == nullptr && wj.value("runtime_owned", false)) wj["sha256"] = nullptr;
-      if (digest && lw != nullptr) {
-        wj["sha256"] = digest_of(ptd::DigestLoadedWeight(w, *lw));
-        if (!wj["sha256"].is_null()) digests.emplace_back(lw->fqn, wj["sha256"]);
-        check_materialized(*lw, wj);
+  // Per weight: "loaded" (and the digests) for the JSON object. The
+  // readable report of a load prints neither; it looks nothing up.
+  const bool per_weight = json_out || digest;
+  if (per_weight) {
+    for (auto& m : j["manifests"]) {
+      const std::string source = m["source"];
+      for (auto& wj : m["weights"]) {
+        const ptd::LoadedWeight* lw = w.Find(source, wj["fqn"].get<std::string>());
+        wj["loaded"] = lw != nullptr;
+        digest_tick();
+        if (digest && lw == nullptr && wj.value("runtime_owned", false)) wj["sha256"] = nullptr;
+        if (digest && lw != nullptr) {
+          wj["sha256"] = digest_of(ptd::DigestLoadedWeight(w, *lw));
+          if (!wj["sha256"].is_null()) digests.emplace_back(lw->fqn, wj["sha256"]);
+          check_materialized(*lw, wj);
+        }
       }
     }
   }
-  if (j["manifests"].empty()) {
+  if (per_weight && j["manifests"].empty()) {
     for (auto& nd : j["ptd"]["named_data"]) {
       const ptd::LoadedStorage* s = w.FindStorage(nd["key"].get<std::string>());
       nd["loaded"] = s != nullptr;
