@@ -111,6 +111,12 @@ bool KernelAllowsThp() {
          mode.find("[madvise]") != std::string::npos;
 }
 
+// Where GLIBC_TUNABLES sets `name` ("glibc.malloc.hugetlb=1:..."), or null.
+const char* TunableSetting(const char* name) {
+  const char* tunables = std::getenv(kTunables);
+  return tunables != nullptr ? std::strstr(tunables, name) : nullptr;
+}
+
 }  // namespace
 
 bool HugePageMallocAvailable() {
@@ -118,8 +124,7 @@ bool HugePageMallocAvailable() {
 }
 
 std::string MallocPagesLine() {
-  const char* tunables = std::getenv(kTunables);
-  const char* at = tunables != nullptr ? std::strstr(tunables, kHugetlbTunable) : nullptr;
+  const char* at = TunableSetting(kHugetlbTunable);
   if (at == nullptr) return "malloc: default (4 KiB) pages";
   const std::string setting(at, std::strcspn(at, ":"));
   if (setting == absl::StrCat(kHugetlbTunable, "=1")) {
@@ -134,9 +139,8 @@ MmapThreshold g_mmap_threshold = MmapThreshold::kDynamic;
 }  // namespace
 
 void FixMallocMmapThreshold() {
-  const char* tunables = std::getenv(kTunables);
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
-      (tunables != nullptr && std::strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr)) {
+      TunableSetting("glibc.malloc.mmap_threshold") != nullptr) {
     g_mmap_threshold = MmapThreshold::kEnvironment;
     return;
   }
@@ -160,9 +164,9 @@ std::string MallocMmapLine() {
 void ReexecWithHugePageMalloc(char** argv) {
   const char* opt_out = std::getenv("PTD_MALLOC_HUGETLB");
   if (opt_out != nullptr && std::strcmp(opt_out, "0") == 0) return;
-  const char* tunables = std::getenv(kTunables);
   // Set already, by the user or by the exec below: never a second exec.
-  if (tunables != nullptr && std::strstr(tunables, kHugetlbTunable) != nullptr) return;
+  if (TunableSetting(kHugetlbTunable) != nullptr) return;
+  const char* tunables = std::getenv(kTunables);
   if (!HugePageMallocAvailable()) return;
   const std::optional<std::string> before =
       tunables != nullptr ? std::optional<std::string>(tunables) : std::nullopt;

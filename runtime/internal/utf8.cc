@@ -40,26 +40,16 @@ int SequenceLength(const uint8_t* p, const uint8_t* end) {
 bool IsValidUtf8(std::string_view s) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
   const auto* end = p + s.size();
-  // Keys and fqns are nearly always ASCII: checked eight bytes at a time,
-  // the last (partial) word as the eight bytes that end the string.
-  if (s.size() >= 8) {
-    uint64_t any = 0;
-    for (const uint8_t* q = p; q + 8 <= end; q += 8) {
-      uint64_t word;
-      std::memcpy(&word, q, sizeof(word));
-      any |= word;
-    }
-    uint64_t last;
-    std::memcpy(&last, end - 8, sizeof(last));
-    if (((any | last) & 0x8080808080808080u) == 0) return true;
-  }
   while (p < end) {
-    // Keys and fqns are nearly always ASCII: eight bytes at a time.
-    if (end - p >= 8) {
+    // Keys and fqns are nearly always ASCII: eight bytes at a time, and a
+    // tail shorter than eight as the last eight bytes of the string (what
+    // they share with checked bytes was valid already).
+    if (end - p >= 8 || s.size() >= 8) {
+      const uint8_t* word_at = end - p >= 8 ? p : end - 8;
       uint64_t word;
-      std::memcpy(&word, p, sizeof(word));
+      std::memcpy(&word, word_at, sizeof(word));
       if ((word & 0x8080808080808080u) == 0) {
-        p += 8;
+        p = word_at + 8;
         continue;
       }
     }

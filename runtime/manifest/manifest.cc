@@ -59,6 +59,18 @@ class Cursor {
     return true;
   }
 
+  // Steps over `n` bytes.
+  bool Skip(uint64_t n, std::string_view what) {
+    if (!Need(n, what)) return false;
+    pos_ += n;
+    return true;
+  }
+  // Steps over a length-prefixed string.
+  bool SkipString(std::string_view what) {
+    uint32_t len;
+    return Read(&len, what) && Skip(len, what);
+  }
+
   bool ReadString(std::string* out, std::string_view what) {
     uint32_t len;
     if (!Read(&len, what)) return false;
@@ -329,27 +341,26 @@ bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, const Where& where, Rep
 // From this many entries the second half is decoded on a thread of its own.
 constexpr uint32_t kParallelDecodeEntries = 16384;
 
-// The offset of entry `count` when the `count` entries from `pos` frame
-// (what DecodeEntry reads, without decoding); nullopt when they do not.
-std::optional<size_t> SkipEntries(absl::Span<const uint8_t> bytes, size_t pos, uint32_t count) {
-  const auto need = [&](uint64_t n) { return n <= bytes.size() - pos; };
-  const auto u32 = [&]() { return internal::LoadLE<uint32_t>(bytes.data() + pos); };
+// The offset of entry `count` when the `count` entries from the cursor's
+// position frame (what DecodeEntry reads, stepped over); nullopt when they
+// do not (the start-to-end decode then reports where).
+std::optional<size_t> SkipEntries(absl::Span<const uint8_t> bytes, size_t pos, uint32_t count,
+                                  const Where& where) {
+  Report unused;  // Only a failure writes here, and it is decoded again.
+  Cursor in(bytes, pos, where, &unused);
+  constexpr std::string_view what = "entry";
   for (uint32_t i = 0; i < count; ++i) {
-    for (int str = 0; str < 2; ++str) {
-      if (!need(4)) return std::nullopt;
-      const uint32_t len = u32();
-      pos += 4;
-      if (!need(len)) return std::nullopt;
-      pos += len;
+    uint32_t ndim;
+    if (!in.SkipString(what) || !in.SkipString(what) ||
+        !in.Skip(sizeof(WeightEntry::storage_nbytes) + sizeof(WeightEntry::dtype) +
+                     sizeof(WeightEntry::device_type) + sizeof(WeightEntry::storage_offset),
+                 what) ||
+        !in.Read(&ndim, what) || ndim > kMaxDims ||
+        !in.Skip(uint64_t{ndim} * 2 * sizeof(int64_t), what)) {
+      return std::nullopt;
     }
-    if (!need(8 + 4 + 4 + 8 + 4)) return std::nullopt;
-    pos += 8 + 4 + 4 + 8;
-    const uint32_t ndim = u32();
-    pos += 4;
-    if (ndim > kMaxDims || !need(uint64_t{ndim} * 16)) return std::nullopt;
-    pos += size_t{ndim} * 16;
   }
-  return pos;
+  return in.pos();
 }
 
 // The entry list (M5 per entry). False when the bytes cannot be framed.
@@ -376,7 +387,7 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
   const std::optional<size_t> second =
       num_entries >= kParallelDecodeEntries && num_entries <= fit &&
               std::thread::hardware_concurrency() > 1
-          ? SkipEntries(bytes, in.pos(), half)
+          ? SkipEntries(bytes, in.pos(), half, where)
           : std::nullopt;
   if (!second) {
     m->entries.reserve(std::min<size_t>(num_entries, fit));

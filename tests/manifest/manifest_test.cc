@@ -614,8 +614,8 @@ class LargeManifest {
       entries.push_back(e);
     }
   }
-  // The bytes of every entry before `cut`, the entry `cut` cut short by
-  // one byte... or all of them when cut is nullopt, with `trailing` bytes.
+  // The manifest's bytes, ending 10 bytes into entry `cut` when there is
+  // one (inside its fqn), then `trailing` zero bytes.
   std::vector<uint8_t> Bytes(std::optional<uint32_t> cut = std::nullopt, size_t trailing = 0) {
     ManifestBytes b = ManifestBytes::Untargeted();
     b.U32(kEntries);
