@@ -34,7 +34,7 @@ SET_TARGETS = {
     "4MiB": ("Ceiling/pread_warm_reused", 0.65),
     "xfmr": ("Ceiling/pread_warm_reused", 0.65),
 }
-PHASES = ("verify_ms", "plan_ms", "alloc_ms", "read_ms", "finish_ms", "free_ms")
+PHASES = ("verify_ms", "plan_ms", "map_ms", "alloc_ms", "read_ms", "finish_ms", "free_ms")
 SET_ORDER = ["1KiB", "64KiB", "4MiB", "xfmr"]
 SET_STORAGE = {"1KiB": 1024, "64KiB": 64 << 10, "4MiB": 4 << 20}
 
@@ -132,6 +132,7 @@ CASES = [
     ("Ceiling/pread_populated", "Ceiling/pread_warm", None, "pread 4 MiB calls, warm cache, fresh huge pages populated first (timed)"),
     ("Ceiling/read_cold", "Ceiling/pread_warm", None, "pread 4 MiB calls, cold cache, fresh buffer"),
     ("Loader/host_warm", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: LoadWeights on HostDevice, warm"),
+    ("Loader/host_mapped", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: LoadWeights on HostDevice with LoadOptions::map_file (private file mappings), warm"),
     ("Loader/host_cold", "Ceiling/read_cold", "Upstream/file_get_data_cold", "ours: LoadWeights on HostDevice, cold"),
     ("Upstream/file_get_data", "Ceiling/pread_warm", None, "upstream FileDataLoader get_data + copy, warm"),
     ("Upstream/mmap_get_data", "Ceiling/pread_warm", None, "upstream MmapDataLoader get_data + copy, warm"),
@@ -218,6 +219,15 @@ def targets(r, verify_names):
                 f"{fmt(before / ceil_ms)}x that whole time; its read phase ({int(b.get('reads') or 0)} reads into fresh memory) "
                 f"takes {fmt(ph['read_ms'] / ceil_ms)}x it; finish (the result's names and lookup tables) and free "
                 f"(the verified bundle freed before LoadWeights returns) add {fmt(ph['finish_ms'] + ph['free_ms'])} ms.")
+        mname = f"Loader/host_mapped/{s}"
+        mr = r.ratio(mname, f"{yard}/{s}") if mname in r.rows else None
+        if mr is not None:
+            mb = r.rows[mname]
+            lines.append(
+                f"- {'met' if mr >= want else '**missed**'}: host loader with `LoadOptions::map_file`, {s}, warm: "
+                f"{fmt(mr)}x `{yard_short}` (target >= {want}x): {int(mb.get('mapped') or 0)} of "
+                f"{int(mb.get('storages') or 0)} storages mapped in {fmt(mb.get('map_ms'))} ms, "
+                f"{int(mb.get('reads') or 0)} reads; first weight at {fmt(mb.get('first_weight_ms'))} ms.")
         if s == "1KiB" and b.get("first_weight_ms") is not None:
             fw = b["first_weight_ms"]
             lines.append(f"- {'met' if fw < FIRST_WEIGHT_MS else '**missed**'}: time to first weight on {s}, warm: "

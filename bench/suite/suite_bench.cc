@@ -21,7 +21,12 @@
 //                             dropped: the cold read of the file.
 //   Loader/host_warm/<set>    LoadWeights(paths, HostDevice): open, verify,
 //                             plan, allocate (fresh memory), read; warm cache.
-//   Loader/host_cold/<set>    the same after dropping the file's pages.
+//   Loader/host_mapped/<set>  as host_warm with LoadOptions::map_file: the
+//                             storages are private mappings of the file,
+//                             populated from the warm page cache (counter
+//                             map_ms), not reads into fresh memory.
+//   Loader/host_cold/<set>    the same as host_warm after dropping the
+//                             file's pages.
 // Then Verify/<N>: WeightBundle::Open (pread) of N 64-byte weights, warm,
 // with its parts timed separately (container, manifest, resolve).
 //
@@ -141,13 +146,14 @@ void BM_ReadFile(benchmark::State& state, const ModelSet& m, bool cold) {
   samples.Finish(state, len, cold);
 }
 
-void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold) {
+void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mapped) {
   const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false};
   auto device = std::make_shared<HostDevice>();
   Samples samples;
-  std::vector<double> verify, plan, alloc, read, finish, unaccounted, first;
-  uint64_t staging_peak = 0, bytes = 0, storages = 0, reads = 0;
+  std::vector<double> verify, plan, map, alloc, read, finish, unaccounted, first;
+  uint64_t staging_peak = 0, bytes = 0, storages = 0, reads = 0, mapped_storages = 0;
   LoadOptions options;
+  options.map_file = mapped;
   options.progress = [&](uint64_t, uint64_t) {
     staging_peak = std::max(staging_peak, device->stats().live_staging_bytes);
     return true;
@@ -162,6 +168,7 @@ void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold) {
     const LoadTimings& t = w->timings();
     verify.push_back(t.verify_s);
     plan.push_back(t.plan_s);
+    map.push_back(t.map_s);
     alloc.push_back(t.allocate_s);
     read.push_back(t.read_s);
     finish.push_back(t.finish_s);
@@ -170,11 +177,16 @@ void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold) {
     bytes = w->stats().bytes;
     storages = w->stats().storages;
     reads = w->stats().reads;
+    mapped_storages = w->stats().mapped;
     // The unload (w going out of scope) is not timed.
   }
   samples.Finish(state, bytes, cold);
   state.counters["verify_ms"] = Percentile(verify, 50) * 1e3;
   state.counters["plan_ms"] = Percentile(plan, 50) * 1e3;
+  if (mapped) {
+    state.counters["map_ms"] = Percentile(map, 50) * 1e3;
+    state.counters["mapped"] = static_cast<double>(mapped_storages);
+  }
   state.counters["alloc_ms"] = Percentile(alloc, 50) * 1e3;
   state.counters["read_ms"] = Percentile(read, 50) * 1e3;
   state.counters["finish_ms"] = Percentile(finish, 50) * 1e3;
@@ -314,10 +326,12 @@ int main(int argc, char** argv) {
                                         m, true), r);
     }
     Tune(benchmark::RegisterBenchmark(("Loader/host_warm/" + m.name).c_str(), BM_Loader, m,
-                                      false), r);
+                                      false, false), r);
+    Tune(benchmark::RegisterBenchmark(("Loader/host_mapped/" + m.name).c_str(), BM_Loader, m,
+                                      false, true), r);
     if (flags.cold) {
       Tune(benchmark::RegisterBenchmark(("Loader/host_cold/" + m.name).c_str(), BM_Loader, m,
-                                        true), r);
+                                        true, false), r);
     }
   }
   for (const ModelSet& m : verify_sets) {

@@ -65,6 +65,14 @@ class ByteSource {
   // several keys and the padding between them). Only called for ranges
   // between located keys. Default: Unimplemented.
   virtual absl::Status ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) const;
+
+  // A private, populated, copy-on-write mapping of `len` bytes at `offset`
+  // of Locate's address space, when the source reads a file it can map
+  // (FileSource::MapPrivate, whose caveats apply). Only called for ranges
+  // between located keys; `threads` populate it. Default: Unimplemented
+  // (the loader then reads).
+  virtual absl::StatusOr<std::shared_ptr<uint8_t>> MapLocated(uint64_t offset, uint64_t len,
+                                                              size_t threads) const;
 };
 
 // A ByteSource over `container`'s keys that reads bytes through `data` (a

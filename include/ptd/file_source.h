@@ -43,6 +43,25 @@ class FileSource {
     (void)len;
     return std::nullopt;
   }
+
+  // A private mapping of [offset, offset + len), readable and writable:
+  // copy-on-write, so writes through it never reach the file. Its pages
+  // are populated for reading (MADV_POPULATE_READ, Linux 5.14+, by up to
+  // `threads` threads; older kernels fault them in on first access) and
+  // shared with the page cache
+  // until written, so mapping a cached file copies nothing. The pointer is
+  // to byte `offset` and keeps the mapping alive; the mapping goes with its
+  // last copy. OutOfRange for a range outside the file, DataLoss when the
+  // file is shorter now than when it was opened, Unimplemented for a source
+  // without a file descriptor (mappings, memory).
+  //
+  // Unlike ReadAt, what the mapping shows can change after it returns: a
+  // page not yet written shows the file as it is when the page is touched
+  // (another process writing the file in place changes it), and touching a
+  // page past the end of a file that another process truncated raises
+  // SIGBUS. The loader maps only when asked (LoadOptions::map_file).
+  virtual absl::StatusOr<std::shared_ptr<uint8_t>> MapPrivate(uint64_t offset, uint64_t len,
+                                                              size_t threads) const;
 };
 
 // Bytes of a range of a FileSource: a view into a mapping, or an owned copy.

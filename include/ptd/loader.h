@@ -15,7 +15,10 @@
 //             distinct stored segment (keys and entries naming one segment
 //             share it), and the reads: neighbouring small storages
 //             coalesced into one read, large ones split into chunks;
-//   allocate  one Device::AllocateMany per device (one size per storage);
+//   map       only with LoadOptions::map_file: host storages become views
+//             of private file mappings, populated from the page cache;
+//   allocate  one Device::AllocateMany per device (one size per storage
+//             not mapped);
 //   read      from the ByteSource (pread; never through a mapping). On a
 //             host-accessible device, several threads read straight into
 //             the destinations, each read's destinations handed to
@@ -105,6 +108,19 @@ struct LoadOptions {
   // Called as bytes arrive (done, total), one call at a time, from a loader
   // thread. Returning false cancels the load: Cancelled.
   std::function<bool(uint64_t done, uint64_t total)> progress;
+  // Host storages (on a host device, and CPU weights) are mapped from the
+  // file instead of read into fresh memory, where the source can map (a
+  // .ptd file: FileSource::MapPrivate) and the storage sits at a multiple
+  // of kHostAlignment in it (every storage of a file written with 64- or
+  // 128-byte segment alignment); others are read as usual. A mapping is
+  // private and writable (copy-on-write: the file never changes) and
+  // populated from the page cache, so a cached file loads without a copy
+  // or fresh memory (LoadStats::mapped, LoadedStorage::mapped). The cost is
+  // the mapping's caveat: a page not yet written shows the file as it is,
+  // so another process that writes the file in place changes the weights,
+  // and one that truncates it makes a later touch raise SIGBUS. Leave it off
+  // where files may change under a running process (the default reads).
+  bool map_file = false;
 };
 
 // Seconds per phase. read is the wall time of the transfer phase, in which
@@ -117,6 +133,8 @@ struct LoadTimings {
   double read_s = 0;
   double copy_s = 0;
   double wait_s = 0;
+  // LoadOptions::map_file: mapping and populating the mapped storages.
+  double map_s = 0;
   // After the reads: the result's names, dims and lookup tables.
   double finish_s = 0;
   double total_s = 0;
@@ -136,6 +154,9 @@ struct LoadStats {
   uint64_t reads = 0;        // Calls into the ByteSource.
   uint64_t bytes_read = 0;   // Bytes those calls read (padding included).
   uint64_t copies = 0;       // Host-to-device copies issued.
+  uint64_t mapped = 0;       // Storages mapped from the file (LoadOptions::map_file).
+  uint64_t mapped_bytes = 0;
+  uint64_t mappings = 0;     // Mappings those storages share.
 };
 
 // One stored storage in memory. Names are views that live as long as the
@@ -145,6 +166,7 @@ struct LoadedStorage {
   uint64_t nbytes = 0;
   DeviceKind device = DeviceKind::kHost;
   bool host_accessible = true;         // data() can be read by the host.
+  bool mapped = false;                 // A view of a file mapping (LoadOptions::map_file).
   DeviceBuffer buffer;
 };
 

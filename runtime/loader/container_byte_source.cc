@@ -14,6 +14,14 @@ absl::Status ByteSource::ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) c
   return absl::UnimplementedError(absl::StrCat(name(), ": no located reads"));
 }
 
+absl::StatusOr<std::shared_ptr<uint8_t>> ByteSource::MapLocated(uint64_t offset, uint64_t len,
+                                                                size_t threads) const {
+  (void)offset;
+  (void)len;
+  (void)threads;
+  return absl::UnimplementedError(absl::StrCat(name(), ": no mappings"));
+}
+
 namespace {
 
 class ContainerByteSource final : public ByteSource {
@@ -59,6 +67,11 @@ class ContainerByteSource final : public ByteSource {
 
   absl::Status ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) const override {
     return data().ReadAt(offset, dst);
+  }
+
+  absl::StatusOr<std::shared_ptr<uint8_t>> MapLocated(uint64_t offset, uint64_t len,
+                                                      size_t threads) const override {
+    return data().MapPrivate(offset, len, threads);
   }
 
  private:

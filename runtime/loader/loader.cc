@@ -223,6 +223,71 @@ class NameArena {
   size_t used_ = 0;
 };
 
+
+// Padding between two mapped storages that one mapping may span (mapped
+// but populated only as far as it lies in the range; a subset load of
+// scattered weights gets several mappings instead of one over the file).
+constexpr uint64_t kMapMaxGapBytes = uint64_t{1} << 20;
+
+// LoadOptions::map_file for one destination group: the storages of `which`
+// that the source can map (located, non-empty, at a kHostAlignment
+// multiple) become views of private mappings, one per run of neighbours
+// in the file; they leave `which`, which keeps the storages still to be
+// allocated and read. A source that cannot map leaves everything to read.
+absl::Status MapStorages(const ByteSource& source, size_t threads,
+                         std::vector<internal::StorageJob>& jobs,
+                         std::vector<uint32_t>* which, std::vector<DeviceBuffer>* buffers,
+                         std::vector<uint32_t>* mapped, LoadStats* stats) {
+  std::vector<uint32_t> candidates, rest;
+  for (uint32_t s : *which) {
+    const internal::StorageJob& j = jobs[s];
+    const bool mappable = j.location && j.nbytes > 0 && j.location->offset % kHostAlignment == 0;
+    (mappable ? candidates : rest).push_back(s);
+  }
+  if (candidates.empty()) return absl::OkStatus();
+  std::stable_sort(candidates.begin(), candidates.end(), [&](uint32_t a, uint32_t b) {
+    return jobs[a].location->offset < jobs[b].location->offset;
+  });
+  for (size_t first = 0; first < candidates.size();) {
+    const uint64_t begin = jobs[candidates[first]].location->offset;
+    uint64_t end = begin + jobs[candidates[first]].nbytes;
+    size_t last = first + 1;
+    for (; last < candidates.size(); ++last) {
+      const internal::StorageJob& j = jobs[candidates[last]];
+      if (j.location->offset > end + kMapMaxGapBytes) break;
+      end = std::max(end, j.location->offset + j.nbytes);
+    }
+    auto mapping = source.MapLocated(begin, end - begin, threads);
+    if (!mapping.ok()) {
+      if (absl::IsUnimplemented(mapping.status()) && first == 0) {
+        return absl::OkStatus();  // This source reads; so does the load.
+      }
+      const internal::StorageJob& j = jobs[candidates[first]];
+      return absl::Status(
+          mapping.status().code(),
+          absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes",
+                       last - first > 1
+                           ? absl::StrCat(", mapped with ", last - first - 1,
+                                          " neighbouring storage(s)")
+                           : std::string(),
+                       "): map: ", mapping.status().message()));
+    }
+    const std::shared_ptr<void> block = *mapping;
+    ++stats->mappings;
+    for (size_t k = first; k < last; ++k) {
+      const uint32_t s = candidates[k];
+      uint8_t* data = mapping->get() + (jobs[s].location->offset - begin);
+      (*buffers)[s] = DeviceBuffer(block, data, static_cast<size_t>(jobs[s].nbytes));
+      jobs[s].dest = data;
+      mapped->push_back(s);
+      ++stats->mapped;
+      stats->mapped_bytes += jobs[s].nbytes;
+    }
+    first = last;
+  }
+  *which = std::move(rest);
+  return absl::OkStatus();
+}
 }  // namespace
 
 absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> manifests,
@@ -344,10 +409,26 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   }
   out.timings_.plan_s = Since(plan_t0);
 
+  std::vector<DeviceBuffer> buffers(jobs.size());
+  std::vector<uint32_t> mapped;  // Storages that need no read.
+  if (options.map_file) {
+    const auto map_t0 = Clock::now();
+    for (int g = 0; g < 2; ++g) {
+      if (g == 0 && !(device_is_host && device->host_accessible())) continue;
+      PTD_RETURN_IF_ERROR(
+          MapStorages(source, std::max<size_t>(1, options.threads), jobs, &which[g], &buffers,
+                      &mapped, &out.stats_));
+    }
+    out.timings_.map_s = Since(map_t0);
+  }
+
   // One AllocateMany per device.
   const auto alloc_t0 = Clock::now();
-  if (!which[1].empty()) out.host_device_ = std::make_shared<HostDevice>();
-  std::vector<DeviceBuffer> buffers(jobs.size());
+  if (!which[1].empty() || std::find_if(mapped.begin(), mapped.end(), [&](uint32_t s) {
+                             return planner.groups[s] == 1;
+                           }) != mapped.end()) {
+    out.host_device_ = std::make_shared<HostDevice>();
+  }
   for (int g = 0; g < 2; ++g) {
     if (which[g].empty()) continue;
     Device& dev = g == 0 ? *device : *out.host_device_;
@@ -381,8 +462,8 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   const auto read_t0 = Clock::now();
   {
     internal::Transfer transfer(source, &jobs, options, start, total_bytes);
-    absl::Status st;
-    if (!which[0].empty()) {
+    absl::Status st = transfer.CompleteMapped(mapped);
+    if (st.ok() && !which[0].empty()) {
       if (device->host_accessible()) {
         const auto plan = internal::PlanReads(
             jobs, which[0], options.max_read_bytes,
@@ -457,6 +538,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     s.host_accessible = host_group || device->host_accessible();
     s.buffer = std::move(buffers[i]);
   }
+  for (uint32_t i : mapped) out.storages_[i].mapped = true;
   // What only the plan needed goes before the weights' table is built.
   std::vector<DeviceBuffer>().swap(buffers);
   planner.Release();

@@ -160,6 +160,31 @@ absl::Status Transfer::Complete(const ReadPlan& plan, const ReadItem& item) {
   return absl::OkStatus();
 }
 
+absl::Status Transfer::CompleteMapped(absl::Span<const uint32_t> which) {
+  if (which.empty()) return absl::OkStatus();
+  uint64_t bytes = 0;
+  for (uint32_t s : which) {
+    bytes += storages_[s].nbytes;
+    remaining_[s] = 0;
+  }
+  int64_t unset = -1;
+  first_complete_ns_.compare_exchange_strong(
+      unset,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+  if (!options_.progress) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  done_bytes_ += bytes;
+  if (!options_.progress(done_bytes_, total_bytes_)) {
+    cancel_status_ = absl::CancelledError(absl::StrCat(
+        which.size(), " mapped storage(s) from '", internal::Sv(storages_[which[0]].key),
+        "': cancelled: the progress callback stopped the load at ", done_bytes_, " of ",
+        total_bytes_, " bytes"));
+    cancelled_ = true;
+    return cancel_status_;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Transfer::Prepare(Device& device, const ReadPlan& plan, const ReadItem& item) {
   // One call per run of destinations that follow each other with less than
   // a page between them (so every page of the run overlaps a destination):

@@ -90,6 +90,11 @@ class Transfer {
   // tickets before the slot is reused.
   absl::Status RunStaged(Device& device, const ReadPlan& plan);
 
+  // Records storages that are complete without a read (mapped from the
+  // file: LoadOptions::map_file) as Complete records a read: the first
+  // weight, and progress, whose callback may cancel.
+  absl::Status CompleteMapped(absl::Span<const uint32_t> which);
+
   void AddTo(LoadStats* stats, LoadTimings* timings) const;
 
  private:

@@ -42,11 +42,13 @@ using ::testing::HasSubstr;
 using json = nlohmann::json;
 
 // The devices every conformance case is loaded onto.
-enum class Target { kHost, kStagedDeferred, kFakeCuda, kAsync };
+// kHostMapped: the host with LoadOptions::map_file.
+enum class Target { kHost, kHostMapped, kStagedDeferred, kFakeCuda, kAsync };
 
 std::shared_ptr<Device> MakeDevice(Target t) {
   switch (t) {
     case Target::kHost:
+    case Target::kHostMapped:
       return std::make_shared<HostDevice>();
     case Target::kStagedDeferred:
       return std::make_shared<FaultDevice>(
@@ -123,6 +125,7 @@ void ExpectLoadsCase(const json& tc, Target target) {
       SCOPED_TRACE(paths.pte ? "pte" : paths.manifest ? "manifest" : "container");
       SCOPED_TRACE(shared ? "shared bundle" : "by paths");
       std::shared_ptr<Device> device = MakeDevice(target);
+      const LoadOptions options{.map_file = target == Target::kHostMapped};
       std::weak_ptr<const WeightBundle> kept;
       {
         absl::StatusOr<LoadedWeights> w = absl::UnknownError("not loaded");
@@ -131,9 +134,9 @@ void ExpectLoadsCase(const json& tc, Target target) {
           ASSERT_TRUE(opened.ok()) << opened.status();
           auto bundle = std::make_shared<const WeightBundle>(*std::move(opened));
           kept = bundle;
-          w = LoadWeights(std::move(bundle), device);
+          w = LoadWeights(std::move(bundle), device, options);
         } else {
-          w = LoadWeights(paths, device);
+          w = LoadWeights(paths, device, options);
         }
         ASSERT_TRUE(w.ok()) << w.status();
         const std::shared_ptr<const WeightBundle> bundle = kept.lock();
@@ -206,6 +209,19 @@ void ExpectLoadsCase(const json& tc, Target target) {
         EXPECT_EQ(w->stats().storages, distinct);
         if (target == Target::kHost) {
           EXPECT_EQ(device->stats().allocations, distinct);
+          EXPECT_EQ(w->stats().mapped, 0u);
+        }
+        if (target == Target::kHostMapped) {
+          // Mapped where the file's offset keeps the host alignment, else read.
+          EXPECT_EQ(device->stats().allocations + w->stats().mapped, distinct);
+          uint64_t mapped_bytes = 0;
+          for (const LoadedStorage& s : w->storages()) {
+            if (!s.mapped) continue;
+            mapped_bytes += s.nbytes;
+            EXPECT_EQ(reinterpret_cast<uintptr_t>(s.buffer.data()) % kHostAlignment, 0u);
+          }
+          EXPECT_EQ(w->stats().mapped_bytes, mapped_bytes);
+          EXPECT_EQ(w->stats().bytes_read + mapped_bytes >= w->stats().bytes, true);
         }
       }
       // Gone with the result.
@@ -228,6 +244,9 @@ const json& Case(const std::string& name) {
 
 TEST_P(LoaderConformanceTest, HostDeviceGetsExpectedBytes) {
   ExpectLoadsCase(Case(GetParam()), Target::kHost);
+}
+TEST_P(LoaderConformanceTest, MappedHostLoadGetsExpectedBytes) {
+  ExpectLoadsCase(Case(GetParam()), Target::kHostMapped);
 }
 TEST_P(LoaderConformanceTest, StagedDeviceGetsExpectedBytes) {
   ExpectLoadsCase(Case(GetParam()), Target::kStagedDeferred);

@@ -1,0 +1,248 @@
+// Tests of LoadOptions::map_file: host storages at aligned file offsets
+// become views of private, copy-on-write file mappings (no allocation, no
+// read) with the bytes a read would give; writes through them never reach
+// the file; storages at other offsets, sources that cannot map and
+// non-host devices read as usual; a file that shrank is DataLoss naming the
+// storage; progress and cancellation count mapped bytes.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptd/byte_source.h"
+#include "ptd/host_device.h"
+#include "ptd/loader.h"
+#include "ptd/sha256.h"
+#include "tests/testing/loader_testing.h"
+#include "tests/testing/test_util.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::FakeCudaDevice;
+using ::ptd::testing::ReadFileBytes;
+using ::ptd::testing::TempDir;
+using ::ptd::testing::TestModel;
+using ::ptd::testing::WriteTestModel;
+using ::testing::HasSubstr;
+
+LoadOptions Mapped() { return LoadOptions{.map_file = true}; }
+
+// Every weight of `w` has the bytes of the same weight in `reference`.
+void ExpectSameBytes(const LoadedWeights& w, const LoadedWeights& reference,
+                     const std::vector<std::string>& fqns) {
+  for (const std::string& f : fqns) {
+    const LoadedWeight* a = w.Find(f);
+    const LoadedWeight* b = reference.Find(f);
+    ASSERT_TRUE(a && b) << f;
+    EXPECT_EQ(DigestLoadedWeight(w, *a).value(), DigestLoadedWeight(reference, *b).value()) << f;
+  }
+}
+
+TEST(LoaderMapTest, MapsEveryAlignedStorageAndReadsNothing) {
+  TempDir dir;
+  std::vector<uint64_t> sizes(64, 1024);
+  sizes.push_back(65536);
+  sizes.push_back(3 << 20);
+  const TestModel m = WriteTestModel(dir.path(), sizes, /*with_cpu_weight=*/true);
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  auto reference = LoadWeights(paths, std::make_shared<HostDevice>());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto device = std::make_shared<HostDevice>();
+  auto w = LoadWeights(paths, device, Mapped());
+  ASSERT_TRUE(w.ok()) << w.status();
+  // The writer aligns every segment to 128 bytes: all of them map, into one
+  // mapping, and nothing is allocated or read.
+  EXPECT_EQ(w->stats().mapped, w->stats().storages);
+  EXPECT_EQ(w->stats().mapped_bytes, w->stats().bytes);
+  EXPECT_EQ(w->stats().mappings, 1u);
+  EXPECT_EQ(w->stats().reads, 0u);
+  EXPECT_EQ(w->stats().allocations, 0u);
+  EXPECT_EQ(device->stats().allocations, 0u);
+  EXPECT_GT(w->timings().first_weight_s, 0);
+  for (const LoadedStorage& s : w->storages()) {
+    EXPECT_TRUE(s.mapped);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(s.buffer.data()) % kHostAlignment, 0u);
+  }
+  std::vector<std::string> fqns = m.fqns;
+  ExpectSameBytes(*w, *reference, fqns);
+}
+
+TEST(LoaderMapTest, WritesThroughAMappedWeightNeverReachTheFile) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {4096, 8192});
+  const std::vector<uint8_t> before = ReadFileBytes(m.ptd);
+  auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest},
+                       std::make_shared<HostDevice>(), Mapped());
+  ASSERT_TRUE(w.ok()) << w.status();
+  const LoadedWeight* w1 = w->Find("w1");
+  ASSERT_NE(w1, nullptr);
+  ASSERT_TRUE(w->storage(*w1).mapped);
+  const std::string original = DigestLoadedWeight(*w, *w1).value();
+  std::memset(w1->data, 0xAB, 8192);
+  EXPECT_NE(DigestLoadedWeight(*w, *w1).value(), original);
+  EXPECT_EQ(ReadFileBytes(m.ptd), before);
+  // A second load sees the file's bytes, not the first load's write.
+  auto again = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest},
+                           std::make_shared<HostDevice>(), Mapped());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(DigestLoadedWeight(*again, *again->Find("w1")).value(), original);
+}
+
+// A container source whose located offsets are shifted by `shift` bytes:
+// storages look misaligned to the loader but read and map the right bytes.
+class ShiftedSource : public ByteSource {
+ public:
+  ShiftedSource(std::unique_ptr<ByteSource> inner, uint64_t shift)
+      : inner_(std::move(inner)), shift_(shift) {}
+  std::string name() const override { return inner_->name(); }
+  std::vector<std::string> Keys() const override { return inner_->Keys(); }
+  absl::StatusOr<uint64_t> Size(std::string_view key) const override { return inner_->Size(key); }
+  absl::Status ReadAt(std::string_view key, uint64_t offset,
+                      absl::Span<uint8_t> dst) const override {
+    return inner_->ReadAt(key, offset, dst);
+  }
+  std::optional<Location> Locate(std::string_view key) const override {
+    auto loc = inner_->Locate(key);
+    if (loc) loc->offset += shift_;
+    return loc;
+  }
+  absl::Status ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) const override {
+    return inner_->ReadLocated(offset - shift_, dst);
+  }
+  absl::StatusOr<std::shared_ptr<uint8_t>> MapLocated(uint64_t offset, uint64_t len,
+                                                      size_t threads) const override {
+    ++map_calls_;
+    return inner_->MapLocated(offset - shift_, len, threads);
+  }
+  int map_calls() const { return map_calls_; }
+
+ private:
+  std::unique_ptr<ByteSource> inner_;
+  uint64_t shift_;
+  mutable int map_calls_ = 0;
+};
+
+TEST(LoaderMapTest, StoragesOffTheHostAlignmentAreRead) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {1024, 1024, 65536});
+  auto container = Container::Open(OpenPreadFile(m.ptd).value()).value();
+  const std::vector<uint8_t> manifest = ReadFileBytes(m.manifest);
+  auto reference = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest},
+                               std::make_shared<HostDevice>());
+  ASSERT_TRUE(reference.ok());
+  for (const uint64_t shift : {uint64_t{0}, uint64_t{16}, uint64_t{64}}) {
+    SCOPED_TRACE(shift);
+    ShiftedSource source(MakeContainerByteSource(*container), shift);
+    auto w = LoadWeights(manifest, source, std::make_shared<HostDevice>(), Mapped());
+    ASSERT_TRUE(w.ok()) << w.status();
+    const bool aligned = shift % kHostAlignment == 0;
+    EXPECT_EQ(w->stats().mapped, aligned ? 3u : 0u);
+    EXPECT_EQ(source.map_calls(), aligned ? 1 : 0);
+    EXPECT_EQ(w->stats().reads > 0, !aligned);
+    ExpectSameBytes(*w, *reference, m.fqns);
+  }
+}
+
+TEST(LoaderMapTest, ASourceThatCannotMapIsRead) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {1024, 65536});
+  auto bundle = WeightBundle::Open(BundleSources{
+      // Not named by the file's path: the loader cannot reopen it either.
+      .ptd = std::shared_ptr<const FileSource>(MemorySource(ReadFileBytes(m.ptd), "<ptd>")),
+      .manifest = std::shared_ptr<const FileSource>(
+          MemorySource(ReadFileBytes(m.manifest), "<manifest>"))});
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  auto device = std::make_shared<HostDevice>();
+  auto w = LoadWeights(*bundle, device, Mapped());
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->stats().mapped, 0u);
+  EXPECT_EQ(device->stats().allocations, 2u);
+  EXPECT_GT(w->stats().reads, 0u);
+  auto reference = LoadWeights(*bundle, std::make_shared<HostDevice>());
+  ASSERT_TRUE(reference.ok());
+  ExpectSameBytes(*w, *reference, m.fqns);
+}
+
+TEST(LoaderMapTest, ASubsetMapsRunsOfNeighboursNotTheWholeFile) {
+  TempDir dir;
+  // w1 and w2 (2 MiB each) separate w0 from w3 by more than a mapping spans.
+  const TestModel m = WriteTestModel(dir.path(), {4096, 2 << 20, 2 << 20, 4096, 4096});
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  auto w = LoadWeights(paths, std::make_shared<HostDevice>(),
+                       LoadOptions{.fqns = {"w0", "w3", "w4"}, .map_file = true});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->stats().mapped, 3u);
+  EXPECT_EQ(w->stats().mappings, 2u);  // {w0}, {w3, w4}.
+  auto reference = LoadWeights(paths, std::make_shared<HostDevice>());
+  ASSERT_TRUE(reference.ok());
+  ExpectSameBytes(*w, *reference, {"w0", "w3", "w4"});
+}
+
+TEST(LoaderMapTest, AFileThatShrankAfterVerificationIsDataLoss) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {4096, 1 << 20});
+  auto bundle = WeightBundle::Open(BundlePaths{.ptd = m.ptd, .manifest = m.manifest});
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  struct stat st;
+  ASSERT_EQ(::stat(m.ptd.c_str(), &st), 0);
+  ASSERT_EQ(::truncate(m.ptd.c_str(), st.st_size / 2), 0);
+  auto device = std::make_shared<HostDevice>();
+  auto w = LoadWeights(*bundle, device, Mapped());
+  ASSERT_EQ(w.status().code(), absl::StatusCode::kDataLoss) << w.status();
+  EXPECT_THAT(w.status().message(), HasSubstr("map"));
+  EXPECT_THAT(w.status().message(), HasSubstr("shrank"));
+  EXPECT_THAT(w.status().message(), HasSubstr(m.ptd));
+  EXPECT_EQ(device->stats().live_allocations, 0u);
+}
+
+TEST(LoaderMapTest, OnAStagingDeviceOnlyCpuWeightsMap) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {256, 512}, /*with_cpu_weight=*/true);
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  auto device = std::make_shared<FakeCudaDevice>();
+  auto w = LoadWeights(paths, device, Mapped());
+  ASSERT_TRUE(w.ok()) << w.status();
+  const LoadedWeight* cpu = w->Find("cpu.table");
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_TRUE(w->storage(*cpu).mapped);
+  EXPECT_FALSE(w->storage(*w->Find("w0")).mapped);
+  EXPECT_EQ(w->stats().mapped, 1u);
+  EXPECT_EQ(device->stats().allocations, 2u);
+  EXPECT_EQ(w->DeviceOf(w->storage(*cpu)).kind(), DeviceKind::kHost);
+  auto reference = LoadWeights(paths, std::make_shared<HostDevice>());
+  ASSERT_TRUE(reference.ok());
+  ExpectSameBytes(*w, *reference, m.fqns);
+}
+
+TEST(LoaderMapTest, ProgressCountsMappedBytesAndCanCancel) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {1024, 1 << 20});
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  uint64_t last_done = 0, last_total = 0;
+  LoadOptions o = Mapped();
+  o.progress = [&](uint64_t done, uint64_t total) {
+    last_done = done;
+    last_total = total;
+    return true;
+  };
+  auto w = LoadWeights(paths, std::make_shared<HostDevice>(), o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(last_total, m.data_bytes);
+  EXPECT_EQ(last_done, m.data_bytes);
+  o.progress = [](uint64_t, uint64_t) { return false; };
+  auto device = std::make_shared<HostDevice>();
+  auto cancelled = LoadWeights(paths, device, o);
+  ASSERT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled) << cancelled.status();
+  EXPECT_THAT(cancelled.status().message(), HasSubstr("mapped storage"));
+  EXPECT_THAT(cancelled.status().message(),
+              HasSubstr("'" + std::string(w->Find("w0")->storage_key) + "'"));
+}
+
+}  // namespace
+}  // namespace ptd
