@@ -52,7 +52,8 @@ std::string Ms(double s) { return absl::StrFormat("%.3f ms", s * 1e3); }
 
 json TimingsJson(const ptd::LoadTimings& t, uint64_t bytes) {
   return json{{"verify_s", t.verify_s},   {"plan_s", t.plan_s},
-              {"allocate_s", t.allocate_s}, {"read_s", t.read_s},
+              {"map_s", t.map_s},         {"allocate_s", t.allocate_s},
+              {"read_s", t.read_s},
               {"copy_s", t.copy_s},       {"wait_s", t.wait_s},
               {"finish_s", t.finish_s},
               {"total_s", t.total_s},     {"first_weight_s", t.first_weight_s},
@@ -117,7 +118,7 @@ int Main(int argc, char** argv) {
   uint32_t sm = 0;
   size_t threads = ptd::kDefaultLoadThreads;
   int repeat = 1;
-  bool json_out = false, digest = false;
+  bool json_out = false, digest = false, map_file = false;
 
   CLI::App app(
       "Verifies an ExecuTorch .ptd weight file (with --manifest and/or --pte, its CUDA "
@@ -154,6 +155,11 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000))
       ->type_name("N")
       ->capture_default_str();
+  app.add_flag("--map", map_file,
+               "map host storages from the file (private, copy-on-write) instead of reading "
+               "them into fresh memory: a cached file loads without a copy, but a process "
+               "that writes the file in place changes the loaded weights, and one that "
+               "truncates it makes their use fail with SIGBUS");
   app.add_flag("--json", json_out, "print one JSON object on stdout");
   bool all_rows = false;
   app.add_flag("--all", all_rows,
@@ -226,7 +232,7 @@ int Main(int argc, char** argv) {
     return outcome.exit_code();
   }
 
-  ptd::LoadOptions lo{.fqns = fqns, .threads = threads};
+  ptd::LoadOptions lo{.fqns = fqns, .threads = threads, .map_file = map_file};
   if (!sm_opt->empty()) lo.sm = sm;
   ptd::cli::ProgressBar bar;
   const bool show_progress = ::isatty(STDERR_FILENO) != 0;
@@ -358,7 +364,9 @@ int Main(int argc, char** argv) {
                      {"runtime_owned", st.runtime_owned}, {"storages", st.storages},
                      {"bytes", st.bytes},             {"allocations", st.allocations},
                      {"reads", st.reads},             {"bytes_read", st.bytes_read},
-                     {"copies", st.copies},           {"threads", threads}};
+                     {"copies", st.copies},           {"mapped", st.mapped},
+                     {"mapped_bytes", st.mapped_bytes}, {"mappings", st.mappings},
+                     {"threads", threads}};
     json owned = json::array();
     for (const ptd::RuntimeOwnedWeight& r : w.runtime_owned()) {
       owned.push_back(json{{"fqn", std::string(r.fqn)},
@@ -405,11 +413,17 @@ int Main(int argc, char** argv) {
       ptd::cli::Plural(st.allocations, "allocation call", "allocation calls"), ", ",
       ptd::cli::Plural(st.reads, "read", "reads"), " of ",
       ptd::cli::Plural(st.bytes_read, "byte", "bytes"), ", ",
-      ptd::cli::Plural(st.copies, "copy", "copies"), "\n");
+      ptd::cli::Plural(st.copies, "copy", "copies"),
+      map_file ? absl::StrCat(", ", st.mapped, " mapped from the file (",
+                              ptd::cli::Plural(st.mapped_bytes, "byte", "bytes"), ", ",
+                              ptd::cli::Plural(st.mappings, "mapping", "mappings"), ")")
+               : std::string(),
+      "\n");
   absl::StrAppend(&out, absl::StrFormat(
-      "  verify %s, plan %s, allocate %s, read %s (copy %s, wait %s), finish %s; total %s, "
+      "  verify %s, plan %s, %sallocate %s, read %s (copy %s, wait %s), finish %s; total %s, "
       "first weight %s; %.2f GB/s (%.2f GB/s in the read phase)\n",
-      Ms(t.verify_s), Ms(t.plan_s), Ms(t.allocate_s), Ms(t.read_s), Ms(t.copy_s),
+      Ms(t.verify_s), Ms(t.plan_s), map_file ? absl::StrCat("map ", Ms(t.map_s), ", ") : "",
+      Ms(t.allocate_s), Ms(t.read_s), Ms(t.copy_s),
       Ms(t.wait_s), Ms(t.finish_s), Ms(t.total_s), Ms(t.first_weight_s), GBps(st.bytes, t.total_s),
       GBps(st.bytes, t.read_s)));
   if (repeat > 1) {

@@ -145,6 +145,12 @@ def _int(x: Any, what: str, lo: int, hi: int) -> int:
     return v
 
 
+def _bool(x: Any, what: str) -> bool:
+    if not isinstance(x, bool):
+        raise TypeError(f"{what} must be a bool, not {type(x).__name__}")
+    return x
+
+
 def _opt_sm(sm: Any) -> Optional[int]:
     return None if sm is None else _int(sm, "sm", 1, 2**32 - 1)
 
@@ -293,6 +299,7 @@ def load(
     fqns: Optional[Iterable[str]] = None,
     sm: Optional[int] = None,
     threads: Optional[int] = None,
+    map_file: bool = False,
     progress: Optional[Callable[[int, int], Optional[bool]]] = None,
 ) -> Weights:
     """Opens, verifies and loads weights onto `device` ("host", "cuda", "cuda:N"
@@ -303,7 +310,14 @@ def load(
     (KeyError for an fqn in no manifest). `progress(done, total)` is called as
     bytes arrive; returning False cancels the load (CancelledError), and an
     exception it raises (KeyboardInterrupt) propagates; either way everything
-    allocated is freed. The GIL is released while loading."""
+    allocated is freed. The GIL is released while loading.
+
+    `map_file=True` (host memory only) maps storages from the file instead of
+    reading them: private and copy-on-write (writing a tensor never changes
+    the file), populated from the page cache, so a cached file loads without
+    a copy (stats["mapped"] counts them). But a process that writes the file
+    in place changes the loaded weights, and one that truncates it makes
+    touching them raise SIGBUS: leave it off where files may change."""
     if not isinstance(device, str):
         raise TypeError(f"device must be a str, not {type(device).__name__}")
     fqn_list = None
@@ -323,6 +337,7 @@ def load(
         fqn_list,
         _opt_sm(sm),
         None if threads is None else _int(threads, "threads", 1, 256),
+        _bool(map_file, "map_file"),
         progress,
     )
     if isinstance(r, dict):

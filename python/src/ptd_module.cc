@@ -303,6 +303,7 @@ class Weights {
     d["read_s"] = t.read_s;
     d["copy_s"] = t.copy_s;
     d["wait_s"] = t.wait_s;
+    d["map_s"] = t.map_s;
     d["finish_s"] = t.finish_s;
     d["total_s"] = t.total_s;
     d["first_weight_s"] = t.first_weight_s;
@@ -320,6 +321,9 @@ class Weights {
     d["copies"] = s.copies;
     d["reused"] = s.reused;
     d["runtime_owned"] = s.runtime_owned;
+    d["mapped"] = s.mapped;
+    d["mapped_bytes"] = s.mapped_bytes;
+    d["mappings"] = s.mappings;
     return d;
   }
   // Runtime-owned entries (the off-graph KV cache): not loaded; what a
@@ -381,8 +385,9 @@ struct ProgressState {
 nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
                 std::optional<std::string> pte, std::string device_spec,
                 std::optional<std::vector<std::string>> fqns, std::optional<uint32_t> sm,
-                std::optional<size_t> threads, nb::object progress) {
+                std::optional<size_t> threads, bool map_file, nb::object progress) {
   ptd::LoadOptions lo;
+  lo.map_file = map_file;
   if (fqns) lo.fqns = *fqns;
   lo.sm = sm;
   if (threads) lo.threads = *threads;
@@ -624,7 +629,7 @@ NB_MODULE(_ptd, m) {
         "RunVerify over the files: the `ptd-verify --json` object as a dict.");
   m.def("load", &Load, nb::arg("ptd"), nb::arg("manifest").none(), nb::arg("pte").none(),
         nb::arg("device"), nb::arg("fqns").none(), nb::arg("sm").none(),
-        nb::arg("threads").none(), nb::arg("progress").none(),
+        nb::arg("threads").none(), nb::arg("map_file"), nb::arg("progress").none(),
         "Opens, verifies and loads: a _Weights, or the verification dict when a rule is broken.");
   m.def("write", &Write, nb::arg("ptd_path"), nb::arg("manifest_path").none(),
         nb::arg("specs"), nb::arg("format"), nb::arg("variants"), nb::arg("so_blob_key"),

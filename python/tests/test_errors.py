@@ -54,6 +54,7 @@ def test_verify_bad_path_type():
     (dict(device=0), TypeError),
     (dict(threads=0), ValueError),
     (dict(threads="4"), TypeError),
+    (dict(map_file=1), TypeError),
     (dict(fqns="layers.0.attn.q"), TypeError),
     (dict(fqns=[1]), TypeError),
     (dict(progress=5), TypeError),

@@ -60,6 +60,42 @@ def test_weight_digests_through_dlpack(case):
         assert sha(a) == expected["sha256"], expected["fqn"]
 
 
+@pytest.mark.parametrize("case", OK_CUDA, ids=[c["name"] for c in OK_CUDA])
+def test_mapped_load_has_the_same_bytes(case):
+    ptd_path, manifest, _ = case_args(case)
+    weights = ptd.load(ptd_path, manifest=manifest, device="host", map_file=True)
+    stats = weights.stats
+    assert stats["mapped"] <= stats["storages"]
+    assert stats["allocations"] <= 1
+    assert (stats["mapped"] > 0) == (stats["mappings"] > 0)
+    for expected in (w for w in case["weights"] if w["sha256"] is not None):
+        assert sha(host_array(weights[expected["fqn"]])) == expected["sha256"], expected["fqn"]
+
+
+def test_a_mapped_load_reads_nothing(tmp_path):
+    ptd_path, manifest = str(tmp_path / "m.ptd"), str(tmp_path / "m.manifest")
+    data = np.arange(1024, dtype=np.float32)
+    ptd.write(ptd_path, manifest, {"w": data})
+    weights = ptd.load(ptd_path, manifest=manifest, device="host", map_file=True)
+    assert weights.stats["mapped"] == 1 and weights.stats["mappings"] == 1
+    assert weights.stats["reads"] == 0 and weights.stats["allocations"] == 0
+    assert weights.stats["mapped_bytes"] == data.nbytes
+    np.testing.assert_array_equal(np.from_dlpack(weights["w"]), data)
+
+
+def test_storages_off_the_host_alignment_are_read_not_mapped(tmp_path):
+    ptd_path, manifest = str(tmp_path / "m.ptd"), str(tmp_path / "m.manifest")
+    # 48 bytes each, 16-aligned: one storage in four sits at a 64-byte offset.
+    arrays = {f"w{i}": np.full(12, i, dtype=np.float32) for i in range(8)}
+    ptd.write(ptd_path, manifest, arrays, segment_alignment=16)
+    weights = ptd.load(ptd_path, manifest=manifest, device="host", map_file=True)
+    stats = weights.stats
+    assert 0 < stats["mapped"] < stats["storages"] == 8
+    assert stats["reads"] > 0
+    for name, want in arrays.items():
+        np.testing.assert_array_equal(np.from_dlpack(weights[name]), want)
+
+
 @pytest.mark.parametrize("case", [c for c in OK_CUDA if c.get("pte")],
                          ids=[c["name"] for c in OK_CUDA if c.get("pte")])
 def test_through_pte(case):

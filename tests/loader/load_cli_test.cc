@@ -32,11 +32,20 @@ TEST(LoadCliTest, EveryOkCaseLoadsWithTheExpectedDigests) {
       routes.push_back("--manifest " + ConformancePath(tc["manifest"]));
     }
     if (tc.contains("pte")) routes.push_back("--pte " + ConformancePath(tc["pte"]));
-    for (const std::string& route : routes) {
+    for (const std::string& plain : routes) {
+     // Read, and mapped from the file: the same digests either way.
+     for (const std::string map : {"", "--map "}) {
+      const std::string route = map + plain;
       const auto r = RunCommand(Load("--device host --json --digest " + route + " " +
                                      ConformancePath(tc["ptd"])));
       ASSERT_EQ(r.exit_code, 0) << route << "\n" << r.out;
       const json j = json::parse(r.out);
+      if (map.empty()) {
+        EXPECT_EQ(j["load"]["mapped"], 0);
+      } else {
+        EXPECT_LE(j["load"]["mapped"].get<uint64_t>(), j["load"]["storages"].get<uint64_t>());
+        EXPECT_EQ(j["load"]["mapped"].get<uint64_t>() > 0, j["load"]["mappings"].get<uint64_t>() > 0);
+      }
       EXPECT_TRUE(j["ok"].get<bool>());
       EXPECT_EQ(j["device"]["kind"], "host");
       EXPECT_TRUE(j["timings"].contains("total_s"));
@@ -81,9 +90,10 @@ TEST(LoadCliTest, EveryOkCaseLoadsWithTheExpectedDigests) {
         }
       }
       ++checked;
+     }
     }
   }
-  EXPECT_GE(checked, 5);
+  EXPECT_GE(checked, 10);
 }
 
 TEST(LoadCliTest, SubsetLoadsOnlyTheNamedWeights) {
@@ -112,6 +122,17 @@ TEST(LoadCliTest, TextReportAndRepeat) {
   EXPECT_THAT(r.out, HasSubstr("4 weights (3 reused, 0 runtime-owned), 1 storage, 192 bytes"));
   EXPECT_THAT(r.out, HasSubstr("3 loads: median"));
   EXPECT_THAT(r.out, HasSubstr("GB/s"));
+}
+
+TEST(LoadCliTest, MapSaysWhatItMapped) {
+  const auto r = RunCommand(Load("--map --device host --manifest " +
+                                 ConformancePath("files/k02_one_storage_key_many_views.manifest") +
+                                 " " +
+                                 ConformancePath("files/k02_one_storage_key_many_views.ptd")));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("0 reads of 0 bytes, 0 copies, 1 mapped from the file (192 bytes, "
+                               "1 mapping)"));
+  EXPECT_THAT(r.out, HasSubstr(", map "));
 }
 
 TEST(LoadCliTest, ABrokenRuleIsExitOneAndLoadsNothing) {
