@@ -62,6 +62,7 @@ render() {
   # The page this run replaces, kept at the run's start: its summary is
   # listed as "before".
   if [[ -f $out/before.md ]]; then note_args+=(--before "$out/before.md"); fi
+  if [[ -f $out/cli.json ]]; then note_args+=(--cli "$out/cli.json"); fi
   for j in "$out"/suite-*.json "$out"/upstream-*.json "$out"/verify.json "$out"/cuda.json; do
     if [[ -f $j ]]; then jsons+=("$j"); fi
   done
@@ -83,7 +84,7 @@ if ((setup)); then
 fi
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPTD_WERROR=ON >/dev/null
-targets=(ptd_suite_bench)
+targets=(ptd_suite_bench ptd_pread_ceiling ptd-load ptd-verify)
 help=$(cmake --build "$build" --target help)
 for t in ptd_upstream_bench ptd_cuda_bench; do
   if grep -q "^\.\.\. $t\$" <<<"$help"; then targets+=("$t"); fi
@@ -136,6 +137,8 @@ if [[ -x $build/bench/ptd_cuda_bench ]]; then
   # Without a GPU every case reports "no CUDA device"; the page says "skipped: no GPU".
   "$build/bench/ptd_cuda_bench" "${gb[@]}" --benchmark_out="$out/cuda.json" || true
 fi
+# Whole processes (the command-line targets), on the sets written above.
+python3 "$root/scripts/cli_bench.py" --build "$build" --data "$data" --out "$out/cli.json"
 notes+=("suite wall time: $((SECONDS - start)) s (model sets cached in the data directory; the build not counted)")
 echo "$mode" >"$out/mode"
 printf '%s\n' "${notes[@]}" >"$out/notes.txt"

@@ -266,6 +266,45 @@ def targets(r, verify_names):
     return "\n".join(lines)
 
 
+CLI_VERIFY_MS = 150.0   # ptd-verify --manifest on 100,000 weights, whole process (issue 19).
+CLI_LOAD_RATIO = 0.5    # ptd-load on 65,536 x 1 KiB against the whole-process pread ceiling.
+
+
+def cli_section(rows):
+    by = {(r["set"], r["case"]): r for r in rows}
+    out = ["## Command line (whole processes)", "",
+           "`scripts/cli_bench.py`: each case a whole process, from fork to exit (`wait4`), files warmed right "
+           "before it, all cases in turn for each run, medians over the runs; peak RSS is `ru_maxrss`. "
+           "`ceiling` is `ptd_pread_ceiling FILE` (4 MiB preads on one thread into one fresh, page-aligned "
+           "buffer of the file's size: first-touch faults included, as for a loader's fresh memory); "
+           "`ceiling_reused` reads into one 4 MiB buffer over and over (as `dd bs=4M`: no faults). "
+           "`x ceiling` is the ceiling's time over the case's.", "",
+           "| set | case | p50 ms | p90 ms | x ceiling | x ceiling_reused | peak RSS MiB | command |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = by.get((r["set"], "ceiling"))
+        cr = by.get((r["set"], "ceiling_reused"))
+        x = f"{fmt(c['p50_ms'] / r['p50_ms'])}x" if c else "-"
+        xr = f"{fmt(cr['p50_ms'] / r['p50_ms'])}x" if cr else "-"
+        out.append(f"| {r['set']} | `{r['case']}` | {fmt(r['p50_ms'])} | {fmt(r['p90_ms'])} | {x} | {xr} | "
+                   f"{fmt(r['rss_mib'])} | `{r['command']}` |")
+    out += ["", "Command-line targets:", ""]
+    c = by.get(("1KiB", "ceiling"))
+    for case, what in (("load", "`ptd-load --device host`"), ("load_map", "`ptd-load --map --device host`")):
+        r = by.get(("1KiB", case))
+        if c and r:
+            x = c["p50_ms"] / r["p50_ms"]
+            out.append(f"- {'met' if x >= CLI_LOAD_RATIO else '**missed**'}: {what} on 65,536 x 1 KiB: "
+                       f"{fmt(r['p50_ms'])} ms, {fmt(x)}x the whole-process pread ceiling ({fmt(c['p50_ms'])} ms; "
+                       f"target >= {CLI_LOAD_RATIO}x).")
+    v = by.get(("verify-100000", "verify"))
+    if v:
+        out.append(f"- {'met' if v['p50_ms'] < CLI_VERIFY_MS else '**missed**'}: `ptd-verify --manifest` on 100,000 "
+                   f"weights: {fmt(v['p50_ms'])} ms (target < {CLI_VERIFY_MS:.0f} ms), peak RSS {fmt(v['rss_mib'])} MiB.")
+    out.append("")
+    return out
+
+
 def cuda_status(rows):
     names = [n for n in rows if n.startswith("BM_")]  # Only ptd_cuda_bench's names start so.
     if not names:
@@ -409,6 +448,7 @@ def main():
     ap.add_argument("--commit", help="the commit measured (default: HEAD now)")
     ap.add_argument("--date", help="when it was measured (default: now)")
     ap.add_argument("--before", help="an earlier page of this machine: its summary is listed beside this run's")
+    ap.add_argument("--cli", help="scripts/cli_bench.py's JSON: the whole-process section")
     ap.add_argument("json", nargs="+")
     a = ap.parse_args()
 
@@ -483,6 +523,8 @@ def main():
         "writer and the exporter write) it segfaults;",
         "- upstream looks keys up by a linear scan: with more keys than the cap, a sample spread over the "
         "whole key list is loaded and its per-key time scaled to every key (`sampled` in the notes).", ""]
+    if a.cli and os.path.exists(a.cli):
+        page += cli_section(json.load(open(a.cli))["cli"])
     if vt:
         page += ["## Verification alone", "",
                  "`WeightBundle::Open` (pread) of a .ptd + manifest of N float32 4x4 weights, one 64-byte storage each, warm. "

@@ -76,8 +76,9 @@ class ByteSource {
 };
 
 // A ByteSource over `container`'s keys that reads bytes through `data` (a
-// pread source of the same file: the loader never reads through a mapping,
-// so a file truncated under it is a DataLoss, not SIGBUS). With `data` null,
+// pread source of the same file: the loader reads through a mapping only
+// when LoadOptions::map_file asks, so a file truncated under it is a
+// DataLoss, not SIGBUS; MapLocated maps through `data`). With `data` null,
 // reads go through the container's own source. The container must outlive
 // the returned source.
 std::unique_ptr<ByteSource> MakeContainerByteSource(

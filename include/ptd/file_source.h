@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,12 @@ class FileSource {
 // (ExecuTorch's FreeableBuffer.) Movable, not copyable.
 class Bytes {
  public:
+  // Where Allocate's buffers start: a cache line. The kernel copies a read
+  // into a destination 16 bytes off one (malloc's alignment) several times
+  // slower on some CPUs (measured here, AMD EPYC: 4 MiB preads from the page
+  // cache at 1.7 GB/s instead of 8).
+  static constexpr size_t kReadAlignment = 64;
+
   Bytes() = default;
   static Bytes Borrowed(absl::Span<const uint8_t> view) {
     Bytes b;
@@ -75,10 +82,12 @@ class Bytes {
     return b;
   }
   // `n` bytes of its own, left uninitialized for the caller to fill
-  // through `*data` (a buffer about to be read into is not zeroed first).
+  // through `*data` (a buffer about to be read into is not zeroed first),
+  // aligned to kReadAlignment.
   static Bytes Allocate(size_t n, uint8_t** data) {
     Bytes b;
-    b.owned_.reset(new uint8_t[n == 0 ? 1 : n]);
+    b.owned_.reset(static_cast<uint8_t*>(
+        ::operator new[](n == 0 ? 1 : n, std::align_val_t{kReadAlignment})));
     b.view_ = absl::MakeConstSpan(b.owned_.get(), n);
     *data = b.owned_.get();
     return b;
@@ -99,8 +108,13 @@ class Bytes {
   bool borrowed() const { return !view_.empty() && owned_ == nullptr; }
 
  private:
+  struct AlignedDelete {
+    void operator()(uint8_t* p) const {
+      ::operator delete[](p, std::align_val_t{kReadAlignment});
+    }
+  };
   // The heap buffer does not move with the object: view_ stays valid.
-  std::unique_ptr<uint8_t[]> owned_;
+  std::unique_ptr<uint8_t[], AlignedDelete> owned_;
   absl::Span<const uint8_t> view_;
 };
 
@@ -116,7 +130,8 @@ absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset,
 // OpenMmapFile: touching a page past the new end raises SIGBUS. Use
 // OpenPreadFile (a short read is DataLoss naming the file) where files may
 // change under the reader; ptd-verify and WeightBundle read with pread by
-// default, and the loader never reads through a mapping.
+// default, and the loader maps only when asked (LoadOptions::map_file,
+// through FileSource::MapPrivate).
 absl::StatusOr<std::unique_ptr<FileSource>> OpenMmapFile(const std::string& path);
 absl::StatusOr<std::unique_ptr<FileSource>> OpenPreadFile(const std::string& path);
 // OpenMmapFile or OpenPreadFile, as a shared source.

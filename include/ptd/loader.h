@@ -19,7 +19,8 @@
 //             of private file mappings, populated from the page cache;
 //   allocate  one Device::AllocateMany per device (one size per storage
 //             not mapped);
-//   read      from the ByteSource (pread; never through a mapping). On a
+//   read      from the ByteSource (pread; through a mapping only for
+//             the storages that map_file mapped above). On a
 //             host-accessible device, several threads read straight into
 //             the destinations, each read's destinations handed to
 //             Device::PrepareWrite just before it (HostDevice faults their

@@ -685,7 +685,8 @@ absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle,
       }
     }
   }
-  // Never read through a mapping: a file truncated under it would SIGBUS.
+  // Never read through the bundle's mapping: a file truncated under it would
+  // SIGBUS. (LoadOptions::map_file maps through the pread source, by choice.)
   std::shared_ptr<const FileSource> data;
   if (c->source().View(0, 0)) {
     auto reopened = OpenPreadFile(c->path());

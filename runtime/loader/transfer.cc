@@ -231,7 +231,11 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   std::mutex error_mu;
   absl::Status error;
   const auto work = [&] {
-    std::vector<uint8_t> scratch;  // For packed reads; at most max_read_bytes.
+    // For packed reads (at most max_read_bytes), cache-line aligned as
+    // Bytes are: the kernel copies into it at full speed.
+    Bytes scratch_bytes;
+    uint8_t* scratch = nullptr;
+    size_t scratch_size = 0;
     const auto read = [&](const ReadItem& item) -> absl::Status {
       const Piece& first = plan.pieces[item.first_piece];
       uint8_t* const first_dest = storages_[first.storage].dest + first.dst_offset;
@@ -241,12 +245,14 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
         // so): straight into them, no scratch and no copy.
         return Read(plan, item, first_dest);
       }
-      if (scratch.size() < item.nbytes) scratch.resize(item.nbytes);
-      PTD_RETURN_IF_ERROR(Read(plan, item, scratch.data()));
+      if (scratch_size < item.nbytes) {
+        scratch_bytes = Bytes::Allocate(static_cast<size_t>(item.nbytes), &scratch);
+        scratch_size = static_cast<size_t>(item.nbytes);
+      }
+      PTD_RETURN_IF_ERROR(Read(plan, item, scratch));
       for (uint32_t k = 0; k < item.num_pieces; ++k) {
         const Piece& p = plan.pieces[item.first_piece + k];
-        std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch.data() + p.src_offset,
-                    p.nbytes);
+        std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch + p.src_offset, p.nbytes);
       }
       return absl::OkStatus();
     };

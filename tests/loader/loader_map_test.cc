@@ -5,6 +5,7 @@
 // non-host devices read as usual; a file that shrank is DataLoss naming the
 // storage; progress and cancellation count mapped bytes.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -242,6 +243,35 @@ TEST(LoaderMapTest, ProgressCountsMappedBytesAndCanCancel) {
   EXPECT_THAT(cancelled.status().message(), HasSubstr("mapped storage"));
   EXPECT_THAT(cancelled.status().message(),
               HasSubstr("'" + std::string(w->Find("w0")->storage_key) + "'"));
+}
+
+bool KilledByAnySignal(int status) { return WIFSIGNALED(status); }
+
+// The caveat LoadOptions::map_file documents, shown: the load succeeded, then
+// another process truncated the file, and touching a weight raises SIGBUS
+// (under ASan the sanitizer's handler aborts instead; a signal either way).
+// The default load reads, and is immune.
+TEST(LoaderMapDeathTest, AWeightOfAFileTruncatedAfterAMappedLoadFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {1 << 20});
+  EXPECT_EXIT(
+      {
+        auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest},
+                             std::make_shared<HostDevice>(), Mapped());
+        if (!w.ok() || !w->storages()[0].mapped) _exit(3);
+        if (::truncate(m.ptd.c_str(), 0) != 0) _exit(4);
+        const auto* p = static_cast<const volatile uint8_t*>(w->weights()[0].data);
+        uint8_t sink = 0;
+        for (size_t i = 0; i < (1 << 20); i += 4096) sink = static_cast<uint8_t>(sink + p[i]);
+        _exit(sink == 255 ? 5 : 0);
+      },
+      KilledByAnySignal, "");
+  auto copied = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest},
+                            std::make_shared<HostDevice>());
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  ASSERT_EQ(::truncate(m.ptd.c_str(), 0), 0);
+  EXPECT_TRUE(DigestLoadedWeight(*copied, copied->weights()[0]).ok());
 }
 
 }  // namespace

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Whole-process timings of ptd-load and ptd-verify against a whole-process
+pread ceiling (issue 19's command-line targets), for scripts/bench.sh.
+
+Each run goes through every case in turn (alternating, so that they share the
+machine's state), warming the case's files right before it; a case's figure
+is the median of its runs: wall time from fork to exit (os.wait4) and peak
+RSS (ru_maxrss). Cases, on the model sets that ptd_suite_bench wrote into the
+data directory:
+
+  1KiB (65,536 x 1 KiB storages)
+    ceiling        ptd_pread_ceiling FILE: 4 MiB preads into one fresh buffer
+    ceiling_reused ptd_pread_ceiling FILE --reused: into one 4 MiB buffer
+    load           ptd-load --device host --manifest M FILE
+    load_map       the same with --map
+  verify-100000 (100,000 weights, one 64-byte storage each)
+    verify         ptd-verify --manifest M FILE
+    load, load_map as above
+
+Usage: cli_bench.py --build DIR --data DIR [--runs N] [--out FILE.json]
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def warm(paths):
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(1 << 22):
+                pass
+
+
+def run_once(argv):
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    seconds = time.perf_counter() - t0
+    err = p.stderr.read().decode(errors="replace")
+    p.stderr.close()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"cli_bench: {' '.join(argv)} exited {code}: {err.strip()}")
+    return seconds, usage.ru_maxrss / 1024.0  # KiB -> MiB.
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+
+    ceiling = os.path.join(a.build, "bench", "ptd_pread_ceiling")
+    load = os.path.join(a.build, "verifier", "ptd-load")
+    verify = os.path.join(a.build, "verifier", "ptd-verify")
+    for exe in (ceiling, load, verify):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"cli_bench: {exe} is not built")
+
+    def stem(pattern):
+        hits = sorted(glob.glob(os.path.join(a.data, pattern + ".ptd")))
+        return hits[0][: -len(".ptd")] if hits else None
+
+    cases = []
+    small = stem("*-blocks-65536x1024")
+    if small:
+        ptd, man = small + ".ptd", small + ".manifest"
+        files = [ptd, man]
+        cases += [
+            ("1KiB", "ceiling", [ceiling, ptd], [ptd]),
+            ("1KiB", "ceiling_reused", [ceiling, ptd, "--reused"], [ptd]),
+            ("1KiB", "load", [load, "--device", "host", "--manifest", man, ptd], files),
+            ("1KiB", "load_map", [load, "--map", "--device", "host", "--manifest", man, ptd], files),
+        ]
+    many = stem("*-verify-100000")
+    if many:
+        ptd, man = many + ".ptd", many + ".manifest"
+        files = [ptd, man]
+        cases += [
+            ("verify-100000", "verify", [verify, "--manifest", man, ptd], files),
+            ("verify-100000", "load", [load, "--device", "host", "--manifest", man, ptd], files),
+            ("verify-100000", "load_map", [load, "--map", "--device", "host", "--manifest", man, ptd], files),
+        ]
+    if not cases:
+        sys.exit(f"cli_bench: no 1 KiB or verify-100000 set in {a.data} (run ptd_suite_bench first)")
+
+    times = {i: [] for i in range(len(cases))}
+    rss = {i: [] for i in range(len(cases))}
+    for _ in range(a.runs):
+        for i, (_, _, argv, files) in enumerate(cases):
+            warm(files)
+            s, m = run_once(argv)
+            times[i].append(s)
+            rss[i].append(m)
+    rows = []
+    for i, (set_name, case, argv, _) in enumerate(cases):
+        t = sorted(times[i])
+        rows.append({
+            "set": set_name,
+            "case": case,
+            "command": " ".join(os.path.basename(argv[0]) if k == 0 else
+                                (os.path.basename(x) if os.path.isabs(x) else x)
+                                for k, x in enumerate(argv)),
+            "runs": a.runs,
+            "p50_ms": statistics.median(t) * 1e3,
+            "p90_ms": t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))] * 1e3,
+            "rss_mib": statistics.median(rss[i]),
+        })
+    for r in rows:
+        print(f"{r['set']:>14} {r['case']:>15} {r['p50_ms']:8.1f} ms (p90 {r['p90_ms']:.1f})"
+              f"  rss {r['rss_mib']:6.1f} MiB  {r['command']}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"cli": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
