@@ -49,10 +49,9 @@ class FileSource {
   // copy-on-write, so writes through it never reach the file. Its pages
   // are populated for reading (MADV_POPULATE_READ, Linux 5.14+, by up to
   // `threads` threads; older kernels fault them in on first access) and
-  // shared with the page cache
-  // until written, so mapping a cached file copies nothing. The pointer is
-  // to byte `offset` and keeps the mapping alive; the mapping goes with its
-  // last copy. OutOfRange for a range outside the file, DataLoss when the
+  // shared with the page cache until written, so mapping a cached file
+  // copies nothing. The pointer is to byte `offset` and keeps the mapping
+  // alive; the mapping goes with its last copy. OutOfRange for a range outside the file, DataLoss when the
   // file is shorter now than when it was opened, Unimplemented for a source
   // without a file descriptor (mappings, memory).
   //

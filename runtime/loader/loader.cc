@@ -223,10 +223,9 @@ class NameArena {
   size_t used_ = 0;
 };
 
-
-// Padding between two mapped storages that one mapping may span (mapped
-// but populated only as far as it lies in the range; a subset load of
-// scattered weights gets several mappings instead of one over the file).
+// Padding between two mapped storages that one mapping may span (it is
+// mapped and populated with them; a subset load of scattered weights gets
+// several mappings instead of one over the whole file).
 constexpr uint64_t kMapMaxGapBytes = uint64_t{1} << 20;
 
 // LoadOptions::map_file for one destination group: the storages of `which`
