@@ -137,6 +137,7 @@ if [[ -x $build/bench/ptd_cuda_bench ]]; then
   # Without a GPU every case reports "no CUDA device"; the page says "skipped: no GPU".
   "$build/bench/ptd_cuda_bench" "${gb[@]}" --benchmark_out="$out/cuda.json" || true
 fi
+notes+=("Loader/host_mapped: its map phase is page-table work over the page cache, so it depends on the cache's folio sizes: large folios (a file cached by big sequential reads) map a GiB in a few ms, 4 KiB pages in tens of ms (about 45-65 ms per GiB measured here)")
 # Whole processes (the command-line targets), on the sets written above.
 python3 "$root/scripts/cli_bench.py" --build "$build" --data "$data" --out "$out/cli.json"
 notes+=("suite wall time: $((SECONDS - start)) s (model sets cached in the data directory; the build not counted)")

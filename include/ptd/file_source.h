@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,9 +50,10 @@ class FileSource {
   // `threads` threads; older kernels fault them in on first access) and
   // shared with the page cache until written, so mapping a cached file
   // copies nothing. The pointer is to byte `offset` and keeps the mapping
-  // alive; the mapping goes with its last copy. OutOfRange for a range outside the file, DataLoss when the
-  // file is shorter now than when it was opened, Unimplemented for a source
-  // without a file descriptor (mappings, memory).
+  // alive; the mapping goes with its last copy. OutOfRange for a range
+  // outside the file, DataLoss when the file is shorter now than when it
+  // was opened, Unimplemented for a source without a file descriptor
+  // (mappings, memory).
   //
   // Unlike ReadAt, what the mapping shows can change after it returns: a
   // page not yet written shows the file as it is when the page is touched
@@ -68,12 +68,6 @@ class FileSource {
 // (ExecuTorch's FreeableBuffer.) Movable, not copyable.
 class Bytes {
  public:
-  // Where Allocate's buffers start: a cache line. The kernel copies a read
-  // into a destination 16 bytes off one (malloc's alignment) several times
-  // slower on some CPUs (measured here, AMD EPYC: 4 MiB preads from the page
-  // cache at 1.7 GB/s instead of 8).
-  static constexpr size_t kReadAlignment = 64;
-
   Bytes() = default;
   static Bytes Borrowed(absl::Span<const uint8_t> view) {
     Bytes b;
@@ -81,12 +75,10 @@ class Bytes {
     return b;
   }
   // `n` bytes of its own, left uninitialized for the caller to fill
-  // through `*data` (a buffer about to be read into is not zeroed first),
-  // aligned to kReadAlignment.
+  // through `*data` (a buffer about to be read into is not zeroed first).
   static Bytes Allocate(size_t n, uint8_t** data) {
     Bytes b;
-    b.owned_.reset(static_cast<uint8_t*>(
-        ::operator new[](n == 0 ? 1 : n, std::align_val_t{kReadAlignment})));
+    b.owned_.reset(new uint8_t[n == 0 ? 1 : n]);
     b.view_ = absl::MakeConstSpan(b.owned_.get(), n);
     *data = b.owned_.get();
     return b;
@@ -107,13 +99,8 @@ class Bytes {
   bool borrowed() const { return !view_.empty() && owned_ == nullptr; }
 
  private:
-  struct AlignedDelete {
-    void operator()(uint8_t* p) const {
-      ::operator delete[](p, std::align_val_t{kReadAlignment});
-    }
-  };
   // The heap buffer does not move with the object: view_ stays valid.
-  std::unique_ptr<uint8_t[], AlignedDelete> owned_;
+  std::unique_ptr<uint8_t[]> owned_;
   absl::Span<const uint8_t> view_;
 };
 

@@ -4,6 +4,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <new>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -224,6 +226,10 @@ bool Transfer::DestinationsFollowSource(const ReadPlan& plan, const ReadItem& it
   return src == item.nbytes;
 }
 
+namespace {
+constexpr size_t kScratchAlignment = 64;
+}  // namespace
+
 absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   if (plan.items.empty()) return absl::OkStatus();
   std::atomic<size_t> next{0};
@@ -231,9 +237,13 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   std::mutex error_mu;
   absl::Status error;
   const auto work = [&] {
-    // For packed reads (at most max_read_bytes), cache-line aligned as
-    // Bytes are: the kernel copies into it at full speed.
-    Bytes scratch_bytes;
+    // For packed reads (at most max_read_bytes), reused read after read and
+    // cache-line aligned: the kernel copies into a destination 16 bytes off
+    // one (malloc's alignment) about 4x slower on some CPUs (measured here,
+    // AMD EPYC: 4 MiB preads from the page cache into a reused buffer, 8 ms
+    // per 64 MiB at offsets 0, 64 or 4096, 32-44 ms at 16).
+    std::unique_ptr<uint8_t, void (*)(uint8_t*)> scratch_block(
+        nullptr, [](uint8_t* p) { ::operator delete[](p, std::align_val_t{kScratchAlignment}); });
     uint8_t* scratch = nullptr;
     size_t scratch_size = 0;
     const auto read = [&](const ReadItem& item) -> absl::Status {
@@ -246,7 +256,10 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
         return Read(plan, item, first_dest);
       }
       if (scratch_size < item.nbytes) {
-        scratch_bytes = Bytes::Allocate(static_cast<size_t>(item.nbytes), &scratch);
+        scratch_block.reset();
+        scratch = static_cast<uint8_t*>(::operator new[](
+            static_cast<size_t>(item.nbytes), std::align_val_t{kScratchAlignment}));
+        scratch_block.reset(scratch);
         scratch_size = static_cast<size_t>(item.nbytes);
       }
       PTD_RETURN_IF_ERROR(Read(plan, item, scratch));
