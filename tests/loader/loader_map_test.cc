@@ -97,34 +97,26 @@ TEST(LoaderMapTest, WritesThroughAMappedWeightNeverReachTheFile) {
 
 // A container source whose located offsets are shifted by `shift` bytes:
 // storages look misaligned to the loader but read and map the right bytes.
-class ShiftedSource : public ByteSource {
+class ShiftedSource : public ::ptd::testing::ForwardingByteSource {
  public:
   ShiftedSource(std::unique_ptr<ByteSource> inner, uint64_t shift)
-      : inner_(std::move(inner)), shift_(shift) {}
-  std::string name() const override { return inner_->name(); }
-  std::vector<std::string> Keys() const override { return inner_->Keys(); }
-  absl::StatusOr<uint64_t> Size(std::string_view key) const override { return inner_->Size(key); }
-  absl::Status ReadAt(std::string_view key, uint64_t offset,
-                      absl::Span<uint8_t> dst) const override {
-    return inner_->ReadAt(key, offset, dst);
-  }
+      : ForwardingByteSource(std::move(inner)), shift_(shift) {}
   std::optional<Location> Locate(std::string_view key) const override {
-    auto loc = inner_->Locate(key);
+    auto loc = inner().Locate(key);
     if (loc) loc->offset += shift_;
     return loc;
   }
   absl::Status ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) const override {
-    return inner_->ReadLocated(offset - shift_, dst);
+    return inner().ReadLocated(offset - shift_, dst);
   }
   absl::StatusOr<std::shared_ptr<uint8_t>> MapLocated(uint64_t offset, uint64_t len,
                                                       size_t threads) const override {
     ++map_calls_;
-    return inner_->MapLocated(offset - shift_, len, threads);
+    return inner().MapLocated(offset - shift_, len, threads);
   }
   int map_calls() const { return map_calls_; }
 
  private:
-  std::unique_ptr<ByteSource> inner_;
   uint64_t shift_;
   mutable int map_calls_ = 0;
 };

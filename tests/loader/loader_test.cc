@@ -441,25 +441,15 @@ TEST(LoaderTest, CoalescesAdjacentSmallStoragesOnBothPaths) {
 }
 
 // A source that records where each located read lands.
-class DestinationRecorder : public ByteSource {
+class DestinationRecorder : public ::ptd::testing::ForwardingByteSource {
  public:
-  explicit DestinationRecorder(std::unique_ptr<ByteSource> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-  std::vector<std::string> Keys() const override { return inner_->Keys(); }
-  absl::StatusOr<uint64_t> Size(std::string_view key) const override { return inner_->Size(key); }
-  absl::Status ReadAt(std::string_view key, uint64_t offset,
-                      absl::Span<uint8_t> dst) const override {
-    return inner_->ReadAt(key, offset, dst);
-  }
-  std::optional<Location> Locate(std::string_view key) const override {
-    return inner_->Locate(key);
-  }
+  using ForwardingByteSource::ForwardingByteSource;
   absl::Status ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) const override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       destinations_.push_back(dst.data());
     }
-    return inner_->ReadLocated(offset, dst);
+    return inner().ReadLocated(offset, dst);
   }
   std::vector<const uint8_t*> destinations() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -467,7 +457,6 @@ class DestinationRecorder : public ByteSource {
   }
 
  private:
-  std::unique_ptr<ByteSource> inner_;
   mutable std::mutex mu_;
   mutable std::vector<const uint8_t*> destinations_;
 };

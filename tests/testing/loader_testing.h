@@ -71,6 +71,38 @@ class CountingFileSource final : public FileSource {
   mutable std::atomic<uint64_t> bytes_{0}, reads_{0};
 };
 
+// Owns a ByteSource and forwards every call to it: a base for test sources
+// that change or record one call.
+class ForwardingByteSource : public ByteSource {
+ public:
+  explicit ForwardingByteSource(std::unique_ptr<ByteSource> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  std::vector<std::string> Keys() const override { return inner_->Keys(); }
+  absl::StatusOr<uint64_t> Size(std::string_view key) const override {
+    return inner_->Size(key);
+  }
+  absl::Status ReadAt(std::string_view key, uint64_t offset,
+                      absl::Span<uint8_t> dst) const override {
+    return inner_->ReadAt(key, offset, dst);
+  }
+  std::optional<Location> Locate(std::string_view key) const override {
+    return inner_->Locate(key);
+  }
+  absl::Status ReadLocated(uint64_t offset, absl::Span<uint8_t> dst) const override {
+    return inner_->ReadLocated(offset, dst);
+  }
+  absl::StatusOr<std::shared_ptr<uint8_t>> MapLocated(uint64_t offset, uint64_t len,
+                                                      size_t threads) const override {
+    return inner_->MapLocated(offset, len, threads);
+  }
+
+ protected:
+  const ByteSource& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<ByteSource> inner_;
+};
+
 // Wraps a ByteSource: counts reads and fails the Nth (1-based; 0 never)
 // with `status`.
 class FaultyByteSource final : public ByteSource {
