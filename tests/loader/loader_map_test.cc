@@ -74,6 +74,22 @@ TEST(LoaderMapTest, MapsEveryAlignedStorageAndReadsNothing) {
   ExpectSameBytes(*w, *reference, fqns);
 }
 
+// A mapping of at least 64 MiB is populated by two threads or more (32 MiB
+// each at least): the path TSan sees here.
+TEST(LoaderMapTest, ALargeMappingIsPopulatedOnSeveralThreads) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {(64 << 20) + 4096, 4096});
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  auto w = LoadWeights(paths, std::make_shared<HostDevice>(),
+                       LoadOptions{.threads = 4, .map_file = true});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->stats().mapped, 2u);
+  EXPECT_EQ(w->stats().mappings, 1u);
+  auto reference = LoadWeights(paths, std::make_shared<HostDevice>());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ExpectSameBytes(*w, *reference, m.fqns);
+}
+
 TEST(LoaderMapTest, WritesThroughAMappedWeightNeverReachTheFile) {
   TempDir dir;
   const TestModel m = WriteTestModel(dir.path(), {4096, 8192});
