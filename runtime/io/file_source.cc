@@ -5,13 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
 #include <thread>
 #include <vector>
-#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/internal/checked_math.h"
