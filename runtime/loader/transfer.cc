@@ -135,31 +135,39 @@ absl::Status Transfer::Read(const ReadPlan& plan, const ReadItem& item, uint8_t*
   return absl::OkStatus();
 }
 
-absl::Status Transfer::Complete(const ReadPlan& plan, const ReadItem& item) {
-  for (uint32_t i = 0; i < item.num_pieces; ++i) {
-    const Piece& p = plan.pieces[item.first_piece + i];
-    if (remaining_[p.storage].fetch_sub(p.nbytes) == p.nbytes) {
-      int64_t unset = -1;
-      const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              Clock::now() - start_).count();
-      first_complete_ns_.compare_exchange_strong(unset, now);
-    }
-  }
+void Transfer::MarkFirstComplete() {
+  int64_t unset = -1;
+  first_complete_ns_.compare_exchange_strong(
+      unset,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+}
+
+absl::Status Transfer::AddProgress(
+    uint64_t bytes, absl::FunctionRef<absl::Status(const absl::Status&)> name) {
   if (!options_.progress) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(progress_mu_);
   if (cancelled_) return cancel_status_;
-  for (uint32_t i = 0; i < item.num_pieces; ++i) {
-    done_bytes_ += plan.pieces[item.first_piece + i].nbytes;
-  }
+  done_bytes_ += bytes;
   if (!options_.progress(done_bytes_, total_bytes_)) {
-    cancel_status_ = Fail(plan, item, "cancelled",
-                          absl::CancelledError(absl::StrCat(
-                              "the progress callback stopped the load at ", done_bytes_,
-                              " of ", total_bytes_, " bytes")));
+    cancel_status_ = name(absl::CancelledError(
+        absl::StrCat("the progress callback stopped the load at ", done_bytes_, " of ",
+                     total_bytes_, " bytes")));
     cancelled_ = true;
     return cancel_status_;
   }
   return absl::OkStatus();
+}
+
+absl::Status Transfer::Complete(const ReadPlan& plan, const ReadItem& item) {
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < item.num_pieces; ++i) {
+    const Piece& p = plan.pieces[item.first_piece + i];
+    bytes += p.nbytes;
+    if (remaining_[p.storage].fetch_sub(p.nbytes) == p.nbytes) MarkFirstComplete();
+  }
+  return AddProgress(bytes, [&](const absl::Status& cause) {
+    return Fail(plan, item, "cancelled", cause);
+  });
 }
 
 absl::Status Transfer::CompleteMapped(absl::Span<const uint32_t> which) {
@@ -169,22 +177,13 @@ absl::Status Transfer::CompleteMapped(absl::Span<const uint32_t> which) {
     bytes += storages_[s].nbytes;
     remaining_[s] = 0;
   }
-  int64_t unset = -1;
-  first_complete_ns_.compare_exchange_strong(
-      unset,
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
-  if (!options_.progress) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(progress_mu_);
-  done_bytes_ += bytes;
-  if (!options_.progress(done_bytes_, total_bytes_)) {
-    cancel_status_ = absl::CancelledError(absl::StrCat(
-        which.size(), " mapped storage(s) from '", internal::Sv(storages_[which[0]].key),
-        "': cancelled: the progress callback stopped the load at ", done_bytes_, " of ",
-        total_bytes_, " bytes"));
-    cancelled_ = true;
-    return cancel_status_;
-  }
-  return absl::OkStatus();
+  MarkFirstComplete();
+  return AddProgress(bytes, [&](const absl::Status& cause) {
+    return absl::Status(cause.code(),
+                        absl::StrCat(which.size(), " mapped storage(s) from '",
+                                     internal::Sv(storages_[which[0]].key),
+                                     "': cancelled: ", cause.message()));
+  });
 }
 
 absl::Status Transfer::Prepare(Device& device, const ReadPlan& plan, const ReadItem& item) {

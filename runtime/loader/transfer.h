@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "ptd/byte_source.h"
@@ -106,6 +107,12 @@ class Transfer {
   // the item can be read straight into them.
   bool DestinationsFollowSource(const ReadPlan& plan, const ReadItem& item,
                                 const uint8_t* first_dest) const;
+  // Records now as when the first storage was complete, unless one was.
+  void MarkFirstComplete();
+  // Adds `bytes` to the progress and calls the callback; when it says stop
+  // (or a reader already did), the Cancelled error, named by `name`.
+  absl::Status AddProgress(uint64_t bytes,
+                           absl::FunctionRef<absl::Status(const absl::Status&)> name);
   // Records the item's bytes as done; a Cancelled error when the progress
   // callback says stop.
   absl::Status Complete(const ReadPlan& plan, const ReadItem& item);
