@@ -132,6 +132,7 @@ CASES = [
     ("Ceiling/pread_populated", "Ceiling/pread_warm", None, "pread 4 MiB calls, warm cache, fresh huge pages populated first (timed)"),
     ("Ceiling/read_cold", "Ceiling/pread_warm", None, "pread 4 MiB calls, cold cache, fresh buffer"),
     ("Loader/host_warm", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: LoadWeights on HostDevice, warm"),
+    ("Loader/host_warm_4k", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: as host_warm with HugePages::kOff (fresh memory in 4 KiB pages), warm"),
     ("Loader/host_mapped", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: LoadWeights on HostDevice with LoadOptions::map_file (private file mappings), warm"),
     ("Loader/host_cold", "Ceiling/read_cold", "Upstream/file_get_data_cold", "ours: LoadWeights on HostDevice, cold"),
     ("Upstream/file_get_data", "Ceiling/pread_warm", None, "upstream FileDataLoader get_data + copy, warm"),
@@ -162,6 +163,8 @@ def table(r):
             notes = []
             if case.startswith("Loader"):
                 notes.append(" / ".join(f"{k[:-3]} {fmt(b.get(k))}" for k in PHASES if b.get(k) is not None) + " ms")
+                if b.get("huge_page_bytes"):
+                    notes.append(f"{human_bytes(b['huge_page_bytes'])} in huge pages")
             if b.get("extrapolated"):
                 notes.append(f"sampled {int(b['sampled_keys'])} of {int(b['keys'])} keys, time scaled to all")
             if b.get("label"):
@@ -219,6 +222,16 @@ def targets(r, verify_names):
                 f"{fmt(before / ceil_ms)}x that whole time; its read phase ({int(b.get('reads') or 0)} reads into fresh memory) "
                 f"takes {fmt(ph['read_ms'] / ceil_ms)}x it; finish (the result's names and lookup tables) and free "
                 f"(the verified bundle freed before LoadWeights returns) add {fmt(ph['finish_ms'] + ph['free_ms'])} ms.")
+        kname = f"Loader/host_warm_4k/{s}"
+        kr = r.ratio(kname, f"{yard}/{s}") if kname in r.rows else None
+        if kr is not None:
+            kb = r.rows[kname]
+            huge = b.get("huge_page_bytes") or 0
+            lines.append(
+                f"- pages: `host_warm` put {human_bytes(huge)} of fresh memory in transparent huge pages "
+                + ("(HugePages::kAuto)" if huge else "(none: HugePages::kAuto found THP off, or too few free huge-page blocks)")
+                + f"; the same load in 4 KiB pages (`host_warm_4k`) is {fmt(kr)}x `{yard_short}`, "
+                f"read phase {fmt(kb.get('read_ms'))} ms against {fmt(ph['read_ms'])} ms.")
         mname = f"Loader/host_mapped/{s}"
         mr = r.ratio(mname, f"{yard}/{s}") if mname in r.rows else None
         if mr is not None:

@@ -21,6 +21,10 @@
 //                             dropped: the cold read of the file.
 //   Loader/host_warm/<set>    LoadWeights(paths, HostDevice): open, verify,
 //                             plan, allocate (fresh memory), read; warm cache.
+//   Loader/host_warm_4k/<set> as host_warm with HugePages::kOff: fresh
+//                             memory in 4 KiB pages, to show in the same run
+//                             what huge pages save (counter huge_page_bytes
+//                             on both: the bytes advised for huge pages).
 //   Loader/host_mapped/<set>  as host_warm with LoadOptions::map_file: the
 //                             storages are private mappings of the file,
 //                             populated from the warm page cache (counter
@@ -161,12 +165,14 @@ void BM_ReadFile(benchmark::State& state, const ModelSet& m, bool cold) {
   samples.Finish(state, len, cold);
 }
 
-void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mapped) {
+void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mapped,
+               HugePages huge_pages) {
   const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false};
-  auto device = std::make_shared<HostDevice>();
+  auto device = std::make_shared<HostDevice>(HostMemoryOptions{.huge_pages = huge_pages});
   Samples samples;
   std::vector<double> verify, plan, map, alloc, read, finish, unaccounted, first;
   uint64_t staging_peak = 0, bytes = 0, storages = 0, reads = 0, mapped_storages = 0;
+  uint64_t huge_page_bytes = 0;
   LoadOptions options;
   options.map_file = mapped;
   options.progress = [&](uint64_t, uint64_t) {
@@ -175,6 +181,7 @@ void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mappe
   };
   for (auto _ : state) {
     Prepare(m, cold, &samples);
+    const uint64_t huge_before = device->stats().huge_page_bytes;
     const auto t0 = Clock::now();
     auto w = LoadWeights(paths, device, options);
     const double s = Since(t0);
@@ -193,6 +200,7 @@ void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mappe
     storages = w->stats().storages;
     reads = w->stats().reads;
     mapped_storages = w->stats().mapped;
+    huge_page_bytes = device->stats().huge_page_bytes - huge_before;
     // The unload (w going out of scope) is not timed.
   }
   samples.Finish(state, bytes, cold);
@@ -211,6 +219,8 @@ void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mappe
   state.counters["staging_peak_bytes"] = static_cast<double>(staging_peak);
   state.counters["storages"] = static_cast<double>(storages);
   state.counters["reads"] = static_cast<double>(reads);
+  // The last repetition's: bytes of its block advised for huge pages.
+  state.counters["huge_page_bytes"] = static_cast<double>(huge_page_bytes);
 }
 
 // The timed figure is WeightBundle::Open. Its parts are then timed once more
@@ -282,7 +292,8 @@ void BM_ReadFilePopulated(benchmark::State& state, const ModelSet& m) {
   samples.Finish(state, len, false);
   std::sort(populate.begin(), populate.end());
   if (!populate.empty()) state.counters["populate_ms"] = populate[populate.size() / 2] * 1e3;
-  state.counters["thp"] = SystemHugePageMode() == HugePageMode::kNever ? 0 : 1;
+  // Whether the blocks were advised for huge pages (the last one's).
+  state.counters["thp"] = device.stats().huge_page_bytes > 0 ? 1 : 0;
 }
 
 void BM_ReadFileReused(benchmark::State& state, const ModelSet& m) {
@@ -341,12 +352,14 @@ int main(int argc, char** argv) {
                                         m, true), r);
     }
     Tune(benchmark::RegisterBenchmark(("Loader/host_warm/" + m.name).c_str(), BM_Loader, m,
-                                      false, false), r);
+                                      false, false, ptd::HugePages::kAuto), r);
+    Tune(benchmark::RegisterBenchmark(("Loader/host_warm_4k/" + m.name).c_str(), BM_Loader, m,
+                                      false, false, ptd::HugePages::kOff), r);
     Tune(benchmark::RegisterBenchmark(("Loader/host_mapped/" + m.name).c_str(), BM_Loader, m,
-                                      false, true), r);
+                                      false, true, ptd::HugePages::kAuto), r);
     if (flags.cold) {
       Tune(benchmark::RegisterBenchmark(("Loader/host_cold/" + m.name).c_str(), BM_Loader, m,
-                                        true, false), r);
+                                        true, false, ptd::HugePages::kAuto), r);
     }
   }
   for (const ModelSet& m : verify_sets) {

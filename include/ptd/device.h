@@ -101,6 +101,9 @@ struct DeviceStats {
   uint64_t live_staging_bytes = 0;
   uint64_t copies = 0;               // Host-to-device copies issued.
   uint64_t copied_bytes = 0;
+  // Host: bytes of the blocks mapped for AllocateMany that were advised for
+  // transparent huge pages (HostMemoryOptions::huge_pages); 0 elsewhere.
+  uint64_t huge_page_bytes = 0;
 };
 
 class Device {

@@ -13,11 +13,14 @@
 #include <cstring>
 #include <new>
 #include <optional>
+#include <utility>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/internal/buddyinfo.h"
 #include "runtime/internal/checked_math.h"
 
 namespace ptd {
@@ -104,7 +107,28 @@ bool HugePageFaultsMayCompact() {
   return compacts;
 }
 
-bool UsesHugePages(const HostMemoryOptions& options) {
+std::optional<uint64_t> FreeHugePageBytes() {
+  // A PMD-sized huge page: its size and its order, log2(size / page size).
+  static const std::pair<uint64_t, int> huge_page = []() -> std::pair<uint64_t, int> {
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+    uint64_t huge = 0;
+    const long page = ::sysconf(_SC_PAGESIZE);
+    if (!(in >> huge) || page <= 0 || huge < static_cast<uint64_t>(page)) return {0, -1};
+    int k = 0;
+    while ((static_cast<uint64_t>(page) << k) < huge && k < 40) ++k;
+    return {huge, (static_cast<uint64_t>(page) << k) == huge ? k : -1};
+  }();
+  if (huge_page.second < 0) return std::nullopt;
+  std::ifstream in("/proc/buddyinfo");
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::optional<uint64_t> blocks = internal::FreeBlocksOfOrder(text.str(), huge_page.second);
+  if (!blocks || *blocks > UINT64_MAX / huge_page.first) return std::nullopt;
+  return *blocks * huge_page.first;
+}
+
+bool UsesHugePages(const HostMemoryOptions& options, size_t nbytes) {
   const HugePageMode mode = SystemHugePageMode();
   const bool thp = mode == HugePageMode::kAlways || mode == HugePageMode::kMadvise;
   switch (options.huge_pages) {
@@ -112,8 +136,15 @@ bool UsesHugePages(const HostMemoryOptions& options) {
       return false;
     case HugePages::kOn:
       return thp;
-    case HugePages::kAuto:
-      return thp && !HugePageFaultsMayCompact();
+    case HugePages::kAuto: {
+      if (!thp) return false;
+      if (!HugePageFaultsMayCompact()) return true;
+      // A huge-page fault that finds a free block of its order takes it;
+      // only one that finds none compacts. Ask for twice the block's bytes
+      // free in such blocks, as other processes allocate too.
+      const std::optional<uint64_t> free_bytes = FreeHugePageBytes();
+      return free_bytes.has_value() && *free_bytes / 2 >= nbytes;
+    }
   }
   return false;
 }
@@ -142,8 +173,10 @@ std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
   if (tail > 0) ::munmap(aligned + size, tail);
   // Advice: failure is harmless. kOff keeps 4 KiB pages where THP is
   // "always" too.
-  if (UsesHugePages(options_)) {
-    (void)::madvise(aligned, size, MADV_HUGEPAGE);
+  if (UsesHugePages(options_, size)) {
+    if (::madvise(aligned, size, MADV_HUGEPAGE) == 0) {
+      counters_->huge_page_bytes.fetch_add(size, std::memory_order_relaxed);
+    }
   } else if (options_.huge_pages == HugePages::kOff) {
     (void)::madvise(aligned, size, MADV_NOHUGEPAGE);
   }
@@ -289,7 +322,8 @@ DeviceStats HostDevice::stats() const {
                      .staging_allocations = get(c.staging_allocations),
                      .live_staging_bytes = get(c.live_staging_bytes),
                      .copies = get(c.copies),
-                     .copied_bytes = get(c.copied_bytes)};
+                     .copied_bytes = get(c.copied_bytes),
+                     .huge_page_bytes = get(c.huge_page_bytes)};
 }
 
 }  // namespace ptd

@@ -7,13 +7,16 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "ptd/host_device.h"
+#include "runtime/internal/buddyinfo.h"
 
 namespace ptd {
 namespace {
@@ -67,13 +70,68 @@ TEST(HostMemoryTest, PopulateOnAllocateMakesTheBlockResidentBeforeAnyWrite) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   EXPECT_EQ(ResidentPages(base, 40 * kMiB), static_cast<long>(40 * kMiB / page));
   EXPECT_EQ(VmFlagsOf(base).find(" hg"), std::string::npos) << VmFlagsOf(base);
+  EXPECT_EQ(device.stats().huge_page_bytes, 0u);
 }
 
-TEST(HostMemoryTest, AutoAsksForHugePagesOnlyWhereFaultsDoNotCompact) {
+TEST(HostMemoryTest, AutoAsksForHugePagesOnlyWhereFaultsNeedNotCompact) {
   const bool thp = ThpAvailable();
-  EXPECT_EQ(UsesHugePages(HostMemoryOptions{}), thp && !HugePageFaultsMayCompact());
-  EXPECT_EQ(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOn}), thp);
-  EXPECT_FALSE(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOff}));
+  const bool compacts = HugePageFaultsMayCompact();
+  // No block is too large where faults never compact; where they may, one
+  // larger than the free lists can hold never asks, and an empty one asks
+  // whenever the free lists can be read.
+  EXPECT_EQ(UsesHugePages(HostMemoryOptions{}, SIZE_MAX), thp && !compacts);
+  EXPECT_EQ(UsesHugePages(HostMemoryOptions{}, 0),
+            thp && (!compacts || FreeHugePageBytes().has_value()));
+  for (size_t n : {size_t{0}, 64 * kMiB, SIZE_MAX}) {
+    EXPECT_EQ(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOn}, n), thp) << n;
+    EXPECT_FALSE(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOff}, n)) << n;
+  }
+}
+
+TEST(HostMemoryTest, FreeHugePageBytesIsAtMostTheMachinesMemory) {
+  const std::optional<uint64_t> free_bytes = FreeHugePageBytes();
+  if (!free_bytes) GTEST_SKIP() << "/proc/buddyinfo or hpage_pmd_size cannot be read here";
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  ASSERT_GT(pages, 0);
+  EXPECT_LE(*free_bytes, static_cast<uint64_t>(pages) * static_cast<uint64_t>(page));
+}
+
+// /proc/buddyinfo as this kind of machine writes it (orders 0 to 10).
+constexpr std::string_view kBuddyInfo =
+    "Node 0, zone      DMA      0      0      0      0      0      0      0      0      1      1      3 \n"
+    "Node 0, zone    DMA32      2      4      2      2      1      2      0      3      3      1    753 \n"
+    "Node 0, zone   Normal     35      2    226    186    529    687    530    380    197    112    263 \n";
+
+TEST(BuddyInfoTest, CountsBlocksOfAnOrderAndAboveAcrossZones) {
+  // Order 9 (2 MiB huge pages on 4 KiB pages): an order-10 block is two.
+  EXPECT_EQ(internal::FreeBlocksOfOrder(kBuddyInfo, 9),
+            uint64_t{(1 + 3 * 2) + (1 + 753 * 2) + (112 + 263 * 2)});
+  EXPECT_EQ(internal::FreeBlocksOfOrder(kBuddyInfo, 10), uint64_t{3 + 753 + 263});
+  EXPECT_EQ(internal::FreeBlocksOfOrder(kBuddyInfo, 11), uint64_t{0});
+  // Order 0: every free page.
+  uint64_t pages = 0;
+  const std::vector<std::vector<uint64_t>> rows = {
+      {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 3},
+      {2, 4, 2, 2, 1, 2, 0, 3, 3, 1, 753},
+      {35, 2, 226, 186, 529, 687, 530, 380, 197, 112, 263}};
+  for (const auto& row : rows) {
+    for (size_t k = 0; k < row.size(); ++k) pages += row[k] << k;
+  }
+  EXPECT_EQ(internal::FreeBlocksOfOrder(kBuddyInfo, 0), pages);
+}
+
+TEST(BuddyInfoTest, TextItCannotReadCountsAsUnknown) {
+  EXPECT_EQ(internal::FreeBlocksOfOrder("", 9), std::nullopt);
+  EXPECT_EQ(internal::FreeBlocksOfOrder("no zones here\n", 9), std::nullopt);
+  EXPECT_EQ(internal::FreeBlocksOfOrder("Node 0, zone Normal 1 2 x 4\n", 0), std::nullopt);
+  EXPECT_EQ(internal::FreeBlocksOfOrder("Node 0, zone Normal 1 -2\n", 0), std::nullopt);
+  EXPECT_EQ(internal::FreeBlocksOfOrder(kBuddyInfo, -1), std::nullopt);
+  // 2^64 - 1 blocks of order 1 are more order-0 blocks than a count holds.
+  EXPECT_EQ(internal::FreeBlocksOfOrder("Node 0, zone Normal 0 18446744073709551615\n", 0),
+            std::nullopt);
+  EXPECT_EQ(internal::FreeBlocksOfOrder("Node 0, zone Normal 0 18446744073709551615\n", 1),
+            uint64_t{18446744073709551615u});
 }
 
 TEST(HostMemoryTest, HugePageBlockIsAdvisedAndResidentBeforeAnyWrite) {
@@ -91,6 +149,8 @@ TEST(HostMemoryTest, HugePageBlockIsAdvisedAndResidentBeforeAnyWrite) {
   // Pre-faulted: every page is there before the loader writes one byte.
   EXPECT_EQ(ResidentPages(base, span), static_cast<long>((span + page - 1) / page));
   EXPECT_NE(VmFlagsOf(base).find(" hg"), std::string::npos) << VmFlagsOf(base);
+  // The whole block, rounded up to whole huge pages, was advised.
+  EXPECT_EQ(device.stats().huge_page_bytes, (span + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB));
   // Fresh memory reads as zeros and takes writes.
   for (const DeviceBuffer& b : *got) {
     auto* p = static_cast<uint8_t*>(b.data());
