@@ -161,9 +161,13 @@ class StoragePlanner {
 
   // Frees everything planned (once the result holds what it needs).
   void Release() {
+    ReleaseAllButKeys();
+    std::vector<KeyRef>().swap(key_refs);
+  }
+  // Frees everything planned but the key list.
+  void ReleaseAllButKeys() {
     std::vector<internal::StorageJob>().swap(jobs);
     std::vector<int>().swap(groups);
-    std::vector<KeyRef>().swap(key_refs);
     for (int g = 0; g < 2; ++g) {
       by_key_[g] = {};
       by_segment_[g] = {};
@@ -198,13 +202,17 @@ struct Owned {
 };
 
 // A weight chosen for loading.
+// 16 bytes a weight, planned before the load and read after it: the
+// element size comes from the entry's dtype again, which planning checked.
 struct Selected {
   const WeightEntry* entry;
-  uint32_t manifest;
   uint32_t storage;
-  uint32_t element_size;
-  int group;
+  uint32_t manifest : 31;
+  uint32_t group : 1;  // 1: a CPU weight on a device that is not the host.
 };
+static_assert(sizeof(Selected) == 16);
+static_assert(sizeof(void*) != 8 || sizeof(LoadedWeight) == 112,
+              "LoadedWeight's fields are ordered to leave no padding");
 
 // Copies strings into one preallocated buffer and hands out views of them.
 class NameArena {
@@ -387,7 +395,8 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
           return absl::InvalidArgumentError(
               absl::StrCat("weight '", e.fqn, "': unknown dtype ", e.dtype, " (M5)"));
         }
-        selected.push_back(Selected{&e, mi, s, *elem, group});
+        selected.push_back(Selected{
+            .entry = &e, .storage = s, .manifest = mi, .group = static_cast<uint32_t>(group)});
       }
     }
     for (const std::string& fqn : options.fqns) {
@@ -401,6 +410,10 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   }
   std::vector<internal::StorageJob>& jobs = planner.jobs;
   std::vector<uint32_t> which[2];
+  const size_t num_cpu = static_cast<size_t>(
+      std::count(planner.groups.begin(), planner.groups.end(), 1));
+  which[0].reserve(jobs.size() - num_cpu);
+  which[1].reserve(num_cpu);
   uint64_t total_bytes = 0;
   for (uint32_t i = 0; i < jobs.size(); ++i) {
     which[planner.groups[i]].push_back(i);
@@ -510,27 +523,14 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   NameArena names(name_bytes);
   const auto name = [&](std::string_view s) { return views ? s : names.Add(s); };
   for (const ManifestRef& m : manifests) out.sources_.push_back(names.Add(m.source));
-  // Each storage's keys, in first-use order, grouped by storage in one array.
-  std::vector<uint32_t> key_start(jobs.size() + 1, 0);
-  for (const StoragePlanner::KeyRef& k : planner.key_refs) ++key_start[k.job + 1];
-  for (size_t i = 0; i < jobs.size(); ++i) key_start[i + 1] += key_start[i];
-  out.storage_keys_.reset(new std::string_view[std::max<size_t>(planner.key_refs.size(), 1)]);
-  {
-    std::vector<uint32_t> fill(key_start.begin(), key_start.end() - 1);
-    for (const StoragePlanner::KeyRef& k : planner.key_refs) {
-      out.storage_keys_[fill[k.job]++] = name(k.key);
-    }
-  }
-  out.storages_.resize(jobs.size());
-  out.key_storage_.reset(new uint32_t[std::max<size_t>(planner.key_refs.size(), 1)]);
-  out.num_storage_keys_ = planner.key_refs.size();
-  for (uint32_t i = 0; i < jobs.size(); ++i) {
+  // The result's tables are built as the plan's are freed, so that few of
+  // either are alive at once (at 65,536 storages the plan and the tables
+  // are each some 10 MB): first the storages, from the jobs and buffers,
+  // which then go; then their keys, from the key list, which then goes.
+  const size_t num_storages = jobs.size();
+  out.storages_.resize(num_storages);
+  for (uint32_t i = 0; i < num_storages; ++i) {
     LoadedStorage& s = out.storages_[i];
-    s.keys = absl::MakeConstSpan(out.storage_keys_.get() + key_start[i],
-                                 key_start[i + 1] - key_start[i]);
-    for (uint32_t k = key_start[i]; k < key_start[i + 1]; ++k) {
-      out.key_storage_[k] = i;
-    }
     s.nbytes = jobs[i].nbytes;
     const bool host_group = planner.groups[i] == 1;
     s.device = host_group ? DeviceKind::kHost : device->kind();
@@ -538,9 +538,32 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     s.buffer = std::move(buffers[i]);
   }
   for (uint32_t i : mapped) out.storages_[i].mapped = true;
-  // What only the plan needed goes before the weights' table is built.
   std::vector<DeviceBuffer>().swap(buffers);
-  planner.Release();
+  std::vector<uint32_t>().swap(mapped);
+  planner.ReleaseAllButKeys();
+  // Each storage's keys, in first-use order, grouped by storage in one array.
+  {
+    std::vector<uint32_t> key_start(num_storages + 1, 0);
+    for (const StoragePlanner::KeyRef& k : planner.key_refs) ++key_start[k.job + 1];
+    for (size_t i = 0; i < num_storages; ++i) key_start[i + 1] += key_start[i];
+    const size_t num_keys = planner.key_refs.size();
+    out.storage_keys_.reset(new std::string_view[std::max<size_t>(num_keys, 1)]);
+    out.key_storage_.reset(new uint32_t[std::max<size_t>(num_keys, 1)]);
+    out.num_storage_keys_ = num_keys;
+    {
+      std::vector<uint32_t> fill(key_start.begin(), key_start.end() - 1);
+      for (const StoragePlanner::KeyRef& k : planner.key_refs) {
+        out.storage_keys_[fill[k.job]++] = name(k.key);
+      }
+    }
+    planner.Release();
+    for (uint32_t i = 0; i < num_storages; ++i) {
+      out.storages_[i].keys = absl::MakeConstSpan(out.storage_keys_.get() + key_start[i],
+                                                  key_start[i + 1] - key_start[i]);
+      std::fill(out.key_storage_.get() + key_start[i], out.key_storage_.get() + key_start[i + 1],
+                i);
+    }
+  }
   out.weights_.reserve(selected.size());
   // Find(source, fqn) uses the fqn index when there is one manifest.
   const bool by_source = manifests.size() > 1;
@@ -562,12 +585,12 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
                    .storage_key = name(e.storage_key),
                    .source = out.sources_[sel.manifest],
                    .dtype = e.dtype,
-                   .element_size = sel.element_size,
+                   .element_size = *ElementSize(e.dtype),  // Checked when planned.
                    .sizes = copy_dims(e.sizes),
                    .strides = copy_dims(e.strides),
                    .storage_offset = e.storage_offset,
-                   .device = sel.group == 1 ? DeviceKind::kHost : device->kind(),
-                   .storage = sel.storage};
+                   .storage = sel.storage,
+                   .device = sel.group == 1 ? DeviceKind::kHost : device->kind()};
     // storage_offset * element_size <= required_nbytes <= nbytes (G2), so
     // this stays inside the storage for a non-empty view.
     w.data = static_cast<uint8_t*>(out.storages_[w.storage].buffer.data()) +

@@ -26,7 +26,11 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages,
                    uint64_t pack_limit, uint64_t max_gap) {
   max_read = std::max<uint64_t>(max_read, 1);
   ReadPlan plan;
+  // A piece per storage, more only for storages read in several chunks: no
+  // growth by doubling (at 65,536 storages a third of the plan's memory).
+  plan.pieces.reserve(which.size());
   std::vector<uint32_t> located, unlocated;
+  located.reserve(which.size());
   for (uint32_t s : which) {
     if (storages[s].nbytes == 0) continue;
     (storages[s].location ? located : unlocated).push_back(s);
@@ -227,6 +231,12 @@ bool Transfer::DestinationsFollowSource(const ReadPlan& plan, const ReadItem& it
 
 namespace {
 constexpr size_t kScratchAlignment = 64;
+// A packed read whose destinations do not follow the file goes through
+// scratch this much at a time (whole pieces; a larger piece alone): a
+// reader thread holds 1 MiB of scratch, not a whole packed read (4 MiB by
+// default, on each of LoadOptions::threads threads), and the bytes are
+// copied out while they are still in cache.
+constexpr uint64_t kScratchBytes = uint64_t{1} << 20;
 }  // namespace
 
 absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
@@ -254,17 +264,38 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
         // so): straight into them, no scratch and no copy.
         return Read(plan, item, first_dest);
       }
-      if (scratch_size < item.nbytes) {
-        scratch_block.reset();
-        scratch = static_cast<uint8_t*>(::operator new[](
-            static_cast<size_t>(item.nbytes), std::align_val_t{kScratchAlignment}));
-        scratch_block.reset(scratch);
-        scratch_size = static_cast<size_t>(item.nbytes);
-      }
-      PTD_RETURN_IF_ERROR(Read(plan, item, scratch));
-      for (uint32_t k = 0; k < item.num_pieces; ++k) {
-        const Piece& p = plan.pieces[item.first_piece + k];
-        std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch + p.src_offset, p.nbytes);
+      // Pieces lie in the order of their bytes in the file (overlapping
+      // ones included): [a, b) spans [lo, hi) of the item.
+      for (uint32_t a = 0; a < item.num_pieces;) {
+        const Piece& pa = plan.pieces[item.first_piece + a];
+        const uint64_t lo = pa.src_offset;
+        uint64_t hi = pa.src_offset + pa.nbytes;
+        uint32_t b = a + 1;
+        for (; b < item.num_pieces; ++b) {
+          const Piece& pb = plan.pieces[item.first_piece + b];
+          const uint64_t end = std::max(hi, pb.src_offset + pb.nbytes);
+          if (end - lo > kScratchBytes) break;
+          hi = end;
+        }
+        if (scratch_size < hi - lo) {
+          scratch_block.reset();
+          scratch = static_cast<uint8_t*>(::operator new[](
+              static_cast<size_t>(hi - lo), std::align_val_t{kScratchAlignment}));
+          scratch_block.reset(scratch);
+          scratch_size = static_cast<size_t>(hi - lo);
+        }
+        const ReadItem part{.located = item.located,
+                            .offset = item.offset + lo,
+                            .nbytes = hi - lo,
+                            .first_piece = item.first_piece + a,
+                            .num_pieces = b - a};
+        PTD_RETURN_IF_ERROR(Read(plan, part, scratch));
+        for (uint32_t k = a; k < b; ++k) {
+          const Piece& p = plan.pieces[item.first_piece + k];
+          std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch + (p.src_offset - lo),
+                      p.nbytes);
+        }
+        a = b;
       }
       return absl::OkStatus();
     };

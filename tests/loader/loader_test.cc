@@ -448,6 +448,7 @@ class DestinationRecorder : public ::ptd::testing::ForwardingByteSource {
     {
       std::lock_guard<std::mutex> lock(mu_);
       destinations_.push_back(dst.data());
+      sizes_.push_back(dst.size());
     }
     return inner().ReadLocated(offset, dst);
   }
@@ -455,10 +456,15 @@ class DestinationRecorder : public ::ptd::testing::ForwardingByteSource {
     std::lock_guard<std::mutex> lock(mu_);
     return destinations_;
   }
+  std::vector<size_t> sizes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sizes_;
+  }
 
  private:
   mutable std::mutex mu_;
   mutable std::vector<const uint8_t*> destinations_;
+  mutable std::vector<size_t> sizes_;
 };
 
 TEST(LoaderTest, PackedNeighboursBackToBackInMemoryAreReadStraightIntoThem) {
@@ -496,6 +502,42 @@ TEST(LoaderTest, PackedNeighboursBackToBackInMemoryAreReadStraightIntoThem) {
       const auto* got = static_cast<const uint8_t*>(lw->data);
       EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << fqn;
     }
+  }
+}
+
+TEST(LoaderTest, PackedReadsThroughScratchGoAMebibyteAtATime) {
+  // 4,096 storages of 1000 bytes with gaps between them in the file: the
+  // packed reads (4 MiB by default) go through scratch in parts of whole
+  // storages and at most 1 MiB, so a reader holds 1 MiB of scratch.
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(4096, 1000));
+  auto bundle = WeightBundle::Open(BundlePaths{.ptd = m.ptd});
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  const std::vector<uint8_t> manifest = ::ptd::testing::ReadFileBytes(m.manifest);
+  DestinationRecorder source(MakeContainerByteSource(*bundle->container()));
+  auto w = LoadWeights(manifest, source, std::make_shared<HostDevice>(),
+                       LoadOptions{.threads = 2});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<size_t> sizes = source.sizes();
+  ASSERT_EQ(sizes.size(), w->stats().reads);
+  uint64_t read = 0;
+  for (size_t n : sizes) {
+    EXPECT_LE(n, size_t{1} << 20);
+    EXPECT_EQ(n % 1024, 1000u) << "whole 1000-byte storages at a 1024-byte pitch";
+    read += n;
+  }
+  EXPECT_EQ(read, w->stats().bytes_read);
+  // About 4 MiB of file in parts of at most 1 MiB.
+  EXPECT_GE(sizes.size(), 4u);
+  EXPECT_LT(sizes.size(), 16u);
+  auto reference = MakeContainerByteSource(*bundle->container());
+  for (const std::string& fqn : m.fqns) {
+    const LoadedWeight* lw = w->Find(fqn);
+    ASSERT_NE(lw, nullptr) << fqn;
+    std::vector<uint8_t> want(1000);
+    ASSERT_TRUE(reference->ReadAt(lw->storage_key, 0, absl::MakeSpan(want)).ok());
+    const auto* got = static_cast<const uint8_t*>(lw->data);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got)) << fqn;
   }
 }
 
