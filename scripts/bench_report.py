@@ -404,17 +404,18 @@ plot """ + ", \\\n  ".join(rlines) + f", \\\n  {NEAR_CEILING} with lines dashtyp
 
 
 def headline(r):
-    out = ["| set | ours warm GB/s | x warm-pread ceiling | x fault-free read | x upstream (file) | ours cold GB/s | x cold-read ceiling | first weight ms (warm) | mapped (`map_file`) GB/s | mapped x fault-free read |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| set | ours warm GB/s | x warm-pread ceiling | x fault-free read | x upstream (file) | ours cold GB/s | x cold-read ceiling | first weight ms (warm) | mapped (`map_file`) GB/s | mapped x fault-free read | 4 KiB pages x fault-free read |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in r.sets:
         w, c, mp = f"Loader/host_warm/{s}", f"Loader/host_cold/{s}", f"Loader/host_mapped/{s}"
         up = r.ratio(w, f"Upstream/file_get_data/{s}")
         mx = r.ratio(mp, f"Ceiling/pread_warm_reused/{s}")
-        out.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        kx = r.ratio(f"Loader/host_warm_4k/{s}", f"Ceiling/pread_warm_reused/{s}")
+        out.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             s, fmt(r.get(w)), fmt(r.ratio(w, f"Ceiling/pread_warm/{s}")),
             fmt(r.ratio(w, f"Ceiling/pread_warm_reused/{s}")), fmt(up) if up else "-",
             fmt(r.get(c)), fmt(r.ratio(c, f"Ceiling/read_cold/{s}")), fmt(r.get(w, "first_weight_ms")),
-            fmt(r.get(mp)) if r.get(mp) else "-", fmt(mx) if mx else "-"))
+            fmt(r.get(mp)) if r.get(mp) else "-", fmt(mx) if mx else "-", fmt(kx) if kx else "-"))
     return "\n".join(out)
 
 
@@ -439,7 +440,8 @@ def before_after(before_page, r):
             cells = [c.strip() for c in line.strip("|").split("|")]
             new[cells[0]] = cells[1:]
     cols = ["warm GB/s", "x warm-pread ceiling", "x fault-free read", "x upstream (file)", "cold GB/s",
-            "x cold-read ceiling", "first weight ms (warm)", "mapped GB/s", "mapped x fault-free read"]
+            "x cold-read ceiling", "first weight ms (warm)", "mapped GB/s", "mapped x fault-free read",
+            "4 KiB pages x fault-free read"]
     out = ["## Before and after", "",
            f"Before: the previous page of this machine ({run.group(1) if run else 'its run line is missing'}); "
            "after: this run. Each from one run of the suite; the machine is shared, so compare ratios (each "
