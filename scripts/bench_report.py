@@ -231,7 +231,7 @@ def targets(r, verify_names):
                 f"- pages: `host_warm` put {human_bytes(huge)} of fresh memory in transparent huge pages "
                 + ("(HugePages::kAuto)" if huge else "(none: HugePages::kAuto found THP off, or too few free huge-page blocks)")
                 + f"; the same load in 4 KiB pages (`host_warm_4k`) is {fmt(kr)}x `{yard_short}`, "
-                f"read phase {fmt(kb.get('read_ms'))} ms against {fmt(ph['read_ms'])} ms.")
+                f"its read phase {fmt(kb.get('read_ms'))} ms against `host_warm`'s {fmt(ph['read_ms'])} ms.")
         mname = f"Loader/host_mapped/{s}"
         mr = r.ratio(mname, f"{yard}/{s}") if mname in r.rows else None
         if mr is not None:

@@ -243,8 +243,10 @@ int Main(int argc, char** argv) {
   std::optional<ptd::LoadedWeights>& loaded =
       ptd::cli::KeepUntilExit(std::optional<ptd::LoadedWeights>());
   std::vector<double> totals;
+  uint64_t huge_page_bytes = 0;  // The last load's, on the device.
   for (int i = 0; i < repeat; ++i) {
     loaded.reset();  // One load's memory at a time.
+    const uint64_t huge_before = (*device)->stats().huge_page_bytes;
     bar.Start(repeat > 1 ? absl::StrCat("loading ", i + 1, "/", repeat) : "loading");
     // The outcome keeps the bundle to exit: the result shares it (views into
     // its manifests instead of copies of 100,000 names).
@@ -266,6 +268,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
     totals.push_back(verify_s + w->timings().total_s);
+    huge_page_bytes = (*device)->stats().huge_page_bytes - huge_before;
     loaded.emplace(*std::move(w));
   }
   const ptd::LoadedWeights& w = *loaded;
@@ -366,7 +369,7 @@ int Main(int argc, char** argv) {
                      {"reads", st.reads},             {"bytes_read", st.bytes_read},
                      {"copies", st.copies},           {"mapped", st.mapped},
                      {"mapped_bytes", st.mapped_bytes}, {"mappings", st.mappings},
-                     {"threads", threads}};
+                     {"huge_page_bytes", huge_page_bytes}, {"threads", threads}};
     json owned = json::array();
     for (const ptd::RuntimeOwnedWeight& r : w.runtime_owned()) {
       owned.push_back(json{{"fqn", std::string(r.fqn)},

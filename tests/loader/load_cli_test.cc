@@ -6,6 +6,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "ptd/host_device.h"
+#include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -19,6 +21,30 @@ using json = nlohmann::json;
 
 std::string Load(const std::string& args) {
   return std::string(PTD_LOAD_BINARY) + " " + args;
+}
+
+// A block of 8 MiB or more is mapped, and advised for transparent huge
+// pages where THP is on and the free lists hold twice the block in free
+// huge-page blocks (HugePages::kAuto): the JSON says how many bytes were.
+TEST(LoadCliTest, ReportsTheBytesAdvisedForHugePages) {
+  ::ptd::testing::TempDir dir;
+  const auto m = ::ptd::testing::WriteTestModel(dir.path(), {uint64_t{16} << 20});
+  const auto r = RunCommand(Load("--device host --json --manifest " + m.manifest + " " + m.ptd));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = json::parse(r.out);
+  const uint64_t huge = j["load"]["huge_page_bytes"].get<uint64_t>();
+  const HugePageMode mode = SystemHugePageMode();
+  if (mode != HugePageMode::kAlways && mode != HugePageMode::kMadvise) {
+    EXPECT_EQ(huge, 0u);
+    return;
+  }
+  const std::optional<uint64_t> free_bytes = FreeHugePageBytes();
+  if (!HugePageFaultsMayCompact() || (free_bytes && *free_bytes >= (uint64_t{1} << 30))) {
+    // 16 MiB, a multiple of the huge page: the whole block.
+    EXPECT_EQ(huge, uint64_t{16} << 20);
+  } else {
+    EXPECT_THAT(huge, ::testing::AnyOf(0u, uint64_t{16} << 20));
+  }
 }
 
 TEST(LoadCliTest, EveryOkCaseLoadsWithTheExpectedDigests) {
@@ -40,6 +66,8 @@ TEST(LoadCliTest, EveryOkCaseLoadsWithTheExpectedDigests) {
                                      ConformancePath(tc["ptd"])));
       ASSERT_EQ(r.exit_code, 0) << route << "\n" << r.out;
       const json j = json::parse(r.out);
+      // Conformance files are small: their blocks come from the heap.
+      EXPECT_EQ(j["load"]["huge_page_bytes"], 0);
       if (map.empty()) {
         EXPECT_EQ(j["load"]["mapped"], 0);
       } else {
