@@ -132,7 +132,7 @@ CASES = [
     ("Ceiling/pread_populated", "Ceiling/pread_warm", None, "pread 4 MiB calls, warm cache, fresh huge pages populated first (timed)"),
     ("Ceiling/read_cold", "Ceiling/pread_warm", None, "pread 4 MiB calls, cold cache, fresh buffer"),
     ("Loader/host_warm", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: LoadWeights on HostDevice, warm"),
-    ("Loader/host_warm_4k", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: as host_warm with HugePages::kOff (fresh memory in 4 KiB pages), warm"),
+    ("Loader/host_warm_thp", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: as host_warm with HugePages::kOn (fresh memory in huge pages wherever THP is on), warm"),
     ("Loader/host_mapped", "Ceiling/pread_warm", "Upstream/file_get_data", "ours: LoadWeights on HostDevice with LoadOptions::map_file (private file mappings), warm"),
     ("Loader/host_cold", "Ceiling/read_cold", "Upstream/file_get_data_cold", "ours: LoadWeights on HostDevice, cold"),
     ("Upstream/file_get_data", "Ceiling/pread_warm", None, "upstream FileDataLoader get_data + copy, warm"),
@@ -222,16 +222,18 @@ def targets(r, verify_names):
                 f"{fmt(before / ceil_ms)}x that whole time; its read phase ({int(b.get('reads') or 0)} reads into fresh memory) "
                 f"takes {fmt(ph['read_ms'] / ceil_ms)}x it; finish (the result's names and lookup tables) and free "
                 f"(the verified bundle freed before LoadWeights returns) add {fmt(ph['finish_ms'] + ph['free_ms'])} ms.")
-        kname = f"Loader/host_warm_4k/{s}"
+        kname = f"Loader/host_warm_thp/{s}"
         kr = r.ratio(kname, f"{yard}/{s}") if kname in r.rows else None
         if kr is not None:
             kb = r.rows[kname]
             huge = b.get("huge_page_bytes") or 0
+            khuge = kb.get("huge_page_bytes") or 0
             lines.append(
-                f"- pages: `host_warm` put {human_bytes(huge)} of fresh memory in transparent huge pages "
-                + ("(HugePages::kAuto)" if huge else "(none: HugePages::kAuto found THP off, or too few free huge-page blocks)")
-                + f"; the same load in 4 KiB pages (`host_warm_4k`) is {fmt(kr)}x `{yard_short}`, "
-                f"its read phase {fmt(kb.get('read_ms'))} ms against `host_warm`'s {fmt(ph['read_ms'])} ms.")
+                f"- pages: `host_warm` (HugePages::kAuto) put {human_bytes(huge)} of fresh memory in transparent huge pages"
+                + ("" if huge else " (THP off, free huge-page blocks reported to the hypervisor, or too few of them)")
+                + f"; with HugePages::kOn (`host_warm_thp`, {human_bytes(khuge)} in huge pages) the load is {fmt(kr)}x "
+                f"`{yard_short}` (p50 {fmt(kb.get('p50_ms'))} ms, p90 {fmt(kb.get('p90_ms'))} ms), its read phase "
+                f"{fmt(kb.get('read_ms'))} ms against `host_warm`'s {fmt(ph['read_ms'])} ms (p90 {fmt(b.get('p90_ms'))} ms).")
         mname = f"Loader/host_mapped/{s}"
         mr = r.ratio(mname, f"{yard}/{s}") if mname in r.rows else None
         if mr is not None:
@@ -404,13 +406,13 @@ plot """ + ", \\\n  ".join(rlines) + f", \\\n  {NEAR_CEILING} with lines dashtyp
 
 
 def headline(r):
-    out = ["| set | ours warm GB/s | x warm-pread ceiling | x fault-free read | x upstream (file) | ours cold GB/s | x cold-read ceiling | first weight ms (warm) | mapped (`map_file`) GB/s | mapped x fault-free read | 4 KiB pages x fault-free read |",
+    out = ["| set | ours warm GB/s | x warm-pread ceiling | x fault-free read | x upstream (file) | ours cold GB/s | x cold-read ceiling | first weight ms (warm) | mapped (`map_file`) GB/s | mapped x fault-free read | huge pages (`kOn`) x fault-free read |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in r.sets:
         w, c, mp = f"Loader/host_warm/{s}", f"Loader/host_cold/{s}", f"Loader/host_mapped/{s}"
         up = r.ratio(w, f"Upstream/file_get_data/{s}")
         mx = r.ratio(mp, f"Ceiling/pread_warm_reused/{s}")
-        kx = r.ratio(f"Loader/host_warm_4k/{s}", f"Ceiling/pread_warm_reused/{s}")
+        kx = r.ratio(f"Loader/host_warm_thp/{s}", f"Ceiling/pread_warm_reused/{s}")
         out.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             s, fmt(r.get(w)), fmt(r.ratio(w, f"Ceiling/pread_warm/{s}")),
             fmt(r.ratio(w, f"Ceiling/pread_warm_reused/{s}")), fmt(up) if up else "-",
@@ -441,7 +443,7 @@ def before_after(before_page, r):
             new[cells[0]] = cells[1:]
     cols = ["warm GB/s", "x warm-pread ceiling", "x fault-free read", "x upstream (file)", "cold GB/s",
             "x cold-read ceiling", "first weight ms (warm)", "mapped GB/s", "mapped x fault-free read",
-            "4 KiB pages x fault-free read"]
+            "huge pages (`kOn`) x fault-free read"]
     out = ["## Before and after", "",
            f"Before: the previous page of this machine ({run.group(1) if run else 'its run line is missing'}); "
            "after: this run. Each from one run of the suite; the machine is shared, so compare ratios (each "

@@ -13,6 +13,11 @@ data directory:
     ceiling_reused ptd_pread_ceiling FILE --reused: into one 4 MiB buffer
     load           ptd-load --device host --manifest M FILE
     load_map       the same with --map
+  4MiB (256 x 4 MiB storages, 1 GiB), where fresh memory dominates
+    ceiling        as above
+    load           ptd-load --device host --manifest M FILE
+    load_thp       the same with --huge-pages on (huge pages wherever THP
+                   is on; the default decides: see include/ptd/host_device.h)
   verify-100000 (100,000 weights, one 64-byte storage each)
     verify         ptd-verify --manifest M FILE
     load, load_map as above
@@ -78,6 +83,16 @@ def main():
             ("1KiB", "ceiling_reused", [ceiling, ptd, "--reused"], [ptd]),
             ("1KiB", "load", [load, "--device", "host", "--manifest", man, ptd], files),
             ("1KiB", "load_map", [load, "--map", "--device", "host", "--manifest", man, ptd], files),
+        ]
+    big = stem("*-blocks-256x4194304")
+    if big:
+        ptd, man = big + ".ptd", big + ".manifest"
+        files = [ptd, man]
+        cases += [
+            ("4MiB", "ceiling", [ceiling, ptd], [ptd]),
+            ("4MiB", "load", [load, "--device", "host", "--manifest", man, ptd], files),
+            ("4MiB", "load_thp", [load, "--device", "host", "--huge-pages", "on", "--manifest", man, ptd],
+             files),
         ]
     many = stem("*-verify-100000")
     if many:

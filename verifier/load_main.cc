@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ptd/scalar_type.h"
+#include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/open_device.h"
 #include "ptd/sha256.h"
@@ -160,6 +161,14 @@ int Main(int argc, char** argv) {
                "them into fresh memory: a cached file loads without a copy, but a process "
                "that writes the file in place changes the loaded weights, and one that "
                "truncates it makes their use fail with SIGBUS");
+  std::string huge_pages = "auto";
+  app.add_option("--huge-pages", huge_pages,
+                 "how --device host backs fresh memory: transparent huge pages where the "
+                 "kernel gives them without compacting (auto), whenever THP is on (on), or "
+                 "4 KiB pages (off)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->type_name("MODE")
+      ->capture_default_str();
   app.add_flag("--json", json_out, "print one JSON object on stdout");
   bool all_rows = false;
   app.add_flag("--all", all_rows,
@@ -186,6 +195,14 @@ int Main(int argc, char** argv) {
   }
 
   auto device = ptd::OpenDevice(device_spec);
+  if (device.ok() && huge_pages != "auto") {
+    if ((*device)->kind() != ptd::DeviceKind::kHost) {
+      std::cerr << "ptd-load: --huge-pages applies to --device host\n";
+      return 2;
+    }
+    *device = std::make_shared<ptd::HostDevice>(ptd::HostMemoryOptions{
+        .huge_pages = huge_pages == "on" ? ptd::HugePages::kOn : ptd::HugePages::kOff});
+  }
   if (!device.ok()) {
     if (json_out) {
       json f = UnverifiedJson(ptd_path);

@@ -14,22 +14,30 @@
 // each read (on the reader's thread, so the first weight does not wait for
 // the whole block), or all at once before AllocateMany returns
 // (Populate::kOnAllocate, on several threads). It is backed by transparent huge
-// pages (MADV_HUGEPAGE) when HostMemoryOptions::huge_pages says so; kAuto
-// asks for them where THP is on ("always"/"madvise") and a huge-page fault
-// will not stall on compaction: the kernel never compacts synchronously
-// for it (defrag "defer" or "never"), or it does (defrag "madvise", as on
-// these machines) but the free lists hold at least twice the block's bytes
-// in free blocks of huge-page order (/proc/buddyinfo, read at each
-// allocation), so its faults take free blocks instead of compacting.
-// Measured here (Intel Xeon, 2 cores, defrag "madvise", 21 GiB free, no
-// compaction stall counted in /proc/vmstat), the loader's read phase for
-// 1 GiB in 256 x 4 MiB storages, each range populated just before its
-// pread: 171-175 ms with huge pages against 264-306 ms with 4 KiB pages
-// (p50 of 10, ptd_suite_bench Loader/host_warm and host_warm_4k; 512 faults
-// against 262,144; the huge-page p90 was the worse, 287-540 ms against
-// 279-386 ms). An earlier measurement on a fragmented machine took 0.6-2.6 s to
-// populate 1 GiB with huge pages against 0.37-0.46 s with 4 KiB pages: the
-// case the free-list check is there to keep out.
+// pages (MADV_HUGEPAGE) when HostMemoryOptions::huge_pages says so. kAuto
+// asks for them where THP is on ("always"/"madvise"), where no hypervisor
+// takes back free blocks of huge-page size (free page reporting at that
+// order or below: a huge page would come from exactly that memory), and
+// where a huge-page fault will not stall on compaction: the kernel never
+// compacts synchronously for it (defrag "defer" or "never"), or the free
+// lists hold at least twice the block's bytes in free blocks of huge-page
+// order (/proc/buddyinfo, read at each allocation), which its faults take
+// as they are.
+//
+// Measured on this project's VMs (Intel Xeon, 2 cores, defrag "madvise",
+// free page reporting at order 9 through virtio_balloon), 1 GiB in 256 x
+// 4 MiB storages, `ptd-load --device host` as one process, the file warm:
+// with huge pages the read phase took 1.4-2.2 s after 3 s idle and
+// 0.27-1.8 s back to back; in 4 KiB pages 0.43-0.55 s and 0.35-0.36 s
+// (the first touch of reported memory waits for the hypervisor). In one
+// process loading again and again, which reuses memory it has just freed,
+// huge pages won (p50 182 ms against 269 ms) with a worse tail (p90 617
+// against 309 ms). So kAuto keeps 4 KiB pages there; HugePages::kOn asks
+// anyway. On a machine that reports nothing, a huge page takes one fault
+// where 4 KiB pages take 512. An earlier measurement on a fragmented
+// machine took 0.6-2.6 s to populate 1 GiB with huge pages against
+// 0.37-0.46 s with 4 KiB pages: the case the free-list check is there to
+// keep out.
 //
 // Thread-safety: every method may be called concurrently.
 #ifndef PTD_HOST_DEVICE_H_
@@ -83,6 +91,14 @@ bool HugePageFaultsMayCompact();
 // Bytes free in blocks of a PMD-sized huge page or larger, over every zone
 // (/proc/buddyinfo, read now); nullopt where it cannot be read.
 std::optional<uint64_t> FreeHugePageBytes();
+// The order from which free blocks are reported to a hypervisor that takes
+// their memory back (free page reporting, e.g. a virtio balloon; read once
+// from /sys/module/page_reporting/parameters); nullopt where nothing
+// reports or it cannot be read.
+std::optional<int> FreePageReportingOrder();
+// True where that reporting covers free blocks of a huge page (its order is
+// at most the huge page's, or the huge page's cannot be read).
+bool FreeHugePagesAreReported();
 // Whether a block of `nbytes` mapped with `options` asks for huge pages
 // here, now (kAuto looks at the free lists; see above).
 bool UsesHugePages(const HostMemoryOptions& options, size_t nbytes);

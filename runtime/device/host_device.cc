@@ -107,8 +107,11 @@ bool HugePageFaultsMayCompact() {
   return compacts;
 }
 
-std::optional<uint64_t> FreeHugePageBytes() {
-  // A PMD-sized huge page: its size and its order, log2(size / page size).
+namespace {
+
+// A PMD-sized huge page: its size and its order, log2(size / page size);
+// order -1 where it cannot be read.
+const std::pair<uint64_t, int>& HugePageSizeAndOrder() {
   static const std::pair<uint64_t, int> huge_page = []() -> std::pair<uint64_t, int> {
     std::ifstream in("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
     uint64_t huge = 0;
@@ -118,6 +121,31 @@ std::optional<uint64_t> FreeHugePageBytes() {
     while ((static_cast<uint64_t>(page) << k) < huge && k < 40) ++k;
     return {huge, (static_cast<uint64_t>(page) << k) == huge ? k : -1};
   }();
+  return huge_page;
+}
+
+}  // namespace
+
+std::optional<int> FreePageReportingOrder() {
+  static const std::optional<int> order = []() -> std::optional<int> {
+    std::ifstream in("/sys/module/page_reporting/parameters/page_reporting_order");
+    int64_t value = -1;
+    // Unset until a reporting device registers: -1, or 2^32 - 1 as the
+    // kernel prints its unsigned parameter.
+    if (!(in >> value) || value < 0 || value > 64) return std::nullopt;
+    return static_cast<int>(value);
+  }();
+  return order;
+}
+
+bool FreeHugePagesAreReported() {
+  const std::optional<int> reporting = FreePageReportingOrder();
+  const int huge_order = HugePageSizeAndOrder().second;
+  return reporting.has_value() && (huge_order < 0 || *reporting <= huge_order);
+}
+
+std::optional<uint64_t> FreeHugePageBytes() {
+  const std::pair<uint64_t, int>& huge_page = HugePageSizeAndOrder();
   if (huge_page.second < 0) return std::nullopt;
   std::ifstream in("/proc/buddyinfo");
   if (!in) return std::nullopt;
@@ -138,6 +166,12 @@ bool UsesHugePages(const HostMemoryOptions& options, size_t nbytes) {
       return thp;
     case HugePages::kAuto: {
       if (!thp) return false;
+      // Free blocks of a huge page or more are handed back to the
+      // hypervisor (free page reporting, as under Firecracker's balloon):
+      // a huge page comes from exactly those, and its first touch waits for
+      // the hypervisor to back it again, where 4 KiB pages mostly come from
+      // smaller free blocks that were never handed back.
+      if (FreeHugePagesAreReported()) return false;
       if (!HugePageFaultsMayCompact()) return true;
       // A huge-page fault that finds a free block of its order takes it;
       // only one that finds none compacts. Ask for twice the block's bytes

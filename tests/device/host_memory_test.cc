@@ -73,17 +73,47 @@ TEST(HostMemoryTest, PopulateOnAllocateMakesTheBlockResidentBeforeAnyWrite) {
   EXPECT_EQ(device.stats().huge_page_bytes, 0u);
 }
 
+// The order of a PMD-sized huge page, from sysfs; -1 where it cannot be read.
+int HugePageOrder() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+  uint64_t huge = 0;
+  if (!(in >> huge)) return -1;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (int k = 0; k < 40; ++k) {
+    if ((page << k) == huge) return k;
+  }
+  return -1;
+}
+
+TEST(HostMemoryTest, FreeHugePagesAreReportedWhereReportingReachesTheirOrder) {
+  const std::optional<int> reporting = FreePageReportingOrder();
+  const int huge_order = HugePageOrder();
+  EXPECT_EQ(FreeHugePagesAreReported(),
+            reporting.has_value() && (huge_order < 0 || *reporting <= huge_order));
+  std::ifstream in("/sys/module/page_reporting/parameters/page_reporting_order");
+  int64_t raw = -1;
+  if (!(in >> raw)) {
+    EXPECT_FALSE(reporting.has_value()) << "no parameter: nothing reports";
+  } else if (raw >= 0 && raw <= 64) {
+    EXPECT_EQ(reporting, std::optional<int>(static_cast<int>(raw)));
+  } else {
+    EXPECT_FALSE(reporting.has_value()) << raw << " means unset";
+  }
+}
+
 TEST(HostMemoryTest, AutoAsksForHugePagesOnlyWhereFaultsNeedNotCompact) {
-  const bool thp = ThpAvailable();
+  const bool thp = ThpAvailable() && !FreeHugePagesAreReported();
   const bool compacts = HugePageFaultsMayCompact();
-  // No block is too large where faults never compact; where they may, one
+  // Never where free huge-page blocks go back to a hypervisor. Else no
+  // block is too large where faults never compact; where they may, one
   // larger than the free lists can hold never asks, and an empty one asks
   // whenever the free lists can be read.
   EXPECT_EQ(UsesHugePages(HostMemoryOptions{}, SIZE_MAX), thp && !compacts);
   EXPECT_EQ(UsesHugePages(HostMemoryOptions{}, 0),
             thp && (!compacts || FreeHugePageBytes().has_value()));
   for (size_t n : {size_t{0}, 64 * kMiB, SIZE_MAX}) {
-    EXPECT_EQ(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOn}, n), thp) << n;
+    EXPECT_EQ(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOn}, n), ThpAvailable())
+        << n;
     EXPECT_FALSE(UsesHugePages(HostMemoryOptions{.huge_pages = HugePages::kOff}, n)) << n;
   }
 }

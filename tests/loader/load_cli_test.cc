@@ -24,8 +24,9 @@ std::string Load(const std::string& args) {
 }
 
 // A block of 8 MiB or more is mapped, and advised for transparent huge
-// pages where THP is on and the free lists hold twice the block in free
-// huge-page blocks (HugePages::kAuto): the JSON says how many bytes were.
+// pages where THP is on, no hypervisor takes back free huge-page blocks, and
+// the free lists hold twice the block in them (HugePages::kAuto): the JSON
+// says how many bytes were.
 TEST(LoadCliTest, ReportsTheBytesAdvisedForHugePages) {
   ::ptd::testing::TempDir dir;
   const auto m = ::ptd::testing::WriteTestModel(dir.path(), {uint64_t{16} << 20});
@@ -39,12 +40,25 @@ TEST(LoadCliTest, ReportsTheBytesAdvisedForHugePages) {
     return;
   }
   const std::optional<uint64_t> free_bytes = FreeHugePageBytes();
-  if (!HugePageFaultsMayCompact() || (free_bytes && *free_bytes >= (uint64_t{1} << 30))) {
+  if (FreeHugePagesAreReported()) {
+    EXPECT_EQ(huge, 0u) << "huge pages would come from memory the hypervisor took back";
+  } else if (!HugePageFaultsMayCompact() || (free_bytes && *free_bytes >= (uint64_t{1} << 30))) {
     // 16 MiB, a multiple of the huge page: the whole block.
     EXPECT_EQ(huge, uint64_t{16} << 20);
   } else {
     EXPECT_THAT(huge, ::testing::AnyOf(0u, uint64_t{16} << 20));
   }
+  // --huge-pages forces either way; any other value is a usage error.
+  const auto advised = [&](const std::string& flag) {
+    const auto run = RunCommand(Load("--device host --json " + flag + " --manifest " +
+                                     m.manifest + " " + m.ptd));
+    EXPECT_EQ(run.exit_code, 0) << flag << "\n" << run.out;
+    return json::parse(run.out)["load"]["huge_page_bytes"].get<uint64_t>();
+  };
+  EXPECT_EQ(advised("--huge-pages off"), 0u);
+  EXPECT_EQ(advised("--huge-pages on"), uint64_t{16} << 20);
+  const auto bad = RunCommand(Load("--device host --huge-pages maybe " + m.ptd));
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
 }
 
 TEST(LoadCliTest, EveryOkCaseLoadsWithTheExpectedDigests) {

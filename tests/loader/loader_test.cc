@@ -467,6 +467,20 @@ class DestinationRecorder : public ::ptd::testing::ForwardingByteSource {
   mutable std::vector<size_t> sizes_;
 };
 
+// Every weight of `fqns` in `w` holds the `size` bytes stored behind its key.
+void ExpectStoredBytes(const LoadedWeights& w, const WeightBundle& bundle,
+                       const std::vector<std::string>& fqns, uint64_t size) {
+  auto reference = MakeContainerByteSource(*bundle.container());
+  for (const std::string& fqn : fqns) {
+    const LoadedWeight* lw = w.Find(fqn);
+    ASSERT_NE(lw, nullptr) << fqn;
+    std::vector<uint8_t> want(size);
+    ASSERT_TRUE(reference->ReadAt(lw->storage_key, 0, absl::MakeSpan(want)).ok());
+    const auto* got = static_cast<const uint8_t*>(lw->data);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got)) << fqn;
+  }
+}
+
 TEST(LoaderTest, PackedNeighboursBackToBackInMemoryAreReadStraightIntoThem) {
   // 1 KiB storages lie back to back in the file (128-byte segment
   // alignment) and in the host device's block (64-byte packing): each
@@ -493,15 +507,7 @@ TEST(LoaderTest, PackedNeighboursBackToBackInMemoryAreReadStraightIntoThem) {
     const std::vector<const uint8_t*> destinations = source.destinations();
     ASSERT_EQ(destinations.size(), w->stats().reads);
     for (const uint8_t* d : destinations) EXPECT_EQ(starts.count(d), size == 1024 ? 1u : 0u);
-    auto reference = MakeContainerByteSource(*bundle->container());
-    for (const std::string& fqn : m.fqns) {
-      const LoadedWeight* lw = w->Find(fqn);
-      ASSERT_NE(lw, nullptr) << fqn;
-      std::vector<uint8_t> want(size);
-      ASSERT_TRUE(reference->ReadAt(lw->storage_key, 0, absl::MakeSpan(want)).ok());
-      const auto* got = static_cast<const uint8_t*>(lw->data);
-      EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << fqn;
-    }
+    ExpectStoredBytes(*w, *bundle, m.fqns, size);
   }
 }
 
@@ -530,15 +536,7 @@ TEST(LoaderTest, PackedReadsThroughScratchGoAMebibyteAtATime) {
   // About 4 MiB of file in parts of at most 1 MiB.
   EXPECT_GE(sizes.size(), 4u);
   EXPECT_LT(sizes.size(), 16u);
-  auto reference = MakeContainerByteSource(*bundle->container());
-  for (const std::string& fqn : m.fqns) {
-    const LoadedWeight* lw = w->Find(fqn);
-    ASSERT_NE(lw, nullptr) << fqn;
-    std::vector<uint8_t> want(1000);
-    ASSERT_TRUE(reference->ReadAt(lw->storage_key, 0, absl::MakeSpan(want)).ok());
-    const auto* got = static_cast<const uint8_t*>(lw->data);
-    ASSERT_TRUE(std::equal(want.begin(), want.end(), got)) << fqn;
-  }
+  ExpectStoredBytes(*w, *bundle, m.fqns, 1000);
 }
 
 TEST(LoaderTest, FirstLookupsFromManyThreadsBuildTheIndexesOnce) {
