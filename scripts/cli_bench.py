@@ -69,6 +69,9 @@ def main():
         if not os.access(exe, os.X_OK):
             sys.exit(f"cli_bench: {exe} is not built")
 
+    def load_cmd(man, ptd, *flags):
+        return [load, *flags, "--device", "host", "--manifest", man, ptd]
+
     def stem(pattern):
         hits = sorted(glob.glob(os.path.join(a.data, pattern + ".ptd")))
         return hits[0][: -len(".ptd")] if hits else None
@@ -81,8 +84,8 @@ def main():
         cases += [
             ("1KiB", "ceiling", [ceiling, ptd], [ptd]),
             ("1KiB", "ceiling_reused", [ceiling, ptd, "--reused"], [ptd]),
-            ("1KiB", "load", [load, "--device", "host", "--manifest", man, ptd], files),
-            ("1KiB", "load_map", [load, "--map", "--device", "host", "--manifest", man, ptd], files),
+            ("1KiB", "load", load_cmd(man, ptd), files),
+            ("1KiB", "load_map", load_cmd(man, ptd, "--map"), files),
         ]
     big = stem("*-blocks-256x4194304")
     if big:
@@ -90,9 +93,8 @@ def main():
         files = [ptd, man]
         cases += [
             ("4MiB", "ceiling", [ceiling, ptd], [ptd]),
-            ("4MiB", "load", [load, "--device", "host", "--manifest", man, ptd], files),
-            ("4MiB", "load_thp", [load, "--device", "host", "--huge-pages", "on", "--manifest", man, ptd],
-             files),
+            ("4MiB", "load", load_cmd(man, ptd), files),
+            ("4MiB", "load_thp", load_cmd(man, ptd, "--huge-pages", "on"), files),
         ]
     many = stem("*-verify-100000")
     if many:
@@ -100,8 +102,8 @@ def main():
         files = [ptd, man]
         cases += [
             ("verify-100000", "verify", [verify, "--manifest", man, ptd], files),
-            ("verify-100000", "load", [load, "--device", "host", "--manifest", man, ptd], files),
-            ("verify-100000", "load_map", [load, "--map", "--device", "host", "--manifest", man, ptd], files),
+            ("verify-100000", "load", load_cmd(man, ptd), files),
+            ("verify-100000", "load_map", load_cmd(man, ptd, "--map"), files),
         ]
     if not cases:
         sys.exit(f"cli_bench: no 1 KiB or verify-100000 set in {a.data} (run ptd_suite_bench first)")

@@ -163,9 +163,9 @@ int Main(int argc, char** argv) {
                "truncates it makes their use fail with SIGBUS");
   std::string huge_pages = "auto";
   app.add_option("--huge-pages", huge_pages,
-                 "how --device host backs fresh memory: transparent huge pages where the "
-                 "kernel gives them without compacting (auto), whenever THP is on (on), or "
-                 "4 KiB pages (off)")
+                 "how --device host backs fresh memory: transparent huge pages where they "
+                 "cost no compaction and no hypervisor takes back free huge-page blocks "
+                 "(auto), whenever THP is on (on), or 4 KiB pages (off)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->type_name("MODE")
       ->capture_default_str();
@@ -196,12 +196,13 @@ int Main(int argc, char** argv) {
 
   auto device = ptd::OpenDevice(device_spec);
   if (device.ok() && huge_pages != "auto") {
+    // Reported as a device that cannot be opened is (JSON included).
     if ((*device)->kind() != ptd::DeviceKind::kHost) {
-      std::cerr << "ptd-load: --huge-pages applies to --device host\n";
-      return 2;
+      device = absl::InvalidArgumentError("--huge-pages applies to --device host");
+    } else {
+      *device = std::make_shared<ptd::HostDevice>(ptd::HostMemoryOptions{
+          .huge_pages = huge_pages == "on" ? ptd::HugePages::kOn : ptd::HugePages::kOff});
     }
-    *device = std::make_shared<ptd::HostDevice>(ptd::HostMemoryOptions{
-        .huge_pages = huge_pages == "on" ? ptd::HugePages::kOn : ptd::HugePages::kOff});
   }
   if (!device.ok()) {
     if (json_out) {

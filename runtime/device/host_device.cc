@@ -13,9 +13,9 @@
 #include <cstring>
 #include <new>
 #include <optional>
-#include <utility>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/cord.h"
