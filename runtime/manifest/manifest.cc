@@ -312,9 +312,33 @@ bool DecodeReleasedVariant(Cursor& in, Manifest* m, const Where& where,
   return true;
 }
 
-// Entry `i` at the cursor into `e` (M5). False when the bytes cannot be
-// framed (the error is reported).
-bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, const Where& where, Report* report) {
+// M6's set: entries by position (4 bytes a slot), hashed by the fqn hashes
+// the decoder computed, so inserting reads a name only to compare two that
+// hash alike.
+struct FqnHash {
+  // The hash of `fqn`: 0 for an empty fqn (M5's, never in the set), never 0
+  // for another.
+  static size_t Of(std::string_view fqn) {
+    if (fqn.empty()) return 0;
+    const size_t h = absl::Hash<std::string_view>{}(fqn);
+    return h == 0 ? 1 : h;
+  }
+  const std::vector<size_t>* hashes;
+  size_t operator()(uint32_t i) const { return (*hashes)[i]; }
+};
+struct FqnEq {
+  const std::vector<WeightEntry>* entries;
+  bool operator()(uint32_t a, uint32_t b) const {
+    return (*entries)[a].fqn == (*entries)[b].fqn;
+  }
+};
+
+// Entry `i` at the cursor into `e` (M5), and the hash of its fqn into
+// `fqn_hash` (for M6, computed here while the name is in cache and on
+// whichever thread decodes it). False when the bytes cannot be framed (the
+// error is reported).
+bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, size_t& fqn_hash, const Where& where,
+                 Report* report) {
   in.SetEntry(i);
   constexpr std::string_view what = "entry";
   uint32_t ndim;
@@ -335,6 +359,7 @@ bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, const Where& where, Rep
     return false;
   }
   e.well_formed = CheckEntry(e, i, where, report);
+  fqn_hash = FqnHash::Of(e.fqn);
   return true;
 }
 
@@ -370,7 +395,7 @@ std::optional<size_t> SkipEntries(absl::Span<const uint8_t> bytes, size_t pos, u
 // by skipping the first; a list whose first half does not frame is decoded
 // from start to end, which reports where).
 bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
-                   const Where& where, Report* report) {
+                   std::vector<size_t>* fqn_hashes, const Where& where, Report* report) {
   uint32_t num_entries;
   if (!in.Read(&num_entries, "num_entries")) return false;
   if (num_entries > kMaxManifestEntries) {
@@ -391,13 +416,18 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
           : std::nullopt;
   if (!second) {
     m->entries.reserve(std::min<size_t>(num_entries, fit));
+    fqn_hashes->reserve(m->entries.capacity());
     for (uint32_t i = 0; i < num_entries; ++i) {
       // Decoded in place; on a framing failure the manifest is dropped whole.
-      if (!DecodeEntry(in, i, m->entries.emplace_back(), where, report)) return false;
+      if (!DecodeEntry(in, i, m->entries.emplace_back(), fqn_hashes->emplace_back(), where,
+                       report)) {
+        return false;
+      }
     }
     return true;
   }
   m->entries.resize(num_entries);
+  fqn_hashes->resize(num_entries);
   Report second_report;
   bool second_ok = true;
   size_t end = 0;
@@ -407,7 +437,8 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
       try {
         Cursor tail(bytes, *second, where, &second_report);
         for (uint32_t i = half; i < num_entries && second_ok; ++i) {
-          second_ok = DecodeEntry(tail, i, m->entries[i], where, &second_report);
+          second_ok =
+              DecodeEntry(tail, i, m->entries[i], (*fqn_hashes)[i], where, &second_report);
         }
         end = tail.pos();
       } catch (...) {
@@ -416,7 +447,7 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
     });
     for (uint32_t i = 0; i < half; ++i) {
       // The first half frames (SkipEntries): this never fails.
-      if (!DecodeEntry(in, i, m->entries[i], where, report)) return false;
+      if (!DecodeEntry(in, i, m->entries[i], (*fqn_hashes)[i], where, report)) return false;
     }
   }
   if (thrown) std::rethrow_exception(thrown);
@@ -426,30 +457,20 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
   return true;
 }
 
-// Entries hashed and compared by fqn: M6's set of pointers (8 bytes a slot).
-struct FqnHash {
-  size_t operator()(const WeightEntry* e) const {
-    return absl::Hash<std::string_view>{}(e->fqn);
-  }
-};
-struct FqnEq {
-  bool operator()(const WeightEntry* a, const WeightEntry* b) const {
-    return a->fqn == b->fqn;
-  }
-};
-
-// M6, after decoding (the entries no longer move).
-void CheckUniqueFqns(Manifest* m, const Where& where, Report* report) {
-  absl::flat_hash_set<const WeightEntry*, FqnHash, FqnEq> seen_fqns;
+// M6, after decoding. `fqn_hashes[i]` is the hash of entry i's fqn.
+void CheckUniqueFqns(Manifest* m, const std::vector<size_t>& fqn_hashes, const Where& where,
+                     Report* report) {
+  absl::flat_hash_set<uint32_t, FqnHash, FqnEq> seen_fqns(0, FqnHash{&fqn_hashes},
+                                                          FqnEq{&m->entries});
   seen_fqns.reserve(m->entries.size());
-  for (size_t i = 0; i < m->entries.size(); ++i) {
-    WeightEntry& e = m->entries[i];
-    if (e.fqn.empty()) continue;
-    auto [it, inserted] = seen_fqns.insert(&e);
+  for (uint32_t i = 0; i < m->entries.size(); ++i) {
+    if (fqn_hashes[i] == 0) continue;  // An empty fqn (M5).
+    auto [it, inserted] = seen_fqns.insert(i);
     if (!inserted) {
+      WeightEntry& e = m->entries[i];
       report->Error("M6", kDataLoss,
                     absl::StrCat("weight '", e.fqn, "' appears twice (entries ",
-                                 *it - m->entries.data(), " and ", i, ")"),
+                                 *it, " and ", i, ")"),
                     Where{.file = where.file, .key = e.storage_key,
                           .fqn = e.fqn, .source = where.source});
       e.well_formed = false;
@@ -473,7 +494,10 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
   const bool framed = *format == ManifestFormat::kFqn3
                           ? DecodeReleasedVariant(in, &m, where, report)
                           : DecodeVariants(in, &m, where, report);
-  if (!framed || !DecodeEntries(in, bytes, &m, where, report)) return std::nullopt;
+  std::vector<size_t> fqn_hashes;  // By entry: M6's.
+  if (!framed || !DecodeEntries(in, bytes, &m, &fqn_hashes, where, report)) {
+    return std::nullopt;
+  }
   if (in.remaining() != 0) {
     report->Error("M3", kDataLoss,
                   absl::StrCat(in.remaining(), " trailing bytes after the last "
@@ -482,7 +506,7 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
                                bytes.size()),
                   where);
   }
-  CheckUniqueFqns(&m, where, report);
+  CheckUniqueFqns(&m, fqn_hashes, where, report);
   return m;
 }
 
