@@ -451,6 +451,49 @@ TEST(WeightSetTest, ResolvesHundredThousandEntries) {
   EXPECT_TRUE(r.set.manifests()[0].weights.back().ok);
 }
 
+// A large manifest's diagnostics come in entry order, each weight's lookup
+// and extent are its own (the key walk recovers after a missing key), and
+// the first owner of a shared key is the earliest entry.
+TEST(WeightSetTest, LargeManifestReportsInEntryOrderAcrossItsHalves) {
+  constexpr int kKeys = 20000;
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> storages;
+  Manifest m = OneVariant({});
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string fqn = "w" + std::to_string(i);
+    const std::string key = "cuda_fqn_weight:cuda:" + fqn;
+    storages.push_back({key, Pattern(8)});
+    m.entries.push_back(Entry(fqn, key, 8, 0, {2}, {1}));
+  }
+  m.entries[3].sizes = {3};                                  // G2: 12 of 8 bytes.
+  m.entries[9999].storage_key = "cuda_fqn_weight:cuda:gone";  // X1.
+  m.entries[10000].strides = {int64_t{1} << 62};             // G1.
+  m.entries[15000].storage_key = m.entries[2].storage_key;   // G4 with w2.
+  m.entries[15000].storage_nbytes = 16;
+  m.entries[19999].sizes = {3};                              // G2.
+  auto c = MakeContainer(storages);
+  ASSERT_NE(c, nullptr);
+  const Resolved r = Resolve(*c, {&m});
+  std::vector<std::string> errors;
+  for (const Diagnostic& d : r.report.errors()) errors.push_back(d.rule + " " + d.fqn.value_or("-"));
+  EXPECT_THAT(errors, ElementsAre("G2 w3", "X1 w9999", "G1 w10000", "G4 w15000", "G2 w19999"));
+  EXPECT_THAT(r.report.errors()[3].message, HasSubstr("weight 'w2'"));
+  std::vector<std::string> orphans;
+  for (const Diagnostic& d : r.report.warnings()) orphans.push_back(d.rule + " " + d.key.value_or("-"));
+  EXPECT_THAT(orphans, ElementsAre("X3 cuda_fqn_weight:cuda:w9999",
+                                   "X3 cuda_fqn_weight:cuda:w15000"));
+  const std::vector<ResolvedWeight>& w = r.set.manifests()[0].weights;
+  ASSERT_EQ(w.size(), static_cast<size_t>(kKeys));
+  for (int i : {3, 9999, 10000, 15000, 19999}) EXPECT_FALSE(w[i].ok) << i;
+  for (int i : {0, 2, 9998, 10001, 19998}) {
+    EXPECT_TRUE(w[i].ok) << i;
+    ASSERT_NE(w[i].named, nullptr);
+    EXPECT_EQ(w[i].named->key, m.entries[i].storage_key);
+    ASSERT_TRUE(w[i].extent.has_value());
+    EXPECT_EQ(w[i].extent->required_nbytes, 8u);
+  }
+  EXPECT_FALSE(w[10000].extent.has_value());  // G1: no extent.
+}
+
 // --- Each cause once (issue 21's follow-on noise) ------------------------------
 
 TEST(WeightSetTest, G4BreakIsNotReportedAgainAsG3) {
