@@ -13,7 +13,10 @@
 #ifndef PTD_MANIFEST_H_
 #define PTD_MANIFEST_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,9 +61,46 @@ inline bool IsRuntimeOwnedFqn(std::string_view fqn) {
 // manifest allocates nothing per entry for them.
 using DimVector = absl::InlinedVector<int64_t, 4>;
 
+// Storage for the names that a Manifest's entries view: copies in blocks
+// that never move or shrink, so a view stays valid while names are added and
+// for as long as the arena lives; or the decoded bytes themselves, which the
+// arena then keeps alive (Retain).
+class NameArena {
+ public:
+  NameArena() = default;
+  NameArena(const NameArena&) = delete;
+  NameArena& operator=(const NameArena&) = delete;
+
+  // A view of a kept copy of `name`. Thread-safe.
+  std::string_view Keep(std::string_view name);
+  // The same without the lock, for a decoder that owns the arena alone.
+  std::string_view KeepUnsynchronized(std::string_view name);
+  // Keeps `owner` alive as long as the arena: what owns bytes that names
+  // view in place. Thread-safe.
+  void Retain(std::shared_ptr<const void> owner);
+  // Takes over `other`'s blocks: views into them stay valid. REQUIRES: no
+  // other thread uses either arena.
+  void Absorb(NameArena&& other);
+  // Bytes held in blocks (for memory accounting).
+  size_t capacity_bytes() const { return capacity_bytes_; }
+
+ private:
+  static constexpr size_t kBlockBytes = size_t{64} << 10;
+
+  std::mutex mu_;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  std::vector<std::shared_ptr<const void>> owners_;
+  char* next_ = nullptr;  // Free space of the newest shared block.
+  size_t left_ = 0;
+  size_t capacity_bytes_ = 0;
+};
+
 struct WeightEntry {
-  std::string fqn;
-  std::string storage_key;
+  // Views of names kept by the Manifest that holds the entry (its `names`
+  // arena): a decoded manifest keeps them; an entry built in code views
+  // names the caller keeps alive, such as literals or Manifest::KeepName.
+  std::string_view fqn;
+  std::string_view storage_key;
   uint64_t storage_nbytes = 0;
   int32_t dtype = 0;        // ScalarType numbering.
   int32_t device_type = 1;  // 0 = CPU, 1 = CUDA.
@@ -91,6 +131,14 @@ struct Manifest {
   // An ETCUDAFQN3 manifest has exactly one, untargeted, variant.
   std::vector<Variant> variants;
   std::vector<WeightEntry> entries;
+  // The names `entries` view. Copies of a manifest share it, so their views
+  // stay valid as long as any copy lives.
+  std::shared_ptr<NameArena> names;
+
+  // Keeps a copy of `name` in `names` (created on first use) and returns a
+  // view of it: how code that builds entries gives them names that live as
+  // long as the manifest. Thread-safe once `names` exists.
+  std::string_view KeepName(std::string_view name);
 };
 
 // Decodes `bytes`, appending every M1-M6 violation to `report` (tagged with
@@ -98,6 +146,13 @@ struct Manifest {
 // (M1 and M2 hold), even if field-level rules (M3-M6) failed; nullopt
 // otherwise. Never reads past the end; counts are bounded before allocation.
 std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
+                                       const Where& where, Report* report);
+
+// The same without copying names: the entries' names view `bytes`, and the
+// manifest's arena keeps `bytes_owner` (which must keep `bytes` alive) for
+// as long as any copy of the manifest lives.
+std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
+                                       std::shared_ptr<const void> bytes_owner,
                                        const Where& where, Report* report);
 
 // Strict form: the manifest, or the first violation as a Status (DataLoss,

@@ -90,14 +90,17 @@ class CudaWeightWriter {
 
  private:
   absl::Status AddRuntimeOwned(const WeightSpec& weight);
-  // The entry the exporter records (the properties' shape and stride), or
-  // the M5/M6 refusal.
-  absl::StatusOr<WeightEntry> NewEntry(const WeightSpec& weight, int64_t offset,
-                                       uint64_t storage_nbytes) const;
+  // The entry the exporter records (the properties' shape and stride) under
+  // `storage_key`, or the M5/M6 refusal. Its names view `weight` and
+  // `storage_key` until Record keeps them.
+  absl::StatusOr<WeightEntry> NewEntry(const WeightSpec& weight, std::string_view storage_key,
+                                       int64_t offset, uint64_t storage_nbytes) const;
+  // Adds `entry` to the manifest, its names kept by the manifest.
+  void Record(WeightEntry entry);
 
   std::string so_blob_key_;
   Manifest manifest_;
-  absl::flat_hash_set<std::string> fqns_;
+  absl::flat_hash_set<std::string_view> fqns_;  // Views of the manifest's names.
   PtdWriter ptd_;
 };
 

@@ -55,7 +55,7 @@ std::optional<size_t> LibraryOf(const WeightEntry& e, const Manifest& m) {
         match |= absl::StartsWith(Sv(key), prefix);
       }
     }
-    match |= absl::StartsWith(e.fqn, absl::StrCat(lib, ":"));
+    match |= absl::StartsWith(Sv(e.fqn), absl::StrCat(lib, ":"));
     if (match && lib.size() >= best_len) {
       best = v;
       best_len = lib.size();
@@ -215,9 +215,9 @@ static_assert(sizeof(void*) != 8 || sizeof(LoadedWeight) == 112,
               "LoadedWeight's fields are ordered to leave no padding");
 
 // Copies strings into one preallocated buffer and hands out views of them.
-class NameArena {
+class NameBuffer {
  public:
-  explicit NameArena(size_t bytes) : data_(new char[std::max<size_t>(bytes, 1)]) {}
+  explicit NameBuffer(size_t bytes) : data_(new char[std::max<size_t>(bytes, 1)]) {}
   std::string_view Add(std::string_view s) {
     std::memcpy(data_.get() + used_, s.data(), s.size());
     const std::string_view v(data_.get() + used_, s.size());
@@ -363,13 +363,13 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
           // Never planned: no storage lookup, no read, no allocation.
           if (wanted.contains(e.fqn)) {
             return absl::InvalidArgumentError(absl::StrCat(
-                "weight '", e.fqn, "' is runtime-owned (", Sv(kRuntimeOwnedPrefix),
+                "weight '", Sv(e.fqn), "' is runtime-owned (", Sv(kRuntimeOwnedPrefix),
                 "*): it has no stored bytes to load; the runtime allocates it"));
           }
           const auto elem = ElementSize(e.dtype);
           if (!elem) {
             return absl::InvalidArgumentError(
-                absl::StrCat("weight '", e.fqn, "': unknown dtype ", e.dtype, " (M5)"));
+                absl::StrCat("weight '", Sv(e.fqn), "': unknown dtype ", e.dtype, " (M5)"));
           }
           if (wanted.empty()) owned.push_back(Owned{&e, mi, *elem});
           continue;
@@ -393,7 +393,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
         const auto elem = ElementSize(e.dtype);
         if (!elem) {
           return absl::InvalidArgumentError(
-              absl::StrCat("weight '", e.fqn, "': unknown dtype ", e.dtype, " (M5)"));
+              absl::StrCat("weight '", Sv(e.fqn), "': unknown dtype ", e.dtype, " (M5)"));
         }
         selected.push_back(Selected{
             .entry = &e, .storage = s, .manifest = mi, .group = static_cast<uint32_t>(group)});
@@ -520,7 +520,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     }
     out.dims_.reset(new int64_t[std::max<size_t>(num_dims, 1)]);
   }
-  NameArena names(name_bytes);
+  NameBuffer names(name_bytes);
   const auto name = [&](std::string_view s) { return views ? s : names.Add(s); };
   for (const ManifestRef& m : manifests) out.sources_.push_back(names.Add(m.source));
   // The result's tables are built as the plan's are freed, so that few of
@@ -618,7 +618,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
                                                     .strides = r.strides});
     if (!g.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "weight '", e.fqn, "': view span arithmetic fails: ", g.detail, " (G1)"));
+          "weight '", Sv(e.fqn), "': view span arithmetic fails: ", g.detail, " (G1)"));
     }
     r.required_nbytes = g.extent.required_nbytes;
     out.runtime_owned_.push_back(r);
@@ -701,7 +701,7 @@ absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle,
       for (const ResolvedWeight& w : m.weights) {
         if (!w.ok) {
           return absl::FailedPreconditionError(absl::StrCat(
-              "LoadWeights: weight '", w.entry->fqn, "' (", m.source,
+              "LoadWeights: weight '", Sv(w.entry->fqn), "' (", m.source,
               ") failed verification; open the bundle with WeightBundle::Open"));
         }
       }

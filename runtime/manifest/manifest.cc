@@ -71,6 +71,18 @@ class Cursor {
     return Read(&len, what) && Skip(len, what);
   }
 
+  // A length-prefixed name: copied into `names`, or a view of the bytes
+  // when `names` is null.
+  bool ReadName(std::string_view* out, NameArena* names, std::string_view what) {
+    uint32_t len;
+    if (!Read(&len, what)) return false;
+    if (!Need(len, what)) return false;
+    const std::string_view name(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
+    *out = names != nullptr ? names->KeepUnsynchronized(name) : name;
+    pos_ += len;
+    return true;
+  }
+
   bool ReadString(std::string* out, std::string_view what) {
     uint32_t len;
     if (!Read(&len, what)) return false;
@@ -229,6 +241,51 @@ absl::Status CheckReleasedVariant(const std::vector<Variant>& variants) {
 
 }  // namespace
 
+std::string_view NameArena::Keep(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return KeepUnsynchronized(name);
+}
+
+std::string_view NameArena::KeepUnsynchronized(std::string_view name) {
+  if (name.empty()) return {};
+  if (name.size() > left_) {
+    // A long name gets a block of its own; the shared block stays current.
+    const size_t bytes = name.size() > kBlockBytes / 4 ? name.size() : kBlockBytes;
+    blocks_.push_back(std::make_unique_for_overwrite<char[]>(bytes));
+    capacity_bytes_ += bytes;
+    if (bytes != kBlockBytes) {
+      std::memcpy(blocks_.back().get(), name.data(), name.size());
+      return {blocks_.back().get(), name.size()};
+    }
+    next_ = blocks_.back().get();
+    left_ = bytes;
+  }
+  char* at = next_;
+  std::memcpy(at, name.data(), name.size());
+  next_ += name.size();
+  left_ -= name.size();
+  return {at, name.size()};
+}
+
+void NameArena::Absorb(NameArena&& other) {
+  for (auto& block : other.blocks_) blocks_.push_back(std::move(block));
+  capacity_bytes_ += other.capacity_bytes_;
+  other.blocks_.clear();
+  other.next_ = nullptr;
+  other.left_ = 0;
+  other.capacity_bytes_ = 0;
+}
+
+void NameArena::Retain(std::shared_ptr<const void> owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  owners_.push_back(std::move(owner));
+}
+
+std::string_view Manifest::KeepName(std::string_view name) {
+  if (names == nullptr) names = std::make_shared<NameArena>();
+  return names->Keep(name);
+}
+
 absl::Status CheckWeightEntry(const WeightEntry& entry) {
   Report report;
   CheckEntry(entry, 0, Where{}, &report);
@@ -337,12 +394,12 @@ struct FqnEq {
 // `fqn_hash` (for M6, computed here while the name is in cache and on
 // whichever thread decodes it). False when the bytes cannot be framed (the
 // error is reported).
-bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, size_t& fqn_hash, const Where& where,
-                 Report* report) {
+bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, size_t& fqn_hash, NameArena* names,
+                 const Where& where, Report* report) {
   in.SetEntry(i);
   constexpr std::string_view what = "entry";
   uint32_t ndim;
-  if (!in.ReadString(&e.fqn, what) || !in.ReadString(&e.storage_key, what) ||
+  if (!in.ReadName(&e.fqn, names, what) || !in.ReadName(&e.storage_key, names, what) ||
       !in.Read(&e.storage_nbytes, what) || !in.Read(&e.dtype, what) ||
       !in.Read(&e.device_type, what) || !in.Read(&e.storage_offset, what) ||
       !in.Read(&ndim, what)) {
@@ -352,7 +409,7 @@ bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, size_t& fqn_hash, const
     report->Error("M5", kDataLoss,
                   absl::StrCat("entry ", i, " ('", internal::Escaped(e.fqn),
                                "'): ndim is ", ndim, ", over the limit ", kMaxDims),
-                  Where{.file = where.file, .fqn = e.fqn, .source = where.source});
+                  Where{.file = where.file, .fqn = std::string(e.fqn), .source = where.source});
     return false;  // The rest of the bytes cannot be framed.
   }
   if (!in.ReadDims(ndim, &e.sizes, what) || !in.ReadDims(ndim, &e.strides, what)) {
@@ -393,8 +450,9 @@ std::optional<size_t> SkipEntries(absl::Span<const uint8_t> bytes, size_t pos, u
 // merged in order: the diagnostics and the entries are those of decoding
 // from start to end (the second half starts where its first entry is found
 // by skipping the first; a list whose first half does not frame is decoded
-// from start to end, which reports where).
-bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
+// from start to end, which reports where). Names are copied into `names`,
+// or view `bytes` when it is null.
+bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m, NameArena* names,
                    std::vector<size_t>* fqn_hashes, const Where& where, Report* report) {
   uint32_t num_entries;
   if (!in.Read(&num_entries, "num_entries")) return false;
@@ -419,8 +477,8 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
     fqn_hashes->reserve(m->entries.capacity());
     for (uint32_t i = 0; i < num_entries; ++i) {
       // Decoded in place; on a framing failure the manifest is dropped whole.
-      if (!DecodeEntry(in, i, m->entries.emplace_back(), fqn_hashes->emplace_back(), where,
-                       report)) {
+      if (!DecodeEntry(in, i, m->entries.emplace_back(), fqn_hashes->emplace_back(), names,
+                       where, report)) {
         return false;
       }
     }
@@ -429,6 +487,7 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
   m->entries.resize(num_entries);
   fqn_hashes->resize(num_entries);
   Report second_report;
+  NameArena second_names;  // The second half's, absorbed after the join.
   bool second_ok = true;
   size_t end = 0;
   std::exception_ptr thrown;
@@ -437,8 +496,9 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
       try {
         Cursor tail(bytes, *second, where, &second_report);
         for (uint32_t i = half; i < num_entries && second_ok; ++i) {
-          second_ok =
-              DecodeEntry(tail, i, m->entries[i], (*fqn_hashes)[i], where, &second_report);
+          second_ok = DecodeEntry(tail, i, m->entries[i], (*fqn_hashes)[i],
+                                  names != nullptr ? &second_names : nullptr,
+                                  where, &second_report);
         }
         end = tail.pos();
       } catch (...) {
@@ -447,10 +507,13 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m,
     });
     for (uint32_t i = 0; i < half; ++i) {
       // The first half frames (SkipEntries): this never fails.
-      if (!DecodeEntry(in, i, m->entries[i], (*fqn_hashes)[i], where, report)) return false;
+      if (!DecodeEntry(in, i, m->entries[i], (*fqn_hashes)[i], names, where, report)) {
+        return false;
+      }
     }
   }
   if (thrown) std::rethrow_exception(thrown);
+  if (names != nullptr) names->Absorb(std::move(second_names));
   report->Merge(std::move(second_report));
   if (!second_ok) return false;
   in.Seek(end);
@@ -469,10 +532,10 @@ void CheckUniqueFqns(Manifest* m, const std::vector<size_t>& fqn_hashes, const W
     if (!inserted) {
       WeightEntry& e = m->entries[i];
       report->Error("M6", kDataLoss,
-                    absl::StrCat("weight '", e.fqn, "' appears twice (entries ",
+                    absl::StrCat("weight '", internal::Sv(e.fqn), "' appears twice (entries ",
                                  *it, " and ", i, ")"),
-                    Where{.file = where.file, .key = e.storage_key,
-                          .fqn = e.fqn, .source = where.source});
+                    Where{.file = where.file, .key = std::string(e.storage_key),
+                          .fqn = std::string(e.fqn), .source = where.source});
       e.well_formed = false;
     }
   }
@@ -486,16 +549,26 @@ std::string_view ManifestFormatName(ManifestFormat format) {
 
 std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
                                        const Where& where, Report* report) {
+  return DecodeManifest(bytes, nullptr, where, report);
+}
+
+std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
+                                       std::shared_ptr<const void> bytes_owner,
+                                       const Where& where, Report* report) {
   const std::optional<ManifestFormat> format = DecodeMagic(bytes, where, report);
   if (!format) return std::nullopt;
   Cursor in(bytes, kManifestMagic.size(), where, report);
   Manifest m;
   m.format = *format;
+  m.names = std::make_shared<NameArena>();
+  const bool in_place = bytes_owner != nullptr;
+  if (in_place) m.names->Retain(std::move(bytes_owner));
   const bool framed = *format == ManifestFormat::kFqn3
                           ? DecodeReleasedVariant(in, &m, where, report)
                           : DecodeVariants(in, &m, where, report);
   std::vector<size_t> fqn_hashes;  // By entry: M6's.
-  if (!framed || !DecodeEntries(in, bytes, &m, &fqn_hashes, where, report)) {
+  if (!framed || !DecodeEntries(in, bytes, &m, in_place ? nullptr : m.names.get(), &fqn_hashes,
+                                where, report)) {
     return std::nullopt;
   }
   if (in.remaining() != 0) {
@@ -531,7 +604,7 @@ absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
     internal::StoreLE(b, v);
     out.insert(out.end(), b, b + 8);
   };
-  const auto str = [&](const std::string& s) {
+  const auto str = [&](std::string_view s) {
     u32(static_cast<uint32_t>(s.size()));
     out.insert(out.end(), s.begin(), s.end());
   };

@@ -188,11 +188,11 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
     if (!gathered || *gathered > options.digest_limit) {
       report->Warning(
           "D1",
-          absl::StrCat("weight '", e.fqn, "': the view gathers ",
+          absl::StrCat("weight '", internal::Sv(e.fqn), "': the view gathers ",
                        gathered ? absl::StrCat(*gathered) : "over 2^64",
                        " bytes, over the digest limit of ", options.digest_limit,
                        "; no sha256"),
-          Where{.file = c->path(), .key = e.storage_key, .fqn = e.fqn,
+          Where{.file = c->path(), .key = std::string(e.storage_key), .fqn = std::string(e.fqn),
                 .source = source});
     } else {
       const uint32_t seg = w->named->segment_index;

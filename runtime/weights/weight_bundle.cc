@@ -66,7 +66,12 @@ void WeightBundle::ReadManifestFile(const FileSource& source, Report* report) {
     if (!io_error_) io_error_ = bytes.status();
     return;
   }
-  if (auto m = DecodeManifest(bytes->span(), where, report)) {
+  // An owned buffer is kept by the manifest, whose names view it; a view
+  // (of a mapping) is not, so the names are copied.
+  const absl::Span<const uint8_t> span = bytes->span();
+  std::shared_ptr<const Bytes> owner;
+  if (!bytes->borrowed()) owner = std::make_shared<const Bytes>(*std::move(bytes));
+  if (auto m = DecodeManifest(span, owner, where, report)) {
     manifests_->push_back({"manifest", std::move(*m), source.name()});
   }
 }

@@ -18,7 +18,7 @@ constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
 struct KeyOwner {
   uint64_t storage_nbytes = 0;
   int32_t device_type = 0;
-  const std::string* fqn = nullptr;  // Into the manifests; they outlive resolution.
+  std::string_view fqn;  // Views the manifests' names; they outlive resolution.
   const std::string* source = nullptr;
 };
 
@@ -169,11 +169,11 @@ class Resolver {
   static Where At(const WeightEntry& e, const std::string& source,
                   const std::string& file,
                   std::optional<uint64_t> segment = std::nullopt) {
-    return Where{.file = file, .key = e.storage_key, .fqn = e.fqn,
+    return Where{.file = file, .key = std::string(e.storage_key), .fqn = std::string(e.fqn),
                  .segment = segment, .source = source};
   }
   static std::string Name(const WeightEntry& e) {
-    return absl::StrCat("weight '", e.fqn, "'");
+    return absl::StrCat("weight '", internal::Sv(e.fqn), "'");
   }
 
   // G1, G2. Diagnostics name `file`: the manifest's.
@@ -208,11 +208,11 @@ class Resolver {
   // of any other key by name.
   bool CheckSharedStorage(const WeightEntry& e, const NamedDataEntry* named,
                           const std::string& source, const std::string& file) {
-    const KeyOwner owner{e.storage_nbytes, e.device_type, &e.fqn, &source};
+    const KeyOwner owner{e.storage_nbytes, e.device_type, e.fqn, &source};
     const KeyOwner* first = nullptr;
     if (named != nullptr) {
       KeyOwner& slot = key_owners_[Index(named)];
-      if (slot.fqn == nullptr) {
+      if (slot.source == nullptr) {
         slot = owner;
         return true;
       }
@@ -227,8 +227,8 @@ class Resolver {
     const auto disagree = [&](std::string_view field, auto mine, auto theirs) {
       if (mine == theirs) return;
       report_->Error("G4", kDataLoss,
-                     absl::StrCat(Name(e), ": storage '", e.storage_key, "' has ",
-                                  internal::Sv(field), " ", mine, ", but weight '", *o.fqn,
+                     absl::StrCat(Name(e), ": storage '", internal::Sv(e.storage_key), "' has ",
+                                  internal::Sv(field), " ", mine, ", but weight '", internal::Sv(o.fqn),
                                   "' (", *o.source, ") says ", theirs),
                      At(e, source, file));
       ok = false;
@@ -249,7 +249,7 @@ class Resolver {
     const uint64_t segment = named->segment_index;
     report_->Warning(
         "R1",
-        absl::StrCat(Name(e), " is runtime-owned, but its storage key '", e.storage_key,
+        absl::StrCat(Name(e), " is runtime-owned, but its storage key '", internal::Sv(e.storage_key),
                      "' is stored in the .ptd: ",
                      size ? absl::StrCat(*size, " bytes") : std::string("a segment"),
                      " (segment ", segment, ") that the runtime never reads"),
@@ -266,7 +266,7 @@ class Resolver {
     w->named = named;
     if (w->named == nullptr) {
       report_->Error("X1", absl::StatusCode::kNotFound,
-                     absl::StrCat(Name(e), ": storage key '", e.storage_key,
+                     absl::StrCat(Name(e), ": storage key '", internal::Sv(e.storage_key),
                                   "' is not in the .ptd"),
                      At(e, source));
       return false;
@@ -277,7 +277,7 @@ class Resolver {
     if (*seg_size != e.storage_nbytes && shared_ok) {
       report_->Error("G3", kDataLoss,
                      absl::StrCat(Name(e), ": segment ", w->named->segment_index,
-                                  " behind '", e.storage_key, "' holds ",
+                                  " behind '", internal::Sv(e.storage_key), "' holds ",
                                   *seg_size, " bytes, manifest says ",
                                   e.storage_nbytes),
                      At(e, source, w->named->segment_index));
@@ -302,7 +302,7 @@ class Resolver {
     const std::optional<uint64_t> size = (*storage_size_)(e.storage_key);
     if (!size) {
       report_->Error("X1", absl::StatusCode::kNotFound,
-                     absl::StrCat(Name(e), ": storage key '", e.storage_key,
+                     absl::StrCat(Name(e), ": storage key '", internal::Sv(e.storage_key),
                                   "' is not in the weight source"),
                      At(e, source));
       return false;
@@ -310,7 +310,7 @@ class Resolver {
     if (*size != e.storage_nbytes) {
       if (!shared_ok) return false;  // G4 reported the disagreement.
       report_->Error("G3", kDataLoss,
-                     absl::StrCat(Name(e), ": the bytes behind '", e.storage_key,
+                     absl::StrCat(Name(e), ": the bytes behind '", internal::Sv(e.storage_key),
                                   "' are ", *size, " bytes, manifest says ",
                                   e.storage_nbytes),
                      At(e, source));

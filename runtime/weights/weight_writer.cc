@@ -42,10 +42,12 @@ CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
   manifest_.variants = std::move(variants);
 }
 
-absl::StatusOr<WeightEntry> CudaWeightWriter::NewEntry(const WeightSpec& w, int64_t offset,
+absl::StatusOr<WeightEntry> CudaWeightWriter::NewEntry(const WeightSpec& w,
+                                                       std::string_view storage_key,
+                                                       int64_t offset,
                                                        uint64_t storage_nbytes) const {
   WeightEntry entry{.fqn = w.fqn,
-                    .storage_key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_),
+                    .storage_key = storage_key,
                     .storage_nbytes = storage_nbytes,
                     .dtype = w.dtype,
                     .device_type = w.device_type,
@@ -72,7 +74,8 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
   const bool clone = !w.value.is_original_storage &&
                      w.value.sizes == props.shape && w.value.strides == props.stride;
   const int64_t offset = clone ? 0 : props.offset;
-  PTD_ASSIGN_OR_RETURN(WeightEntry entry, NewEntry(w, offset, n));
+  const std::string key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_);
+  PTD_ASSIGN_OR_RETURN(WeightEntry entry, NewEntry(w, key, offset, n));
   const uint32_t elem = *ElementSize(w.dtype);  // Known: checked above.
 
   // W2: any other value keeps the original's offset and storage size.
@@ -106,9 +109,8 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
                   "W1");
   }
 
-  PTD_RETURN_IF_ERROR(ptd_.Add(entry.storage_key, w.value.storage, /*alignment=*/1));
-  fqns_.insert(w.fqn);
-  manifest_.entries.push_back(std::move(entry));
+  PTD_RETURN_IF_ERROR(ptd_.Add(key, w.value.storage, /*alignment=*/1));
+  Record(std::move(entry));
   return absl::OkStatus();
 }
 
@@ -118,7 +120,8 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
 // G1/G2 hold against that (W3).
 absl::Status CudaWeightWriter::AddRuntimeOwned(const WeightSpec& w) {
   const TensorProperties& props = w.properties;
-  PTD_ASSIGN_OR_RETURN(WeightEntry entry, NewEntry(w, props.offset, 0));
+  const std::string key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_);
+  PTD_ASSIGN_OR_RETURN(WeightEntry entry, NewEntry(w, key, props.offset, 0));
   const uint32_t elem = *ElementSize(w.dtype);  // Known: checked above.
   const GeometryResult g = ComputeExtent(ViewSpec{.element_size = elem,
                                                   .storage_offset = entry.storage_offset,
@@ -137,9 +140,15 @@ absl::Status CudaWeightWriter::AddRuntimeOwned(const WeightSpec& w) {
                                "-byte storage (TensorProperties storage_size)"),
                   "W3");
   }
-  fqns_.insert(w.fqn);
-  manifest_.entries.push_back(std::move(entry));
+  Record(std::move(entry));
   return absl::OkStatus();
+}
+
+void CudaWeightWriter::Record(WeightEntry entry) {
+  entry.fqn = manifest_.KeepName(entry.fqn);
+  entry.storage_key = manifest_.KeepName(entry.storage_key);
+  fqns_.insert(entry.fqn);
+  manifest_.entries.push_back(std::move(entry));
 }
 
 absl::StatusOr<std::vector<uint8_t>> CudaWeightWriter::EncodedManifest() const {

@@ -139,7 +139,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!bundle.ok()) return 0;
     if (subset && !bundle->manifests().empty() &&
         !bundle->manifests()[0].manifest.entries.empty()) {
-      options.fqns.push_back(bundle->manifests()[0].manifest.entries[0].fqn);
+      options.fqns.emplace_back(bundle->manifests()[0].manifest.entries[0].fqn);
     }
     loaded = LoadWeights(*bundle, device, options);
     if (loaded->ok()) {

@@ -302,8 +302,8 @@ TEST(ViewGeometryTest, PropertyExactStorageVerifiesOneByteLessFailsG2) {
     for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
     const std::string key = "cuda_fqn_weight:cuda:" + fqn;
     ASSERT_TRUE(writer.Add(key, bytes).ok());
-    manifest.entries.push_back(WeightEntry{.fqn = fqn,
-                                           .storage_key = key,
+    manifest.entries.push_back(WeightEntry{.fqn = manifest.KeepName(fqn),
+                                           .storage_key = manifest.KeepName(key),
                                            .storage_nbytes = n,
                                            .dtype = v.dtype,
                                            .device_type = 1,

@@ -705,7 +705,8 @@ VariantFixture MakeVariantFixture() {
   const auto add = [&](std::string fqn, std::string key, uint8_t fill) {
     std::vector<uint8_t> bytes(16, fill);
     EXPECT_TRUE(w.Add(key, bytes).ok());
-    m.entries.push_back(WeightEntry{.fqn = fqn, .storage_key = key, .storage_nbytes = 16,
+    m.entries.push_back(WeightEntry{.fqn = m.KeepName(fqn), .storage_key = m.KeepName(key),
+                                    .storage_nbytes = 16,
                                     .dtype = 6, .device_type = 1, .sizes = {4},
                                     .strides = {1}});
   };

@@ -32,7 +32,7 @@ std::vector<uint8_t> ManifestBytes(const std::string& so_key, const std::string&
   Manifest m;
   m.format = format;
   m.variants.push_back(Variant{.so_blob_key = so_key});
-  m.entries.push_back(WeightEntry{.fqn = fqn,
+  m.entries.push_back(WeightEntry{.fqn = m.KeepName(fqn),
                                   .storage_key = kKey,
                                   .storage_nbytes = storage_nbytes,
                                   .dtype = 6,

@@ -159,7 +159,7 @@ void RunWriterCase(const std::string& rule, const std::string& path) {
     std::set<std::string> owned_keys;
     for (const WeightEntry& e : writer.manifest().entries) {
       if (!e.runtime_owned()) continue;
-      owned_keys.insert(e.storage_key);
+      owned_keys.emplace(e.storage_key);
       EXPECT_GT(e.storage_nbytes, 0u) << e.fqn;  // From the view, not the 0 bytes.
     }
     ASSERT_FALSE(owned_keys.empty()) << "a " << rule << " case needs a runtime-owned weight";

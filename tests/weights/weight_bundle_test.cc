@@ -55,8 +55,8 @@ std::vector<uint8_t> ManifestWithDuplicateFqn(size_t n) {
   Manifest m;
   m.variants.push_back(Variant{.target_sm = 90, .so_blob_key = "aoti_cuda_blob"});
   for (size_t i = 0; i < n; ++i) {
-    m.entries.push_back(WeightEntry{.fqn = "w" + std::to_string(i),
-                                    .storage_key = "k" + std::to_string(i),
+    m.entries.push_back(WeightEntry{.fqn = m.KeepName("w" + std::to_string(i)),
+                                    .storage_key = m.KeepName("k" + std::to_string(i)),
                                     .storage_nbytes = 64,
                                     .dtype = 6,
                                     .sizes = {4, 4},

@@ -58,11 +58,18 @@ std::unique_ptr<Container> MakeContainer(
   return c.ok() ? *std::move(c) : nullptr;
 }
 
-WeightEntry Entry(std::string fqn, std::string key, uint64_t nbytes, int64_t offset,
+// A view of a copy of `name` that lives until the tests end: the names of
+// the entries below, which are built before the manifest that holds them.
+std::string_view Kept(std::string_view name) {
+  static NameArena* const arena = new NameArena;
+  return arena->Keep(name);
+}
+
+WeightEntry Entry(std::string_view fqn, std::string_view key, uint64_t nbytes, int64_t offset,
                   DimVector sizes, DimVector strides,
                   int32_t device_type = 1) {
-  return WeightEntry{.fqn = std::move(fqn),
-                     .storage_key = std::move(key),
+  return WeightEntry{.fqn = Kept(fqn),
+                     .storage_key = Kept(key),
                      .storage_nbytes = nbytes,
                      .dtype = 6,
                      .device_type = device_type,

@@ -91,7 +91,7 @@ WeightSpec QkvSlice(std::string fqn, const std::vector<uint8_t>& qkv, int64_t of
 }
 
 // The bytes the writer stored for `key`.
-std::vector<uint8_t> StoredBytes(const CudaWeightWriter& w, const std::string& key) {
+std::vector<uint8_t> StoredBytes(const CudaWeightWriter& w, std::string_view key) {
   absl::StatusOr<std::vector<uint8_t>> file = w.ptd().Serialize();
   EXPECT_TRUE(file.ok()) << file.status();
   absl::StatusOr<std::unique_ptr<Container>> c =
