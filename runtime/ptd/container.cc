@@ -307,6 +307,8 @@ void DecodeNamedData(
   for (const fb::NamedData* nd : entries) num_layouts += nd->tensor_layout() != nullptr;
   layouts->reserve(num_layouts);
   index->reserve(entries.size());
+  std::vector<bool> key_oks;
+  key_oks.reserve(entries.size());
   for (uint32_t i = 0; i < entries.size(); ++i) {
     const fb::NamedData* nd = entries.Get(i);
     NamedDataEntry e;
@@ -332,16 +334,24 @@ void DecodeNamedData(
     if (const fb::TensorLayout* l = nd->tensor_layout()) {
       e.layout = &layouts->emplace_back(DecodeLayout(*l, e, seg_size, kw(), report));
     }
-    const NamedDataEntry& stored = named->emplace_back(e);
-    if (key_ok) {
-      if (auto [it, inserted] = index->insert(&stored); !inserted) {
-        report->Error("C6", kDataLoss,
-                      absl::StrCat("key '", internal::Sv(e.key), "' appears more than once"
-                                   " (entries ", *it - named->data(), " and ",
-                                   i, ")"),
-                      Where{.file = file, .key = std::string(e.key),
-                            .segment = e.segment_index});
-      }
+    named->push_back(e);
+    key_oks.push_back(key_ok);
+  }
+  // C6, and the index, in a pass of their own (so C6 follows every C7 and
+  // C8, as M6 follows M5). A tight loop of independent inserts lets the
+  // processor overlap their cache misses (a table of 100,000 keys is larger
+  // than the L2 cache): Container::Open of 100,000 keys took 17 ms with the
+  // inserts inside the decoding loop, 10.6 ms so (ptd_suite_bench
+  // Verify/100000). Prefetching the slots ahead measured no faster.
+  for (size_t i = 0; i < named->size(); ++i) {
+    if (!key_oks[i]) continue;
+    const NamedDataEntry& stored = (*named)[i];
+    if (auto [it, inserted] = index->insert(&stored); !inserted) {
+      report->Error("C6", kDataLoss,
+                    absl::StrCat("key '", internal::Sv(stored.key), "' appears more than once"
+                                 " (entries ", *it - named->data(), " and ", i, ")"),
+                    Where{.file = file, .key = std::string(stored.key),
+                          .segment = stored.segment_index});
     }
   }
 }

@@ -29,6 +29,7 @@ using ::ptd::testing::FileIs;
 using ::ptd::testing::HasError;
 using ::ptd::testing::MessageHas;
 using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kMax64 = std::numeric_limits<uint64_t>::max();
@@ -325,6 +326,26 @@ TEST(ContainerTest, ReportsEveryErrorNotOnlyTheFirst) {
   EXPECT_TRUE(report.HasError("C7"));
   EXPECT_TRUE(report.HasError("C6"));
   EXPECT_EQ(report.errors().size(), 3u);
+}
+
+// The entries are decoded first (C7, C8 in entry order), then indexed: a
+// duplicated key (C6) follows them, as M6 follows M5 in a manifest, and the
+// index finds the key's first entry.
+TEST(ContainerTest, DuplicateKeysAreReportedAfterTheEntryRules) {
+  auto b = WithSpec([](RawPtd& p) {
+    (*p.named_data)[0].layout->scalar_type = 30;
+    (*p.named_data)[1].key = "a";
+    (*p.named_data)[2].segment_index = 9;
+  });
+  Report report;
+  auto c = Container::Verify(Source(b), &report);
+  ASSERT_NE(c, nullptr);
+  std::vector<std::string> rules;
+  for (const auto& e : report.errors()) rules.push_back(e.rule);
+  EXPECT_THAT(rules, ElementsAre("C8", "C7", "C6"));
+  EXPECT_THAT(report.errors()[2].message, HasSubstr("(entries 0 and 1)"));
+  EXPECT_EQ(c->Find("a"), &c->named_data()[0]);
+  EXPECT_FALSE(c->AllKeysIndexed());
 }
 
 TEST(ContainerTest, StopsAfterC1) {
