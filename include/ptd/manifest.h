@@ -81,8 +81,6 @@ class NameArena {
   // Takes over `other`'s blocks: views into them stay valid. REQUIRES: no
   // other thread uses either arena.
   void Absorb(NameArena&& other);
-  // Bytes held in blocks (for memory accounting).
-  size_t capacity_bytes() const { return capacity_bytes_; }
 
  private:
   static constexpr size_t kBlockBytes = size_t{64} << 10;
@@ -92,7 +90,6 @@ class NameArena {
   std::vector<std::shared_ptr<const void>> owners_;
   char* next_ = nullptr;  // Free space of the newest shared block.
   size_t left_ = 0;
-  size_t capacity_bytes_ = 0;
 };
 
 struct WeightEntry {

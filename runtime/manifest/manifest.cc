@@ -252,7 +252,6 @@ std::string_view NameArena::KeepUnsynchronized(std::string_view name) {
     // A long name gets a block of its own; the shared block stays current.
     const size_t bytes = name.size() > kBlockBytes / 4 ? name.size() : kBlockBytes;
     blocks_.push_back(std::make_unique_for_overwrite<char[]>(bytes));
-    capacity_bytes_ += bytes;
     if (bytes != kBlockBytes) {
       std::memcpy(blocks_.back().get(), name.data(), name.size());
       return {blocks_.back().get(), name.size()};
@@ -269,11 +268,9 @@ std::string_view NameArena::KeepUnsynchronized(std::string_view name) {
 
 void NameArena::Absorb(NameArena&& other) {
   for (auto& block : other.blocks_) blocks_.push_back(std::move(block));
-  capacity_bytes_ += other.capacity_bytes_;
   other.blocks_.clear();
   other.next_ = nullptr;
   other.left_ = 0;
-  other.capacity_bytes_ = 0;
 }
 
 void NameArena::Retain(std::shared_ptr<const void> owner) {
