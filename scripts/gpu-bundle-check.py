@@ -9,9 +9,11 @@
       case, must equal cases.json. (--device host: the same check without a
       GPU, which the bundle's CPU-side test runs.) Writes LOGS/digests.json; exit 0 when all match.
   check.py summary --bundle DIR --logs DIR --out DIR --seconds N
-      Reads LOGS/steps.tsv, gpu_tests.json, digests.json and bench_*.json;
-      writes OUT/summary.json and OUT/summary.md, prints the latter; exit 0
-      only when every check ran and passed.
+      Reads LOGS/steps.tsv, driver.json (the driver and CUDA versions that
+      run.sh recorded), gpu_tests.json, digests.json and bench_*.json; writes
+      OUT/summary.json and OUT/summary.md, prints the latter; exit 0 only when
+      every check ran and passed (a check that run.sh did not run for want of
+      time fails, the 4 GiB benchmark excepted).
 
 Standard library only.
 """
@@ -132,8 +134,14 @@ def rc_text(step):
     return f"exit {step['rc']}"
 
 
+NOT_RUN = "not run: too little left of PTD_CHECK_BUDGET_S"
+
+
 def gpu_tests_check(logs, step):
     c = {"name": "gpu_tests", "log": "logs/gpu_tests.log"}
+    if step is not None and step["rc"] == "not_run":
+        c.update(ok=False, not_run=True, detail=NOT_RUN)
+        return c
     j, err = load_json(os.path.join(logs, "gpu_tests.json"))
     if j is None:
         c.update(ok=False, detail=f"no gtest JSON ({err}); {rc_text(step) if step else 'not run'}")
@@ -164,6 +172,9 @@ def gpu_tests_check(logs, step):
 
 def digests_check(logs, step):
     c = {"name": "load_digests", "log": "logs/digests.log"}
+    if step is not None and step["rc"] == "not_run":
+        c.update(ok=False, not_run=True, detail=NOT_RUN)
+        return c
     j, err = load_json(os.path.join(logs, "digests.json"))
     if j is None:
         c.update(ok=False, detail=f"no result ({err}); {rc_text(step) if step else 'not run'}")
@@ -183,7 +194,7 @@ def bench_check(logs, name, step):
     c = {"name": name, "log": f"logs/{name}.log"}
     if step is None or step["rc"] == "not_run":
         c.update(ok=name != "bench_1g", not_run=True,
-                 detail="not run: no time left" if step else "not run")
+                 detail=NOT_RUN if step else "not run")
         return c
     j, err = load_json(os.path.join(logs, f"{name}.json"))
     if j is None:
@@ -231,7 +242,11 @@ def fmt(x, digits=2):
 def run_summary(args):
     steps = read_steps(args.logs)
     probe, _ = load_json(os.path.join(args.logs, "probe.json"))
-    device = (probe or {}).get("device", {}).get("name", "?")
+    device = ((probe or {}).get("device") or {}).get("name", "?")
+    driver, err = load_json(os.path.join(args.logs, "driver.json"))
+    if driver is None:
+        driver = {"driver_version": None, "cuda_version": None, "nvidia_smi": None,
+                  "source": None, "text": f"driver unknown (no {err})"}
     checks = [
         gpu_tests_check(args.logs, steps.get("gpu_tests")),
         digests_check(args.logs, steps.get("digests")),
@@ -248,15 +263,19 @@ def run_summary(args):
             bundle = f.readline().strip()
     except OSError:
         pass
-    summary = {"result": "pass" if ok else "fail", "device": device, "bundle": bundle,
-               "seconds": args.seconds, "checks": checks}
+    summary = {"result": "pass" if ok else "fail", "device": device, "driver": driver,
+               "bundle": bundle, "seconds": args.seconds, "checks": checks}
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     md = [f"# GPU check: {'pass' if ok else 'FAIL'}", "",
-          f"- device: {device}", f"- bundle: {bundle}", f"- total: {args.seconds} s", "",
+          f"- device: {device}", f"- {driver.get('text')}", f"- bundle: {bundle}",
+          f"- total: {args.seconds} s", "",
           "| check | result | seconds | detail |", "|---|---|---|---|"]
     for c in checks:
-        res = "not run" if c.get("not_run") else ("pass" if c["ok"] else "FAIL")
+        if c.get("not_run"):
+            res = "not run" if c["ok"] else "NOT RUN (FAIL)"
+        else:
+            res = "pass" if c["ok"] else "FAIL"
         md.append(f"| {c['name']} | {res} | {c['seconds']} | {c['detail']} |")
     benches = [c for c in checks if c.get("metrics") and c["metrics"]["GBps"] is not None]
     if benches:

@@ -3,8 +3,9 @@
 // each phase took and how fast it went. With --digest, each weight's sha256
 // is computed from the loaded memory (read back from the device), proving
 // the right bytes reached the right place; on a CUDA device each weight is
-// also materialized on the GPU (CudaDevice::Materialize) and the dense
-// copy's sha256, read back, must equal the gathered one.
+// also materialized on the GPU (CudaDevice::MaterializeInto, into one
+// scratch buffer reused from weight to weight) and the dense copy's sha256,
+// read back, must equal the gathered one.
 //
 // Exit codes: 0 loaded, 1 a rule is broken (nothing was allocated), 2 usage
 // error, unreadable input, or a load that failed (device, I/O).
@@ -34,6 +35,7 @@
 #include "verifier/cli_util.h"
 #ifdef PTD_HAVE_CUDA
 #include "ptd/cuda_device.h"
+#include "ptd/view_materialize.h"
 #endif
 
 #ifndef PTD_VERSION
@@ -62,21 +64,41 @@ json TimingsJson(const ptd::LoadTimings& t, uint64_t bytes) {
 }
 
 #ifdef PTD_HAVE_CUDA
+// What MaterializedDigest reuses from weight to weight: one device buffer,
+// grown only when a larger weight comes (a digest run makes O(1) device
+// allocations, and no cudaFree per weight), and one host buffer.
+struct MaterializeScratch {
+  ptd::DeviceBuffer dense;
+  std::vector<uint8_t> piece;
+};
+
 // sha256 of the dense, row-major copy of `w` made on the GPU and read back
 // in pieces of at most 64 MiB.
 absl::StatusOr<std::string> MaterializedDigest(ptd::CudaDevice& gpu,
                                                const ptd::LoadedWeights& weights,
-                                               const ptd::LoadedWeight& w) {
-  auto dense = gpu.Materialize(weights.storage(w).buffer, w.view());
-  if (!dense.ok()) return dense.status();
+                                               const ptd::LoadedWeight& w,
+                                               MaterializeScratch& scratch) {
+  const ptd::LoadedStorage& s = weights.storage(w);
+  auto plan = ptd::PlanMaterialize(w.view(), s.buffer.size());
+  if (!plan.ok()) return plan.status();
+  const size_t nbytes = static_cast<size_t>(plan->output_nbytes);
+  if (!scratch.dense || scratch.dense.size() < nbytes) {
+    scratch.dense = ptd::DeviceBuffer();  // The old one goes first.
+    auto grown = gpu.Allocate(nbytes);
+    if (!grown.ok()) return grown.status();
+    scratch.dense = *std::move(grown);
+  }
+  const absl::Status materialized = gpu.MaterializeInto(s.buffer, w.view(), scratch.dense);
+  if (!materialized.ok()) return materialized;
+  const size_t piece_bytes = std::min<size_t>(nbytes, size_t{64} << 20);
+  if (scratch.piece.size() < piece_bytes) scratch.piece.resize(piece_bytes);
   ptd::Sha256 sha;
-  std::vector<uint8_t> piece(std::min<size_t>(dense->size(), size_t{64} << 20));
-  for (size_t done = 0; done < dense->size();) {
-    const size_t n = std::min(piece.size(), dense->size() - done);
-    const absl::Status st =
-        gpu.CopyToHost(piece.data(), static_cast<const uint8_t*>(dense->data()) + done, n);
+  for (size_t done = 0; done < nbytes;) {
+    const size_t n = std::min(piece_bytes, nbytes - done);
+    const absl::Status st = gpu.CopyToHost(
+        scratch.piece.data(), static_cast<const uint8_t*>(scratch.dense.data()) + done, n);
     if (!st.ok()) return st;
-    sha.Update(absl::MakeConstSpan(piece.data(), n));
+    sha.Update(absl::MakeConstSpan(scratch.piece.data(), n));
     done += n;
   }
   return sha.HexDigest();
@@ -311,11 +333,14 @@ int Main(int argc, char** argv) {
   // digest gathered from the view read back. A failure or mismatch is exit 2.
   size_t materialized = 0;
   bool materialize_failed = false;
+#ifdef PTD_HAVE_CUDA
+  MaterializeScratch materialize_scratch;
+#endif
   const auto check_materialized = [&](const ptd::LoadedWeight& lw, json& wj) {
 #ifdef PTD_HAVE_CUDA
     auto* gpu = dynamic_cast<ptd::CudaDevice*>(w.device().get());
     if (gpu == nullptr || lw.device != ptd::DeviceKind::kCuda || wj["sha256"].is_null()) return;
-    auto d = MaterializedDigest(*gpu, w, lw);
+    auto d = MaterializedDigest(*gpu, w, lw, materialize_scratch);
     if (!d.ok()) {
       std::cerr << "ptd-load: weight '" << lw.fqn << "': materialize on " << gpu->name() << ": "
                 << d.status().message() << "\n";

@@ -15,22 +15,34 @@
 //   smallest block large enough), so repeated loads, of one model or of
 //   others, make no new pinned allocations. The cache is bounded
 //   (CudaDeviceOptions::staging_cache_bytes) and freed with the device.
+//   A block may be dropped while copies from it are still in flight: it
+//   goes to the cache behind an event recorded on every copy stream, and is
+//   handed out again only after those events completed (AllocateStaging may
+//   then block for the copies).
 // - CopyManyToDeviceAsync issues a batch of cudaMemcpyAsync (one staging
 //   slot's pieces) on one of `streams` non-blocking streams, round-robin by
 //   batch, and records one pooled event after the batch's last copy: one
-//   ticket, one wait per slot. CopyToDeviceAsync is a batch of one. The
+//   ticket, one wait per slot. Requests that follow each other in both
+//   source and destination (the pieces of a packed read into one arena) are
+//   merged into one cudaMemcpyAsync; stats().copies still counts requests
+//   (as Device's default does), memcpy_calls() the cudaMemcpyAsync calls.
+//   CopyToDeviceAsync is a batch of one. The
 //   event is taken before the first copy is issued, so no copy is ever in
 //   flight without a ticket. Wait() synchronizes on the event and recycles
 //   it. Waiting again on a ticket already waited (or covered by
 //   Synchronize) returns OK; a ticket this device never issued is
 //   InvalidArgument.
-// - CopyToHost and Materialize run on the device's own stream, which first
+// - CopyToHost and Materialize(Into) run on the device's own stream, which first
 //   waits (cudaStreamWaitEvent, not the host) for every copy issued before
 //   the call, waited on or not; they return when done. A zero-byte
 //   CopyToHost returns at once.
-// - Every entry point makes the device current for its CUDA calls and
-//   restores the caller's device after (no context appears on cuda:0 for
-//   work on cuda:1).
+// - Every entry point makes the device current for its CUDA calls. After,
+//   it makes the caller's device current again only when that device's
+//   primary context is active (cuDevicePrimaryCtxGetState, as PyTorch's
+//   MaybeExchangeDevice): a thread that never chose a device (cudaGetDevice
+//   says 0) is left on this device, so no context appears on cuda:0 for
+//   work on cuda:1. Where the driver cannot say, the caller is left on this
+//   device too.
 // - An AllocateMany whose arena cannot be allocated names, in its message
 //   and in payload kAllocateManyIndexPayload, the first buffer that does not
 //   fit in the free memory.
@@ -108,12 +120,38 @@ class CudaDevice final : public Device {
   // transposed matrix, a gather kernel otherwise. Same result, byte for byte,
   // as MaterializeOnHost (ptd/view_materialize.h), and the same checks
   // (PlanMaterialize). An empty view gives an empty buffer.
+  // InvalidArgument when `storage` is not device memory of this device
+  // (host memory, pinned or not, another GPU's memory; checked with
+  // cudaPointerGetAttributes): a kernel reading it would kill the context.
+  // Allocates the result (cudaMalloc) and frees it when dropped (cudaFree
+  // synchronizes the device): for many views, use MaterializeInto.
   absl::StatusOr<DeviceBuffer> Materialize(const DeviceBuffer& storage, const ViewSpec& view);
+
+  // As Materialize, into the first PlanMaterialize(view, storage.size())
+  // .output_nbytes bytes of `out`, which the caller reuses from view to view:
+  //
+  //   DeviceBuffer scratch;  // Grown only for a larger view.
+  //   for (const LoadedWeight& w : weights.weights()) {
+  //     auto plan = PlanMaterialize(w.view(), weights.storage(w).nbytes);
+  //     if (scratch.size() < plan->output_nbytes) scratch = *gpu.Allocate(plan->output_nbytes);
+  //     PTD_RETURN_IF_ERROR(gpu.MaterializeInto(weights.storage(w).buffer, w.view(), scratch));
+  //   }
+  //
+  // InvalidArgument when `out` is smaller than that, or when `storage` or
+  // `out` is not device memory of this device (neither is checked for an
+  // empty view, which reads and writes nothing). Returns when the copy is
+  // done. REQUIRES: `out` does not overlap the view's bytes.
+  absl::Status MaterializeInto(const DeviceBuffer& storage, const ViewSpec& view,
+                               const DeviceBuffer& out);
 
   // Bytes of freed staging blocks held for reuse.
   uint64_t staging_cache_bytes() const;
   // Frees the cached staging blocks.
   void TrimStagingCache();
+  // cudaMemcpyAsync calls made by CopyManyToDeviceAsync and
+  // CopyToDeviceAsync: at most stats().copies (requests), fewer when
+  // neighbouring requests were merged.
+  uint64_t memcpy_calls() const;
 
  private:
   struct Impl;

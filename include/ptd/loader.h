@@ -44,7 +44,9 @@
 // can allocate and bind them itself.
 //
 // Lifetime: LoadedWeights holds its storages and a shared_ptr to each device
-// they live on; views stay valid as long as it does. Movable, not copyable.
+// they live on; views stay valid as long as it does. Movable, not copyable;
+// destroying or assigning over one frees its storages before it lets go of
+// their devices.
 // Thread-safety: LoadWeights may run concurrently; a LoadedWeights is
 // immutable after return.
 #ifndef PTD_LOADER_H_
@@ -235,10 +237,65 @@ struct NameOfEq {
 };
 }  // namespace internal
 
-class LoadedWeights {
+namespace internal {
+// What LoadedWeights holds, in a base of its own so that its move-assignment
+// can first hand its old contents to a temporary (see there).
+//
+// Declaration order is destruction order, reversed: the devices come first,
+// so that every buffer (storages_) goes before the devices whose internals
+// the buffers' deleters use (a CudaDevice's FreeBlock). Nothing but
+// storages_ may hold a DeviceBuffer, or it too must come after the devices.
+struct LoadedWeightsMembers {
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<Device> host_device_;  // For CPU weights when device_ is not the host.
+  std::vector<LoadedStorage> storages_;
+  std::vector<LoadedWeight> weights_;
+  std::vector<RuntimeOwnedWeight> runtime_owned_;
+  std::vector<std::optional<size_t>> chosen_;
+  // What the views point into when they are not copies (the bundle).
+  std::shared_ptr<const void> keep_;
+  // Names and dims the views point into: sized once, never reallocated.
+  std::unique_ptr<char[]> names_;
+  std::unique_ptr<int64_t[]> dims_;
+  std::unique_ptr<std::string_view[]> storage_keys_;  // LoadedStorage::keys.
+  std::vector<std::string_view> sources_;
+  std::unique_ptr<uint32_t[]> key_storage_;  // Per storage_keys_ element: its storage.
+  size_t num_storage_keys_ = 0;
+  // Per weight, its manifest (parallel to weights_; only with several).
+  std::vector<uint32_t> weight_manifest_;
+  // Into weights_ (first manifest's weight of each fqn) and storage_keys_.
+  // Built by the first Find or FindStorage, once (a load whose caller looks
+  // nothing up, or a few names, does not hash 100,000 of them).
+  struct Indexes {
+    std::once_flag built;
+    absl::flat_hash_set<const LoadedWeight*, internal::NameOfHash, internal::NameOfEq> by_fqn;
+    absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn;
+    absl::flat_hash_set<const std::string_view*, internal::NameOfHash, internal::NameOfEq>
+        by_key;
+  };
+  std::unique_ptr<Indexes> indexes_ = std::make_unique<Indexes>();
+  LoadTimings timings_;
+  LoadStats stats_;
+};
+}  // namespace internal
+
+class LoadedWeights : private internal::LoadedWeightsMembers {
  public:
   LoadedWeights(LoadedWeights&&) = default;
-  LoadedWeights& operator=(LoadedWeights&&) = default;
+  // Releases this result's storages before its devices (a buffer's deleter
+  // uses its device), then takes `other`'s contents. A member-wise
+  // assignment would replace the device first: when it held the last
+  // reference, the old buffers were then freed through a destroyed device.
+  LoadedWeights& operator=(LoadedWeights&& other) noexcept {
+    if (this != &other) {
+      // The old contents go to `old`, destroyed at return in the safe order
+      // (LoadedWeightsMembers); *this is then empty, and the member-wise
+      // assignment below releases nothing.
+      LoadedWeights old(std::move(*this));
+      internal::LoadedWeightsMembers::operator=(std::move(other));
+    }
+    return *this;
+  }
   LoadedWeights(const LoadedWeights&) = delete;
   LoadedWeights& operator=(const LoadedWeights&) = delete;
 
@@ -277,37 +334,7 @@ class LoadedWeights {
   friend class LoaderAccess;
   LoadedWeights() = default;
 
-  std::shared_ptr<Device> device_;
-  std::shared_ptr<Device> host_device_;  // For CPU weights when device_ is not the host.
-  std::vector<LoadedStorage> storages_;
-  std::vector<LoadedWeight> weights_;
-  std::vector<RuntimeOwnedWeight> runtime_owned_;
-  std::vector<std::optional<size_t>> chosen_;
-  // What the views point into when they are not copies (the bundle).
-  std::shared_ptr<const void> keep_;
-  // Names and dims the views point into: sized once, never reallocated.
-  std::unique_ptr<char[]> names_;
-  std::unique_ptr<int64_t[]> dims_;
-  std::unique_ptr<std::string_view[]> storage_keys_;  // LoadedStorage::keys.
-  std::vector<std::string_view> sources_;
-  std::unique_ptr<uint32_t[]> key_storage_;  // Per storage_keys_ element: its storage.
-  size_t num_storage_keys_ = 0;
-  // Per weight, its manifest (parallel to weights_; only with several).
-  std::vector<uint32_t> weight_manifest_;
-  // Into weights_ (first manifest's weight of each fqn) and storage_keys_.
-  // Built by the first Find or FindStorage, once (a load whose caller looks
-  // nothing up, or a few names, does not hash 100,000 of them).
-  struct Indexes {
-    std::once_flag built;
-    absl::flat_hash_set<const LoadedWeight*, internal::NameOfHash, internal::NameOfEq> by_fqn;
-    absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn;
-    absl::flat_hash_set<const std::string_view*, internal::NameOfHash, internal::NameOfEq>
-        by_key;
-  };
   const Indexes& indexes() const;
-  std::unique_ptr<Indexes> indexes_ = std::make_unique<Indexes>();
-  LoadTimings timings_;
-  LoadStats stats_;
 };
 
 // Loads a bundle opened with WeightBundle::Open (a bundle that holds errors

@@ -1,5 +1,6 @@
 #include "ptd/cuda_device.h"
 
+#include <cuda.h>  // Driver API types only: libcuda is reached through the runtime.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -29,9 +30,45 @@ static_assert(sizeof(size_t) == sizeof(uint64_t), "64-bit hosts only");
 
 namespace {
 
-// Makes `device` current on this thread for a scope and restores the
-// caller's device after, so calling into a CudaDevice never changes the
-// caller's CUDA state.
+// cuDevicePrimaryCtxGetState, from the driver through the runtime
+// (cudaGetDriverEntryPointByVersion), so that ptd::cuda needs no link
+// against libcuda; null when the driver does not have it. Resolved once.
+using PrimaryCtxGetStateFn = CUresult (*)(CUdevice dev, unsigned int* flags, int* active);
+
+PrimaryCtxGetStateFn PrimaryCtxGetState() {
+  static const PrimaryCtxGetStateFn fn = []() -> PrimaryCtxGetStateFn {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t error = cudaGetDriverEntryPointByVersion(
+        "cuDevicePrimaryCtxGetState", &p, 12000, cudaEnableDefault, &found);
+    if (error != cudaSuccess) (void)cudaGetLastError();
+    if (error != cudaSuccess || found != cudaDriverEntryPointSuccess || p == nullptr) {
+      return nullptr;
+    }
+    return reinterpret_cast<PrimaryCtxGetStateFn>(p);
+  }();
+  return fn;
+}
+
+// Whether cuda:`device`'s primary context is initialized (so that making it
+// current costs nothing). False when that cannot be told. The device
+// ordinal is the driver's CUdevice, as PyTorch assumes too.
+bool PrimaryContextActive(int device) {
+  const PrimaryCtxGetStateFn get_state = PrimaryCtxGetState();
+  if (get_state == nullptr) return false;
+  unsigned int flags = 0;
+  int active = 0;
+  return get_state(static_cast<CUdevice>(device), &flags, &active) == CUDA_SUCCESS &&
+         active != 0;
+}
+
+// Makes `device` current on this thread for a scope and, after, makes the
+// caller's device current again when its primary context is active (as
+// PyTorch's MaybeExchangeDevice). cudaGetDevice says 0 on a thread that
+// never chose a device, and cudaSetDevice(0) would then create cuda:0's
+// primary context (hundreds of MB) for work on cuda:1: such a thread is
+// left on `device` instead. So is every thread when the driver cannot say
+// whether a context is active.
 class DeviceScope {
  public:
   explicit DeviceScope(int device) : device_(device) {
@@ -42,9 +79,10 @@ class DeviceScope {
     if (previous_ != device_) status_ = cudaSetDevice(device_);
   }
   ~DeviceScope() {
-    if (previous_ >= 0 && previous_ != device_ && status_ == cudaSuccess) {
-      (void)cudaSetDevice(previous_);
-    }
+    if (previous_ < 0 || previous_ == device_ || status_ != cudaSuccess) return;
+    if (!PrimaryContextActive(previous_)) return;
+    // A failure must not surface later, from an unrelated launch check.
+    if (cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
@@ -110,21 +148,32 @@ struct CudaDevice::Impl {
   std::vector<cudaEvent_t> free_events;                 // Guarded by mu.
   std::unordered_map<uint64_t, PendingCopy> pending;    // Guarded by mu.
   uint64_t next_ticket = 1;                             // Guarded by mu.
+  // A freed staging block and one event per copy stream, recorded when it
+  // was freed: copies from it issued before may still be in flight, and the
+  // block is handed out again only once every event completed.
+  struct CachedStaging {
+    void* p = nullptr;
+    std::vector<cudaEvent_t> events;
+  };
   // Freed staging blocks by size: any block at least as large as a request
   // serves it (the smallest such). Guarded by mu.
-  std::multimap<size_t, void*> staging_cache;
+  std::multimap<size_t, CachedStaging> staging_cache;
   uint64_t staging_cache_bytes = 0;                     // Guarded by mu.
+  uint64_t memcpy_calls = 0;                            // Guarded by mu.
 
   ~Impl() {
     DeviceScope scope(index);
     for (cudaStream_t s : copy_streams) (void)cudaStreamSynchronize(s);
     if (work_stream != nullptr) (void)cudaStreamSynchronize(work_stream);
+    for (auto& [size, block] : staging_cache) {
+      for (cudaEvent_t e : block.events) (void)cudaEventDestroy(e);
+      (void)cudaFreeHost(block.p);
+    }
     for (auto& [id, copy] : pending) (void)cudaEventDestroy(copy.event);
     for (cudaEvent_t e : free_events) (void)cudaEventDestroy(e);
     for (cudaEvent_t e : stream_markers) (void)cudaEventDestroy(e);
     for (cudaStream_t s : copy_streams) (void)cudaStreamDestroy(s);
     if (work_stream != nullptr) (void)cudaStreamDestroy(work_stream);
-    for (auto& [size, p] : staging_cache) (void)cudaFreeHost(p);
     (void)cudaGetLastError();
   }
 
@@ -166,20 +215,139 @@ struct CudaDevice::Impl {
     stats.live_bytes -= nbytes;
   }
 
-  // Takes back a staging block of `block_bytes`: into the cache, or freed
-  // beyond its bound.
+  // Takes back a staging block of `block_bytes`: into the cache, behind an
+  // event on every copy stream (copies from it may still be in flight), or
+  // freed beyond the cache's bound or when an event cannot be recorded
+  // (cudaFreeHost waits for the copies). The work stream never reads
+  // staging after a call returns (CopyToHost and Materialize synchronize).
   void ReleaseStaging(void* p, size_t block_bytes) {
+    bool cache = false;
     {
       std::lock_guard<std::mutex> lock(mu);
       stats.live_staging_bytes -= block_bytes;
+      cache = staging_cache_bytes + block_bytes <= options.staging_cache_bytes;
+    }
+    DeviceScope scope(index);
+    CachedStaging block{p, {}};
+    if (cache && scope.status().ok()) {
+      block.events.reserve(copy_streams.size());
+      for (cudaStream_t stream : copy_streams) {
+        absl::StatusOr<cudaEvent_t> event = AcquireEvent();
+        if (!event.ok()) {
+          cache = false;
+          break;
+        }
+        block.events.push_back(*event);
+        if (cudaEventRecord(*event, stream) != cudaSuccess) {
+          (void)cudaGetLastError();
+          cache = false;
+          break;
+        }
+      }
+    } else {
+      cache = false;
+    }
+    if (cache) {
+      std::lock_guard<std::mutex> lock(mu);
+      // Checked again: another block may have taken the room meanwhile.
       if (staging_cache_bytes + block_bytes <= options.staging_cache_bytes) {
-        staging_cache.emplace(block_bytes, p);
+        staging_cache.emplace(block_bytes, std::move(block));
         staging_cache_bytes += block_bytes;
         return;
       }
     }
-    DeviceScope scope(index);
     if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+    std::lock_guard<std::mutex> lock(mu);
+    for (cudaEvent_t e : block.events) free_events.push_back(e);
+  }
+
+  // Waits for the copies a cached block's events cover, then returns the
+  // events to the pool.
+  absl::Status AwaitStaging(std::vector<cudaEvent_t>& events) {
+    cudaError_t error = cudaSuccess;
+    for (cudaEvent_t e : events) {
+      const cudaError_t e_error = cudaEventSynchronize(e);
+      if (error == cudaSuccess) error = e_error;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      free_events.insert(free_events.end(), events.begin(), events.end());
+    }
+    events.clear();
+    if (error != cudaSuccess) return internal::CudaStatus(error, "cudaEventSynchronize", index);
+    return absl::OkStatus();
+  }
+
+  // OK when [p, p + 1) is device memory of this device (cudaMalloc'ed on
+  // it); InvalidArgument naming `what` otherwise, host memory included (a
+  // kernel that reads host memory kills the context).
+  absl::Status CheckDeviceMemory(const void* p, const char* call, const char* what) {
+    cudaPointerAttributes attributes;
+    std::memset(&attributes, 0, sizeof(attributes));
+    const cudaError_t error = cudaPointerGetAttributes(&attributes, p);
+    if (error != cudaSuccess) {
+      // Older CUDA fails on a pointer it does not know (plain host memory).
+      (void)cudaGetLastError();
+    } else if (attributes.type == cudaMemoryTypeDevice && attributes.device == index) {
+      return absl::OkStatus();
+    }
+    std::string is;
+    if (error != cudaSuccess) {
+      is = absl::StrCat("unknown to CUDA (cudaPointerGetAttributes: ", cudaGetErrorName(error),
+                        ")");
+    } else {
+      switch (attributes.type) {
+        case cudaMemoryTypeDevice:
+          is = absl::StrCat("device memory of cuda:", attributes.device);
+          break;
+        case cudaMemoryTypeHost:
+          is = "pinned host memory";
+          break;
+        case cudaMemoryTypeManaged:
+          is = "managed memory";
+          break;
+        default:
+          is = "host memory";
+          break;
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(call, " on cuda:", index, ": ", what, " at 0x",
+                                                   absl::Hex(reinterpret_cast<uintptr_t>(p)),
+                                                   " is not device memory of cuda:", index,
+                                                   " (it is ", is, ")"));
+  }
+
+  // The dense copy of `view` over `storage` into `out` (REQUIRES: both
+  // checked, this device current, the plan's extent not empty). Returns
+  // when done.
+  absl::Status Materialize(const MaterializePlan& plan, const void* storage,
+                           const ViewSpec& view, void* out) {
+    PTD_RETURN_IF_ERROR(OrderAfterCopies());
+    cudaStream_t stream = work_stream;
+    const void* first = static_cast<const uint8_t*>(storage) + plan.extent.first_byte;
+    const internal::CollapsedView c = internal::CollapseView(view.sizes, view.strides);
+    const uint32_t word = WordSize(view.element_size, first);
+    const uint32_t words_per_element = view.element_size / word;
+    if (c.rank == 0 || (c.rank == 1 && c.strides[0] == 1)) {
+      // The view is the bytes [first_byte, first_byte + output_nbytes).
+      PTD_CUDA_RETURN_IF_ERROR(index, cudaMemcpyAsync, out, first,
+                               static_cast<size_t>(plan.output_nbytes),
+                               cudaMemcpyDeviceToDevice, stream);
+    } else if (c.rank == 2 && c.strides[0] == 1 && words_per_element == 1) {
+      // A transposed matrix: rows x cols with strides (1, ld).
+      PTD_CUDA_RETURN_IF_ERROR(index, internal::LaunchTranspose, first, out, c.sizes[0],
+                               c.sizes[1], c.strides[1], word, stream);
+    } else {
+      internal::GatherGeometry geometry;
+      geometry.rank = c.rank;
+      geometry.words_per_element = static_cast<int32_t>(words_per_element);
+      std::copy(c.sizes, c.sizes + c.rank, geometry.sizes);
+      std::copy(c.strides, c.strides + c.rank, geometry.strides);
+      PTD_CUDA_RETURN_IF_ERROR(index, internal::LaunchGather, first, out, plan.extent.numel,
+                               word, geometry, stream);
+    }
+    PTD_CUDA_RETURN_IF_ERROR(index, cudaStreamSynchronize, stream);
+    return absl::OkStatus();
   }
 
   // Returns a finished copy's event to the pool. REQUIRES: mu held.
@@ -358,23 +526,35 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
 }
 
 absl::StatusOr<HostBuffer> CudaDevice::AllocateStaging(size_t nbytes) {
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
   void* p = nullptr;
   size_t block_bytes = 0;
+  std::vector<cudaEvent_t> events;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->staging_cache.lower_bound(nbytes);  // The smallest large enough.
     if (it != impl_->staging_cache.end()) {
       block_bytes = it->first;
-      p = it->second;
+      p = it->second.p;
+      events = std::move(it->second.events);
       impl_->staging_cache.erase(it);
       impl_->staging_cache_bytes -= block_bytes;
-      impl_->stats.live_staging_bytes += block_bytes;
     }
   }
-  if (p == nullptr) {
+  if (p != nullptr) {
+    // Copies from the block, issued before it was freed, may still run:
+    // the caller would overwrite their source.
+    absl::Status waited = impl_->AwaitStaging(events);
+    if (!waited.ok()) {
+      if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+      return absl::Status(waited.code(),
+                          absl::StrCat(waited.message(), " (copies from a cached staging block)"));
+    }
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stats.live_staging_bytes += block_bytes;
+  } else {
     block_bytes = StagingClass(nbytes);
-    DeviceScope scope(impl_->index);
-    PTD_RETURN_IF_ERROR(scope.status());
     const cudaError_t error = cudaHostAlloc(&p, block_bytes, cudaHostAllocDefault);
     if (error != cudaSuccess) {
       absl::Status status = internal::CudaStatus(error, "cudaHostAlloc", impl_->index);
@@ -419,13 +599,36 @@ absl::StatusOr<std::vector<CopyTicket>> CudaDevice::CopyManyToDeviceAsync(
     impl_->free_events.push_back(event);
     return internal::CudaStatus(error, call, impl_->index);
   };
-  uint64_t bytes = 0;
+  // Requests that follow each other in both source and destination (the
+  // pieces of a packed read into one arena) go as one cudaMemcpyAsync: a
+  // copy costs microseconds, whatever its size.
+  uint64_t bytes = 0, calls = 0;
+  const uint8_t* run_src = nullptr;
+  uint8_t* run_dst = nullptr;
+  size_t run_bytes = 0;
+  const auto issue_run = [&]() -> cudaError_t {
+    if (run_bytes == 0) return cudaSuccess;
+    ++calls;
+    return cudaMemcpyAsync(run_dst, run_src, run_bytes, cudaMemcpyHostToDevice, stream);
+  };
   for (const CopyRequest& r : requests) {
     if (r.nbytes == 0) continue;
-    const cudaError_t error =
-        cudaMemcpyAsync(r.dst, r.src, r.nbytes, cudaMemcpyHostToDevice, stream);
-    if (error != cudaSuccess) return fail(error, "cudaMemcpyAsync");
+    const auto* src = static_cast<const uint8_t*>(r.src);
+    auto* dst = static_cast<uint8_t*>(r.dst);
     bytes += r.nbytes;
+    if (run_bytes != 0 && src == run_src + run_bytes && dst == run_dst + run_bytes &&
+        r.nbytes <= std::numeric_limits<size_t>::max() - run_bytes) {
+      run_bytes += r.nbytes;
+      continue;
+    }
+    const cudaError_t error = issue_run();
+    if (error != cudaSuccess) return fail(error, "cudaMemcpyAsync");
+    run_src = src;
+    run_dst = dst;
+    run_bytes = r.nbytes;
+  }
+  if (const cudaError_t error = issue_run(); error != cudaSuccess) {
+    return fail(error, "cudaMemcpyAsync");
   }
   // One event after the batch's last copy: one ticket, one wait.
   const cudaError_t error = cudaEventRecord(event, stream);
@@ -433,8 +636,9 @@ absl::StatusOr<std::vector<CopyTicket>> CudaDevice::CopyManyToDeviceAsync(
   std::lock_guard<std::mutex> lock(impl_->mu);
   const uint64_t id = impl_->next_ticket++;
   impl_->pending.emplace(id, Impl::PendingCopy{event, stream_index, 0, false});
-  impl_->stats.copies += requests.size();
+  impl_->stats.copies += requests.size();  // Requests, as Device's default counts them.
   impl_->stats.copied_bytes += bytes;
+  impl_->memcpy_calls += calls;
   tickets.push_back(CopyTicket{id, stream_index});
   return tickets;
 }
@@ -521,52 +725,57 @@ uint64_t CudaDevice::staging_cache_bytes() const {
 }
 
 void CudaDevice::TrimStagingCache() {
-  std::multimap<size_t, void*> cache;
+  std::multimap<size_t, Impl::CachedStaging> cache;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     cache.swap(impl_->staging_cache);
     impl_->staging_cache_bytes = 0;
   }
   DeviceScope scope(impl_->index);
-  for (auto& [size, p] : cache) {
-    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+  std::vector<cudaEvent_t> events;
+  for (auto& [size, block] : cache) {
+    // cudaFreeHost waits for copies from the block.
+    if (cudaFreeHost(block.p) != cudaSuccess) (void)cudaGetLastError();
+    events.insert(events.end(), block.events.begin(), block.events.end());
   }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->free_events.insert(impl_->free_events.end(), events.begin(), events.end());
+}
+
+uint64_t CudaDevice::memcpy_calls() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->memcpy_calls;
 }
 
 absl::StatusOr<DeviceBuffer> CudaDevice::Materialize(const DeviceBuffer& storage,
                                                      const ViewSpec& view) {
   PTD_ASSIGN_OR_RETURN(const MaterializePlan plan, PlanMaterialize(view, storage.size()));
-  PTD_ASSIGN_OR_RETURN(DeviceBuffer out, Allocate(static_cast<size_t>(plan.output_nbytes)));
-  if (plan.extent.empty()) return out;
+  if (plan.extent.empty()) return Allocate(static_cast<size_t>(plan.output_nbytes));
   DeviceScope scope(impl_->index);
   PTD_RETURN_IF_ERROR(scope.status());
-  PTD_RETURN_IF_ERROR(impl_->OrderAfterCopies());
-  const int device = impl_->index;
-  cudaStream_t stream = impl_->work_stream;
-  const void* first = static_cast<const uint8_t*>(storage.data()) + plan.extent.first_byte;
-  const internal::CollapsedView c = internal::CollapseView(view.sizes, view.strides);
-  const uint32_t word = WordSize(view.element_size, first);
-  const uint32_t words_per_element = view.element_size / word;
-  if (c.rank == 0 || (c.rank == 1 && c.strides[0] == 1)) {
-    // The view is the bytes [first_byte, first_byte + output_nbytes).
-    PTD_CUDA_RETURN_IF_ERROR(device, cudaMemcpyAsync, out.data(), first,
-                             static_cast<size_t>(plan.output_nbytes), cudaMemcpyDeviceToDevice,
-                             stream);
-  } else if (c.rank == 2 && c.strides[0] == 1 && words_per_element == 1) {
-    // A transposed matrix: rows x cols with strides (1, ld).
-    PTD_CUDA_RETURN_IF_ERROR(device, internal::LaunchTranspose, first, out.data(), c.sizes[0],
-                             c.sizes[1], c.strides[1], word, stream);
-  } else {
-    internal::GatherGeometry geometry;
-    geometry.rank = c.rank;
-    geometry.words_per_element = static_cast<int32_t>(words_per_element);
-    std::copy(c.sizes, c.sizes + c.rank, geometry.sizes);
-    std::copy(c.strides, c.strides + c.rank, geometry.strides);
-    PTD_CUDA_RETURN_IF_ERROR(device, internal::LaunchGather, first, out.data(),
-                             plan.extent.numel, word, geometry, stream);
-  }
-  PTD_CUDA_RETURN_IF_ERROR(device, cudaStreamSynchronize, stream);
+  // Before allocating: a refused storage allocates nothing.
+  PTD_RETURN_IF_ERROR(impl_->CheckDeviceMemory(storage.data(), "Materialize", "the storage"));
+  PTD_ASSIGN_OR_RETURN(DeviceBuffer out, Allocate(static_cast<size_t>(plan.output_nbytes)));
+  PTD_RETURN_IF_ERROR(impl_->Materialize(plan, storage.data(), view, out.data()));
   return out;
+}
+
+absl::Status CudaDevice::MaterializeInto(const DeviceBuffer& storage, const ViewSpec& view,
+                                         const DeviceBuffer& out) {
+  PTD_ASSIGN_OR_RETURN(const MaterializePlan plan, PlanMaterialize(view, storage.size()));
+  if (out.size() < plan.output_nbytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MaterializeInto on cuda:", impl_->index, ": the output buffer holds ", out.size(),
+        " bytes, the view needs ", plan.output_nbytes));
+  }
+  if (plan.extent.empty()) return absl::OkStatus();  // Nothing is read or written.
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  PTD_RETURN_IF_ERROR(
+      impl_->CheckDeviceMemory(storage.data(), "MaterializeInto", "the storage"));
+  PTD_RETURN_IF_ERROR(
+      impl_->CheckDeviceMemory(out.data(), "MaterializeInto", "the output buffer"));
+  return impl_->Materialize(plan, storage.data(), view, out.data());
 }
 
 }  // namespace ptd

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/cuda/internal/kernel_launch.h"
+
 namespace ptd::internal {
 namespace {
 
@@ -86,7 +88,10 @@ cudaError_t Gather(const void* src, void* dst, uint64_t numel, const GatherGeome
                    cudaStream_t stream) {
   const uint64_t blocks =
       std::min<uint64_t>((numel + kGatherThreads - 1) / kGatherThreads, kMaxGatherBlocks);
-  GatherKernel<W><<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(
+  // A launch sets the last error only when it fails: clear what an earlier,
+  // ignored failure left there, so the check below reports this launch.
+  (void)cudaGetLastError();
+  PTD_LAUNCH(GatherKernel<W>, static_cast<unsigned>(blocks), kGatherThreads, 0, stream)(
       static_cast<const W*>(src), static_cast<W*>(dst), numel, geometry);
   return cudaGetLastError();
 }
@@ -96,7 +101,8 @@ cudaError_t Transpose(const void* src, void* dst, int64_t rows, int64_t cols, in
                       cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(std::min((cols + kTile - 1) / kTile, kMaxGridX)),
                   static_cast<unsigned>(std::min((rows + kTile - 1) / kTile, kMaxGridY)));
-  TransposeKernel<W><<<grid, dim3(kTile, kTileRows), 0, stream>>>(
+  (void)cudaGetLastError();  // As in Gather: the check below is this launch's.
+  PTD_LAUNCH(TransposeKernel<W>, grid, dim3(kTile, kTileRows), 0, stream)(
       static_cast<const W*>(src), static_cast<W*>(dst), rows, cols, ld);
   return cudaGetLastError();
 }

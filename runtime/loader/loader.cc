@@ -444,6 +444,17 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   for (int g = 0; g < 2; ++g) {
     if (which[g].empty()) continue;
     Device& dev = g == 0 ? *device : *out.host_device_;
+    // Buffers in file order (the unlocated after, as planned): the pieces of
+    // a packed read (PlanReads, in file order) then lie back to back in the
+    // arena as in the file, so that a host device reads straight into them
+    // and a GPU copies a staging slot with one cudaMemcpyAsync, whatever
+    // the order in which the manifest names the storages.
+    std::stable_sort(which[g].begin(), which[g].end(), [&](uint32_t a, uint32_t b) {
+      const auto& la = jobs[a].location;
+      const auto& lb = jobs[b].location;
+      if (!la || !lb) return la.has_value() && !lb.has_value();
+      return la->offset < lb->offset;
+    });
     std::vector<size_t> sizes;
     sizes.reserve(which[g].size());
     for (uint32_t s : which[g]) sizes.push_back(static_cast<size_t>(jobs[s].nbytes));

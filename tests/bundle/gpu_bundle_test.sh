@@ -12,10 +12,20 @@
 #   - the checker (check.py) on the host device agrees with cases.json and
 #     fails on a tampered one; run.sh's pipeline on the host device
 #     (PTD_CHECK_DEVICE=host) counts the skipped GPU tests as a failure;
+#   - run.sh with a fake driver (an nvidia-smi on PATH, a ptd-load that fails
+#     the probe as the CUDA runtime does): a driver too old for CUDA 13 is
+#     exit 4 and the one line "driver too old: driver X (CUDA Y) ...", no
+#     driver at all stays exit 3, and the summaries carry the driver and CUDA
+#     versions (or that nvidia-smi failed);
+#   - run.sh's time budget: with a tiny PTD_CHECK_BUDGET_S the GPU tests,
+#     the digests and the benchmarks are recorded as not run (a failure);
+#     with a small one the digests run under a timeout below their 90 s;
 #   - run.sh under env -i: without a GPU, exit 3 and the one line
-#     "no CUDA device: ..." (with OUT set and without), never a loader error.
+#     "no CUDA device: ..." (with OUT set and without), never a loader error,
+#     and a summary that says what it found of the driver.
 # Exit 77 (skipped) when no GPU-free run is possible: this machine has a GPU
-# (run.sh --probe finds one) after the static checks passed.
+# (run.sh --probe finds one) or a driver too old for the bundle (exit 4),
+# after the other checks passed.
 #
 # Usage: gpu_bundle_test.sh SOURCE_ROOT WORK_DIR [CMAKE_ARG...]
 #   The bundle's build goes to WORK_DIR/build (kept: later runs rebuild
@@ -146,6 +156,71 @@ fi
 # ---- is there a GPU here? ----
 r=$(env -i "$b/run.sh" --probe 2>&1); probe_rc=$?
 (( probe_rc == 0 )) && echo "note: run.sh --probe found a GPU: $(tail -1 <<<"$r")"
+(( probe_rc == 4 )) && echo "note: run.sh --probe: $r"
+
+# ---- run.sh with a fake driver ----
+# A bundle of run.sh and check.py whose bin/ptd-load fails the probe with the
+# message the static CUDA runtime leads to, and an nvidia-smi first on PATH
+# that reports a driver: what a GPU machine with such a driver shows.
+fake=$copy/fake
+mkdir -p "$fake/b/bin" "$fake/b/data/conformance/files" "$fake/smi"
+cp "$b/run.sh" "$b/check.py" "$b/BUNDLE.txt" "$fake/b/"
+for bin in ptd_cuda_tests ptd_cuda_bench; do printf '#!/bin/sh\nexit 0\n' >"$fake/b/bin/$bin"; done
+fake_load() {  # MESSAGE: ptd-load starts, and fails the probe with "ptd-load: MESSAGE"
+  printf '#!/bin/sh\n[ "$1" = --version ] && { echo "ptd-load (fake)"; exit 0; }\necho "ptd-load: %s" >&2\nexit 2\n' \
+    "$1" >"$fake/b/bin/ptd-load"
+  chmod 755 "$fake/b/bin"/*
+}
+fake_smi() {  # DRIVER CUDA: nvidia-smi reports them; DRIVER "fail": it fails as without a driver
+  if [[ $1 == fail ]]; then
+    printf '#!/bin/sh\necho "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."\nexit 9\n' \
+      >"$fake/smi/nvidia-smi"
+  else
+    printf '#!/bin/sh\ncase "$*" in\n  *--query-gpu=driver_version*) echo "%s"; exit 0 ;;\n  *--query-gpu*) echo "name, driver_version"; echo "NVIDIA H100 80GB HBM3, %s"; exit 0 ;;\nesac\necho "| NVIDIA-SMI %s              Driver Version: %s      CUDA Version: %s     |"\n' \
+      "$1" "$1" "$1" "$1" "$2" >"$fake/smi/nvidia-smi"
+  fi
+  chmod 755 "$fake/smi/nvidia-smi"
+}
+fake_run() {  # NAME [ARG]: the fake bundle's run.sh under env -i; sets r, rc and where (its OUT)
+  where=$fake/$1
+  r=$(env -i PATH="$fake/smi:/usr/local/bin:/usr/bin:/bin" OUT="$where" "$fake/b/run.sh" ${2:+"$2"} 2>&1); rc=$?
+}
+fake_load "no CUDA device: cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver)"
+fake_smi 535.104.05 12.2
+fake_run old
+if (( rc == 4 )) && [[ $(wc -l <<<"$r") == 1 && $r == "driver too old: driver 535.104.05 (CUDA 12.2) cannot run this bundle's CUDA 13 runtime"*">= 580"* ]]; then
+  ok "run.sh, a driver too old: exit 4, '$r'"
+else
+  fail "run.sh with a CUDA 12.2 driver: exit $rc (want 4 and one line 'driver too old: driver 535.104.05 (CUDA 12.2) ...'): $r"
+fi
+if grep -q '"result": "driver_too_old"' "$where/summary.json" 2>/dev/null &&
+   grep -q '"driver_version": "535.104.05", "cuda_version": "12.2", "nvidia_smi": "ok"' "$where/summary.json" &&
+   grep -q '^- driver 535.104.05 (CUDA 12.2)$' "$where/summary.md" && grep -q 'CUDA Version: 12.2' "$where/logs/nvidia-smi.txt"; then
+  ok "run.sh, a driver too old: summary.json, summary.md and logs/ carry driver 535.104.05 and CUDA 12.2"
+else
+  fail "run.sh with a CUDA 12.2 driver: the summary lacks the driver: $(cat "$where/summary.json" "$where/summary.md" 2>&1)"
+fi
+fake_run old-probe --probe
+(( rc == 4 )) && [[ $r == "driver too old: "* ]] && ok "run.sh --probe, a driver too old: exit 4" ||
+  fail "run.sh --probe with a CUDA 12.2 driver: exit $rc (want 4): $r"
+# A CUDA 13 driver whose libcuda.so.1 the runtime still rejects: exit 4 too, saying so.
+fake_smi 580.65.06 13.0
+fake_run new
+(( rc == 4 )) && [[ $r == "driver too old: "*"libcuda.so.1 although this is driver 580.65.06 (CUDA 13.0)"* ]] &&
+  ok "run.sh, cudaErrorInsufficientDriver under driver 580.65.06: exit 4, an older libcuda.so.1 suspected" ||
+  fail "run.sh, cudaErrorInsufficientDriver under driver 580.65.06: exit $rc: $r"
+# No driver at all (no libcuda.so.1, no /dev/nvidiactl) stays "no CUDA device", exit 3.
+fake_load "no CUDA device: no NVIDIA driver found (libcuda.so.1 cannot be loaded and /dev/nvidiactl does not exist)"
+fake_smi fail
+fake_run none
+if (( rc == 3 )) && [[ $(wc -l <<<"$r") == 1 && $r == "no CUDA device: no NVIDIA driver found"* ]] &&
+   grep -q '"nvidia_smi": "failed (exit 9): NVIDIA-SMI has failed' "$where/summary.json" 2>/dev/null &&
+   grep -q '^- driver .*(CUDA unknown; nvidia-smi failed (exit 9)' "$where/summary.md"; then
+  ok "run.sh, no driver and nvidia-smi failing: exit 3, the summary says nvidia-smi failed"
+else
+  fail "run.sh, no driver and nvidia-smi failing: exit $rc (want 3): $r: $(cat "$where/summary.json" 2>&1)"
+fi
+rm -rf "$fake"
 
 # ---- the checker ----
 if command -v python3 >/dev/null; then
@@ -171,6 +246,27 @@ EOF
     grep -q "FAILED: weight" "$logs/tampered.log" && ok "check.py digests fails on a wrong digest" ||
       fail "check.py digests on a tampered cases.json: $(cat "$logs/tampered.log")"
   fi
+  # The time budget: too little for any step; each recorded as not run, a
+  # failure, and the summary written within the budget.
+  r=$(env -i PTD_CHECK_DEVICE=host PTD_CHECK_BUDGET_S=30 OUT="$copy/budget30" "$b/run.sh" 2>&1); rc=$?
+  if python3 - "$copy/budget30" "$rc" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+assert sys.argv[2] == "1", f"exit {sys.argv[2]}"
+steps = dict(l.split("\t")[:2] for l in open(os.path.join(out, "logs", "steps.tsv")))
+assert all(steps.get(n) == "not_run" for n in ("gpu_tests", "digests", "bench_1g", "bench_4g")), steps
+s = json.load(open(os.path.join(out, "summary.json")))
+c = {x["name"]: x for x in s["checks"]}
+assert s["result"] == "fail" and s["seconds"] <= 30, s
+assert c["gpu_tests"].get("not_run") and not c["gpu_tests"]["ok"], c["gpu_tests"]
+assert c["load_digests"].get("not_run") and not c["load_digests"]["ok"], c["load_digests"]
+assert "driver_version" in s["driver"], s
+EOF
+  then
+    ok "run.sh with PTD_CHECK_BUDGET_S=30: GPU tests, digests and benchmarks not run, a failure (exit 1)"
+  else
+    fail "run.sh with PTD_CHECK_BUDGET_S=30: exit $rc: $r"
+  fi
   # run.sh's whole pipeline on the host device: the digests pass, the skipped
   # GPU tests and the benchmark without a GPU fail it (on a GPU machine
   # nothing skips: run.sh there is the real check).
@@ -191,15 +287,38 @@ EOF
     else
       fail "run.sh with PTD_CHECK_DEVICE=host: exit $rc: $r"
     fi
+    # A small budget: the GPU tests not run (they would leave the rest too
+    # little), the digests under a timeout below their 90 s, and passing.
+    r=$(env -i PTD_CHECK_DEVICE=host PTD_CHECK_BUDGET_S=75 OUT="$copy/budget75" "$b/run.sh" 2>&1); rc=$?
+    if python3 - "$copy/budget75" "$rc" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+assert sys.argv[2] == "1", f"exit {sys.argv[2]}"
+steps = {l.split("\t")[0]: l.rstrip("\n").split("\t")[1:] for l in open(os.path.join(out, "logs", "steps.tsv"))}
+assert steps["gpu_tests"][0] == "not_run", steps
+rc, secs, limit = steps["digests"]
+assert rc == "0" and 15 <= int(limit) <= 75 - 50, steps
+c = {x["name"]: x for x in json.load(open(os.path.join(out, "summary.json")))["checks"]}
+assert c["load_digests"]["ok"], c["load_digests"]
+EOF
+    then
+      ok "run.sh with PTD_CHECK_BUDGET_S=75: digests under a $(grep '^digests' "$copy/budget75/logs/steps.tsv" | cut -f4)s timeout (not 90) and passing, GPU tests not run"
+    else
+      fail "run.sh with PTD_CHECK_BUDGET_S=75: exit $rc: $r: $(cat "$copy/budget75/logs/steps.tsv" 2>&1)"
+    fi
   fi
 else
   echo "note: python3 not found: check.py not tested"
 fi
 
 # ---- run.sh ----
-if (( probe_rc == 0 )); then
+if (( probe_rc == 0 || probe_rc == 4 )); then
   (( failures == 0 )) || { echo "$failures check(s) failed"; exit 1; }
-  echo "SKIP: the no-GPU exit of run.sh (this machine has a GPU; run gpu-bundle/run.sh for the real check)"
+  if (( probe_rc == 0 )); then
+    echo "SKIP: the no-GPU exit of run.sh (this machine has a GPU; run gpu-bundle/run.sh for the real check)"
+  else
+    echo "SKIP: the no-GPU exit of run.sh (this machine's NVIDIA driver is too old for the bundle's CUDA 13 runtime)"
+  fi
   exit 77
 fi
 for mode in beside out; do
@@ -217,6 +336,17 @@ for mode in beside out; do
   grep -qi "error while loading\|cannot open shared" <<<"$r" && fail "run.sh ($mode): a loader error: $r"
   grep -q '"result": "no_device"' "$where/summary.json" 2>/dev/null && [[ -s $where/summary.md ]] &&
     ok "run.sh ($mode): summary.json and summary.md in $where" || fail "run.sh ($mode): no no_device summary in $where"
+  # What it found of the driver before the probe: under env -i's PATH most
+  # likely no nvidia-smi at all.
+  if env -i PATH=/usr/local/bin:/usr/bin:/bin sh -c 'command -v nvidia-smi' >/dev/null; then
+    grep -q '"driver": {"driver_version": ' "$where/summary.json" 2>/dev/null && grep -q '^- driver ' "$where/summary.md" &&
+      ok "run.sh ($mode): the summary has the driver: $(grep '^- driver ' "$where/summary.md")" ||
+      fail "run.sh ($mode): no driver in the summary: $(cat "$where/summary.json" 2>&1)"
+  else
+    grep -q '"nvidia_smi": "not found"' "$where/summary.json" 2>/dev/null && grep -q 'nvidia-smi not found' "$where/summary.md" &&
+      ok "run.sh ($mode): the summary says nvidia-smi was not found" ||
+      fail "run.sh ($mode): the summary does not say nvidia-smi was not found: $(cat "$where/summary.json" 2>&1)"
+  fi
 done
 
 if (( failures )); then

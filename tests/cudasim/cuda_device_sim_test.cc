@@ -1,0 +1,296 @@
+// The CUDA device's defects that only the simulator can show: its devices,
+// counters, paused engines and fault injection (label "cudasim"; built into
+// ptd_cuda_sim_tests only, beside the gpu tests of tests/cuda/).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptd/cuda_device.h"
+#include "ptd/host_device.h"
+#include "ptd/loader.h"
+#include "ptd/view_materialize.h"
+#include "tests/cudasim/cudasim.h"
+#include "tests/testing/loader_testing.h"
+#include "tests/testing/test_util.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::TempDir;
+using ::ptd::testing::TestModel;
+using ::ptd::testing::WriteTestModel;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+// Every storage's digest of a load, in fqn order.
+std::vector<std::string> Digests(const LoadedWeights& w, const TestModel& model) {
+  std::vector<std::string> out;
+  for (const std::string& fqn : model.fqns) {
+    const LoadedWeight* lw = w.Find(fqn);
+    if (lw == nullptr) {
+      out.push_back("missing " + fqn);
+      continue;
+    }
+    auto d = DigestLoadedStorage(w, w.storage(*lw));
+    out.push_back(d.ok() ? *d : std::string(d.status().message()));
+  }
+  return out;
+}
+
+// A simulator of `devices` devices for one test, back to the default after.
+class SimDevices {
+ public:
+  explicit SimDevices(int devices, uint64_t capacity = uint64_t{80} << 30) {
+    cudasim::Config config = cudasim::CurrentConfig();
+    config.devices = devices;
+    config.capacity = capacity;
+    ok_ = cudasim::Configure(config);
+  }
+  ~SimDevices() { (void)cudasim::Configure(cudasim::Config{}); }
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_ = false;
+};
+
+// The defect: the defaulted move-assignment replaced device_ before
+// storages_, so the old device (and the internals its buffers' deleters
+// point at) went first. Under ASan that is a heap-use-after-free.
+TEST(CudaSimTest, MoveAssigningALoadFreesItsStoragesBeforeItsDevice) {
+  TempDir dir;
+  const TestModel model = WriteTestModel(dir.path(), {4096, 70000, 1 << 20});
+  const BundlePaths paths{.ptd = model.ptd, .manifest = model.manifest};
+  std::vector<std::string> want;
+  {
+    auto host = LoadWeights(paths, std::make_shared<HostDevice>());
+    ASSERT_TRUE(host.ok()) << host.status();
+    want = Digests(*host, model);
+  }
+  // Two devices, each held only by its load.
+  auto a = LoadWeights(paths, *OpenCudaDevice(0));
+  auto b = LoadWeights(paths, *OpenCudaDevice(0));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_GT(cudasim::DeviceBytesInUse(0), 0u);
+  *a = *std::move(b);
+  EXPECT_EQ(Digests(*a, model), want);
+  a = absl::InternalError("dropped");
+  b = absl::InternalError("dropped");
+  EXPECT_EQ(cudasim::DeviceBytesInUse(0), 0u) << "every device block was freed";
+}
+
+// The defect: DeviceScope read cudaGetDevice's 0 on a thread that never
+// chose a device and "restored" it, which since CUDA 12 creates a context on
+// cuda:0.
+TEST(CudaSimTest, ALoadOnCuda1NeverTouchesCuda0) {
+  SimDevices sim(2);
+  ASSERT_TRUE(sim.ok());
+  TempDir dir;
+  const TestModel model = WriteTestModel(dir.path(), {4096, 70000, 1 << 20});
+  const BundlePaths paths{.ptd = model.ptd, .manifest = model.manifest};
+  std::thread::id worker_id;
+  std::vector<std::string> got;
+  std::thread worker([&] {
+    worker_id = std::this_thread::get_id();
+    auto gpu = OpenCudaDevice(1);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    auto w = LoadWeights(paths, *gpu);
+    ASSERT_TRUE(w.ok()) << w.status();
+    got = Digests(*w, model);
+    for (const std::string& fqn : model.fqns) {
+      const LoadedWeight* lw = w->Find(fqn);
+      auto dense = (*gpu)->Materialize(w->storage(*lw).buffer, lw->view());
+      ASSERT_TRUE(dense.ok()) << dense.status();
+    }
+  });
+  worker.join();
+  ASSERT_EQ(got.size(), model.fqns.size());
+  EXPECT_EQ(cudasim::DevicesTouchedBy(worker_id), std::set<int>{1});
+  EXPECT_EQ(cudasim::DevicesWithContext(), std::set<int>{1}) << "no context on cuda:0";
+}
+
+// A thread that did choose a device gets it back after work on another.
+TEST(CudaSimTest, TheCallersDeviceIsRestored) {
+  SimDevices sim(2);
+  ASSERT_TRUE(sim.ok());
+  std::thread worker([] {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    auto gpu = OpenCudaDevice(1);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    auto block = (*gpu)->Allocate(4096);
+    ASSERT_TRUE(block.ok()) << block.status();
+    int device = -1;
+    ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+    EXPECT_EQ(device, 0);
+  });
+  worker.join();
+}
+
+// The defect: a failed restore in DeviceScope left its error in the thread's
+// last-error slot, and the next launch check (cudaGetLastError after the
+// launch) reported it as the launch's.
+TEST(CudaSimTest, AnIgnoredFailureIsNotReportedByALaterLaunch) {
+  SimDevices sim(2);
+  ASSERT_TRUE(sim.ok());
+  std::thread worker([] {
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);  // The caller's device, with a context.
+    auto gpu = OpenCudaDevice(0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    // Allocate sets cuda:0 (1st call) and restores cuda:1 (2nd), which fails.
+    cudasim::FailNthCall("cudaSetDevice", 2, cudaErrorInvalidDevice);
+    auto storage = (*gpu)->Allocate(64 * 4);
+    ASSERT_TRUE(storage.ok()) << storage.status();
+    std::vector<uint32_t> values(64);
+    for (uint32_t i = 0; i < 64; ++i) values[i] = i;
+    auto ticket = (*gpu)->CopyToDeviceAsync(storage->data(), values.data(), 64 * 4);
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    ASSERT_TRUE((*gpu)->Wait(*ticket).ok());
+    // Every other element: the gather kernel.
+    const std::vector<int64_t> sizes = {32}, strides = {2};
+    auto out = (*gpu)->Materialize(
+        *storage, {.element_size = 4, .storage_offset = 0, .sizes = sizes, .strides = strides});
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<uint32_t> back(32);
+    ASSERT_TRUE((*gpu)->CopyToHost(back.data(), out->data(), 32 * 4).ok());
+    for (uint32_t i = 0; i < 32; ++i) EXPECT_EQ(back[i], 2 * i);
+  });
+  worker.join();
+}
+
+// The defect: Materialize launched its kernel on whatever pointer it got; a
+// kernel reading host memory kills a real GPU context (here: the process).
+TEST(CudaSimTest, MaterializeOfHostMemoryIsInvalidArgument) {
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  auto host = std::make_shared<HostDevice>()->Allocate(4096);
+  ASSERT_TRUE(host.ok());
+  const std::vector<int64_t> sizes = {32, 32}, strides = {1, 32};
+  const ViewSpec view{.element_size = 4, .storage_offset = 0, .sizes = sizes, .strides = strides};
+  auto out = (*gpu)->Materialize(*host, view);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("cuda:0"));
+  EXPECT_EQ((*gpu)->stats().live_allocations, 0u);
+}
+
+// Materialize into a caller's buffer: no cudaMalloc (nor the device-wide
+// synchronization of a cudaFree) per call.
+TEST(CudaSimTest, MaterializeIntoReusesTheCallersBuffer) {
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  auto storage = (*gpu)->Allocate(64 * 64 * 2);
+  ASSERT_TRUE(storage.ok());
+  auto scratch = (*gpu)->Allocate(64 * 64 * 2);
+  ASSERT_TRUE(scratch.ok());
+  const uint64_t mallocs = cudasim::CallCount("cudaMalloc");
+  const std::vector<int64_t> sizes = {64, 64}, strides = {1, 64};
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE((*gpu)
+                    ->MaterializeInto(*storage,
+                                      {.element_size = 2, .storage_offset = 0, .sizes = sizes,
+                                       .strides = strides},
+                                      *scratch)
+                    .ok());
+  }
+  EXPECT_EQ(cudasim::CallCount("cudaMalloc"), mallocs);
+  // Too small a buffer is refused, before any launch.
+  auto small = (*gpu)->Allocate(16);
+  ASSERT_TRUE(small.ok());
+  const absl::Status st = (*gpu)->MaterializeInto(
+      *storage, {.element_size = 2, .storage_offset = 0, .sizes = sizes, .strides = strides},
+      *small);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+}
+
+// The defect: a staging block went back to the cache, and out again, while
+// a copy from it was still in flight; its next owner overwrote the bytes
+// that copy had yet to read.
+TEST(CudaSimTest, TheStagingCacheWaitsForCopiesFromABlock) {
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  constexpr size_t kBytes = 1 << 20;
+  auto dst = (*gpu)->Allocate(kBytes);
+  ASSERT_TRUE(dst.ok());
+  cudasim::PauseEngines();
+  std::optional<CopyTicket> ticket;
+  {
+    auto staging = (*gpu)->AllocateStaging(kBytes);
+    ASSERT_TRUE(staging.ok());
+    std::memset(staging->data(), 'a', kBytes);
+    auto t = (*gpu)->CopyToDeviceAsync(dst->data(), staging->data(), kBytes);
+    ASSERT_TRUE(t.ok());
+    ticket = *t;
+  }  // Back to the cache, its copy still queued.
+  std::thread resume([] {
+    std::this_thread::sleep_for(100ms);
+    cudasim::ResumeEngines();
+  });
+  auto again = (*gpu)->AllocateStaging(kBytes);
+  ASSERT_TRUE(again.ok());
+  std::memset(again->data(), 'b', kBytes);  // The next owner writes.
+  resume.join();
+  ASSERT_TRUE((*gpu)->Wait(*ticket).ok());
+  std::vector<uint8_t> back(kBytes);
+  ASSERT_TRUE((*gpu)->CopyToHost(back.data(), dst->data(), kBytes).ok());
+  EXPECT_EQ(back.front(), 'a');
+  EXPECT_EQ(back.back(), 'a');
+  EXPECT_EQ(std::count(back.begin(), back.end(), 'a'), static_cast<ptrdiff_t>(kBytes));
+}
+
+// The defect: one cudaMemcpyAsync per packed piece. Pieces contiguous in
+// staging and in device memory go as one copy: about one per staging slot
+// filled (one event record each), not one per storage.
+TEST(CudaSimTest, PackedPiecesAreCoalescedIntoOneCopyPerSlot) {
+  TempDir dir;
+  const TestModel model = WriteTestModel(dir.path(), std::vector<uint64_t>(65536, 1024));
+  const BundlePaths paths{.ptd = model.ptd, .manifest = model.manifest};
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  const uint64_t copies = cudasim::CallCount("cudaMemcpyAsync");
+  const uint64_t records = cudasim::CallCount("cudaEventRecord");
+  auto w = LoadWeights(paths, *gpu);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const uint64_t issued = cudasim::CallCount("cudaMemcpyAsync") - copies;
+  const uint64_t slots = cudasim::CallCount("cudaEventRecord") - records;
+  std::printf("[          ] 65,536 x 1 KiB: %llu copies for %llu slots filled\n",
+              static_cast<unsigned long long>(issued), static_cast<unsigned long long>(slots));
+  EXPECT_LE(issued, slots + 4);
+  EXPECT_LT(slots, 64u);
+  // And the bytes are right.
+  size_t checked = 0;
+  for (size_t i = 0; i < model.fqns.size(); i += 4099) {
+    auto host = LoadWeights(paths, std::make_shared<HostDevice>(),
+                            LoadOptions{.fqns = {model.fqns[i]}});
+    ASSERT_TRUE(host.ok());
+    EXPECT_EQ(*DigestLoadedStorage(*w, w->storage(*w->Find(model.fqns[i]))),
+              *DigestLoadedStorage(*host, host->storage(*host->Find(model.fqns[i]))));
+    ++checked;
+  }
+  EXPECT_GT(checked, 10u);
+}
+
+// Out of memory past the device's capacity is a clean error that leaves
+// nothing allocated.
+TEST(CudaSimTest, ALoadPastTheCapacityFailsCleanly) {
+  SimDevices sim(1, uint64_t{8} << 20);
+  ASSERT_TRUE(sim.ok());
+  TempDir dir;
+  const TestModel model = WriteTestModel(dir.path(), std::vector<uint64_t>(12, 1 << 20));
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  auto w = LoadWeights({.ptd = model.ptd, .manifest = model.manifest}, *gpu);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("out of memory"));
+  EXPECT_EQ((*gpu)->stats().live_allocations, 0u);
+  EXPECT_EQ(cudasim::DeviceBytesInUse(0), 0u);
+}
+
+}  // namespace
+}  // namespace ptd
