@@ -8,6 +8,8 @@
       materialized_sha256 (on cuda), and every key's sha256 for a container
       case, must equal cases.json. (--device host: the same check without a
       GPU, which the bundle's CPU-side test runs.) Writes LOGS/digests.json; exit 0 when all match.
+      --load BIN and --conformance DIR run it outside a bundle: CI runs
+      ptd-load-cudasim so (tests/cudasim/CMakeLists.txt).
   check.py summary --bundle DIR --logs DIR --out DIR --seconds N
       Reads LOGS/steps.tsv, driver.json (the driver and CUDA versions that
       run.sh recorded), gpu_tests.json, digests.json and bench_*.json; writes
@@ -39,10 +41,10 @@ def load_json(path):
 
 
 def run_digests(args):
-    conf = os.path.join(args.bundle, "data", "conformance")
+    conf = args.conformance or os.path.join(args.bundle, "data", "conformance")
     with open(os.path.join(conf, "cases.json")) as f:
         cases = json.load(f)["cases"]
-    load = os.path.join(args.bundle, "bin", "ptd-load")
+    load = args.load or os.path.join(args.bundle, "bin", "ptd-load")
     results = []
     for tc in cases:
         if tc.get("expect") != "ok":
@@ -107,6 +109,7 @@ def run_digests(args):
             if r["checked"] == 0 and not r["problems"]:
                 r["problems"].append("nothing to compare")
     ok = bool(results) and all(not r["problems"] for r in results)
+    os.makedirs(args.logs, exist_ok=True)
     with open(os.path.join(args.logs, "digests.json"), "w") as f:
         json.dump({"ok": ok, "runs": results}, f, indent=1)
     for r in results:
@@ -301,7 +304,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("digests")
-    d.add_argument("--bundle", required=True)
+    d.add_argument("--bundle", default=".")
+    # Outside a bundle (the simulator's CI check, tests/cudasim): the ptd-load
+    # to run and the conformance folder.
+    d.add_argument("--load", help="the ptd-load binary (default BUNDLE/bin/ptd-load)")
+    d.add_argument("--conformance", help="the conformance folder (default BUNDLE/data/conformance)")
     d.add_argument("--logs", required=True)
     d.add_argument("--device", default="cuda", choices=["cuda", "host"])
     s = sub.add_parser("summary")

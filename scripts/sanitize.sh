@@ -2,7 +2,9 @@
 # Builds everything with GCC under AddressSanitizer (LeakSanitizer included
 # on Linux) and UndefinedBehaviorSanitizer into build-asan/, then runs ctest.
 # The fuzz replay tests (label "fuzz") run the seed corpora and saved crash
-# inputs under the same sanitizers.
+# inputs under the same sanitizers. The gpu tests run on the CUDA runtime
+# simulator (label "cudasim"), but those too large for a sanitizer (label
+# "cudasim-large", README).
 #
 # Usage: scripts/sanitize.sh [CTEST_ARG...]   e.g. scripts/sanitize.sh -L fuzz
 # Environment: SANITIZE_BUILD_DIR (default build-asan).
@@ -24,5 +26,6 @@ cmake --build "$build" --parallel "$(nproc)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 rc=0
-ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" -LE package "$@" || rc=$?
+ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" -LE 'package|cudasim-large' "$@" ||
+  rc=$?
 exit "$rc"

@@ -5,21 +5,46 @@
 #      (build-asan/, scripts/sanitize.sh). Skip with PTD_SKIP_SANITIZE=1.
 #   3. the Python module's tests (python/tests, pytest in .venv). Skip with
 #      PTD_SKIP_PYTHON=1.
-#   4. the C++ suite (loader, device, data-map and CLI tests among them)
-#      under ThreadSanitizer (build-tsan/, scripts/tsan.sh), the asynchronous
+#   4. the C++ suite (loader, device, data-map, CLI and simulator tests among
+#      them) under ThreadSanitizer (build-tsan/, scripts/tsan.sh), the asynchronous
 #      test device included. Skip with PTD_SKIP_TSAN=1.
 #   5. the fuzz gate: every libFuzzer target built with clang, ASan + UBSan,
 #      run for FUZZ_SECONDS (default 30) from the checked-in corpus
 #      (build-fuzz/, scripts/fuzz.sh); any finding fails. Skip with
 #      PTD_SKIP_FUZZ=1.
+#
+# Every gpu test runs on the CUDA runtime simulator (label "cudasim") in
+# stages 1, 2 and 4; after each, a line says how many ran there, and a
+# simulator test that skipped fails the stage.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
 
+logs=$(mktemp -d "${TMPDIR:-/tmp}/ptd-test.XXXXXX")
+trap 'rm -rf "$logs"' EXIT
+
+# simulator_summary STAGE LOG: the simulator's tests in a ctest log: how many
+# ran (ctest's label summary), and none skipped.
+simulator_summary() {
+  local ran skipped
+  ran=$(grep -oE '^cudasim +=.*\(([0-9]+) tests?\)' "$2" | grep -oE '[0-9]+ tests?\)' | grep -oE '[0-9]+' || true)
+  skipped=$(grep -cE '^ *[0-9]+ - cudasim\..*\(Skipped\)' "$2" || true)
+  echo "== $1: ${ran:-0} tests ran on the CUDA runtime simulator (label cudasim), ${skipped} skipped"
+  if [[ -z $ran || $ran == 0 ]]; then
+    echo "$1: no test ran on the CUDA runtime simulator (is the CUDA toolkit installed?)"
+    return 1
+  fi
+  if ((skipped > 0)); then
+    echo "$1: a test on the CUDA runtime simulator skipped; there, every gpu test must run"
+    return 1
+  fi
+}
+
 echo "== tests (build/)"
-ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)"
+ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" | tee "$logs/normal.log"
+simulator_summary "tests (build/)" "$logs/normal.log"
 
 if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
   echo "== Python tests (python/tests, .venv)"
@@ -35,12 +60,14 @@ fi
 
 if [[ ${PTD_SKIP_SANITIZE:-0} != 1 ]]; then
   echo "== tests under ASan + LSan + UBSan (build-asan/)"
-  "$root/scripts/sanitize.sh"
+  "$root/scripts/sanitize.sh" | tee "$logs/asan.log"
+  simulator_summary "ASan + UBSan" "$logs/asan.log"
 fi
 
 if [[ ${PTD_SKIP_TSAN:-0} != 1 ]]; then
-  echo "== loader, device, data-map and CLI tests under TSan (build-tsan/)"
-  "$root/scripts/tsan.sh"
+  echo "== loader, device, data-map, CLI and simulator tests under TSan (build-tsan/)"
+  "$root/scripts/tsan.sh" | tee "$logs/tsan.log"
+  simulator_summary "TSan" "$logs/tsan.log"
 fi
 
 if [[ ${PTD_SKIP_FUZZ:-0} != 1 ]]; then

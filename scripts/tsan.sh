@@ -6,7 +6,8 @@
 # loader over NamedDataMaps). Tests TSan cannot run carry ctest label
 # "no-tsan" and are left out (the SIGBUS death test: TSan intercepts the
 # signal). Only what the stage needs is built: no CUDA, no benchmarks, no
-# examples, no fuzz targets.
+# examples, no fuzz targets. The simulator's tests (label "cudasim") run here
+# too, but those too large for a sanitizer (label "cudasim-large", README).
 #
 # Usage: scripts/tsan.sh [CTEST_ARG...]   e.g. scripts/tsan.sh -R Loader
 # Environment: TSAN_BUILD_DIR (default build-tsan).
@@ -26,9 +27,16 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
 fi
 targets=(ptd_tests ptd-verify ptd-load)
 labels=unit
-if cmake --build "$build" --target help 2>/dev/null | grep -q 'ptd_executorch_tests'; then
+help=$(cmake --build "$build" --target help 2>/dev/null)
+if grep -q 'ptd_executorch_tests' <<<"$help"; then
   targets+=(ptd_executorch_tests)
-  labels='unit|executorch'
+  labels+='|executorch'
+fi
+# The CUDA path on the CUDA runtime simulator (tests/cudasim; it needs the
+# toolkit's headers only): every gpu test, its self-tests, ptd-load-cudasim.
+if grep -q 'ptd_cuda_sim_tests' <<<"$help"; then
+  targets+=(ptd_cuda_sim_tests ptd_cudasim_selftests ptd-load-cudasim)
+  labels+='|cudasim'
 fi
 cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]}"
 
@@ -37,5 +45,5 @@ cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]}"
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 rc=0
 ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" \
-  -L "$labels" -LE no-tsan "$@" || rc=$?
+  -L "$labels" -LE 'no-tsan|cudasim-large' "$@" || rc=$?
 exit "$rc"
