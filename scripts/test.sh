@@ -26,10 +26,12 @@ logs=$(mktemp -d "${TMPDIR:-/tmp}/ptd-test.XXXXXX")
 trap 'rm -rf "$logs"' EXIT
 
 # simulator_summary STAGE LOG: the simulator's tests in a ctest log: how many
-# ran (ctest's label summary), and none skipped.
+# ran (ctest's label summary: labels cudasim and cudasim-*), and none skipped.
 simulator_summary() {
   local ran skipped
-  ran=$(grep -oE '^cudasim +=.*\(([0-9]+) tests?\)' "$2" | grep -oE '[0-9]+ tests?\)' | grep -oE '[0-9]+' || true)
+  # Labels cudasim, cudasim-large, cudasim-no-tsan: one line each.
+  ran=$(grep -E '^cudasim(-[a-z-]+)? +=.*\([0-9]+ tests?\)' "$2" |
+        grep -oE '\([0-9]+ tests?\)' | grep -oE '[0-9]+' | awk '{n += $1} END {print n + 0}')
   skipped=$(grep -cE '^ *[0-9]+ - cudasim\..*\(Skipped\)' "$2" || true)
   echo "== $1: ${ran:-0} tests ran on the CUDA runtime simulator (label cudasim), ${skipped} skipped"
   if [[ -z $ran || $ran == 0 ]]; then
