@@ -229,6 +229,23 @@ bool ParseByteCount(const std::string& text, uint64_t* out) {
   return absl::SimpleAtoi(text, out);  // False past 2^64 - 1.
 }
 
+bool ParseByteSize(const std::string& text, uint64_t* out) {
+  if (text.empty()) return false;
+  int shift = 0;
+  switch (text.back()) {
+    case 'K': case 'k': shift = 10; break;
+    case 'M': case 'm': shift = 20; break;
+    case 'G': case 'g': shift = 30; break;
+    case 'T': case 't': shift = 40; break;
+    default: break;
+  }
+  uint64_t n = 0;
+  if (!ParseByteCount(shift == 0 ? text : text.substr(0, text.size() - 1), &n)) return false;
+  if (n > (~uint64_t{0} >> shift)) return false;
+  *out = n << shift;
+  return true;
+}
+
 std::string NearestOption(const CLI::App& app, const std::string& arg) {
   std::string best;
   size_t best_d = 3;

@@ -95,6 +95,11 @@ int ExitOnParseError(const CLI::App& app, const CLI::ParseError& e);
 // Rejects signs, spaces and values past 2^64 - 1.
 bool ParseByteCount(const std::string& text, uint64_t* out);
 
+// Parses `--device-budget`-style sizes: a decimal integer with an optional
+// binary suffix K, M, G or T (either case; 1K = 1024), "48M" or "1073741824".
+// Rejects signs, spaces, fractions, other suffixes and values past 2^64 - 1.
+bool ParseByteSize(const std::string& text, uint64_t* out);
+
 // The nearest option name (e.g. "--manifest") within edit distance 2 of
 // `arg`, or "" when none is that close.
 std::string NearestOption(const CLI::App& app, const std::string& arg);

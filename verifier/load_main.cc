@@ -5,7 +5,11 @@
 // the right bytes reached the right place; on a CUDA device each weight is
 // also materialized on the GPU (CudaDevice::MaterializeInto, into one
 // scratch buffer reused from weight to weight) and the dense copy's sha256,
-// read back, must equal the gathered one.
+// read back, must equal the gathered one. --device-budget BYTES and
+// --host-fqn PATTERN put part of the model in pinned host memory mapped for
+// the GPU (LoadOptions::device_budget_bytes, host_fqns); the report and the
+// JSON ("load": {"placement": ...}, each weight's "residency") say where
+// each storage went.
 //
 // Exit codes: 0 loaded, 1 a rule is broken (nothing was allocated), 2 usage
 // error, unreadable input, or a load that failed (device, I/O).
@@ -191,6 +195,30 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->type_name("MODE")
       ->capture_default_str();
+  std::string device_budget_text;
+  auto* budget_opt =
+      app.add_option("--device-budget", device_budget_text,
+                     "device memory the load may take (bytes; K, M, G or T suffix, 1K = 1024): "
+                     "storages go to device memory in manifest order until the next does not "
+                     "fit, the rest to pinned host memory mapped for the GPU, which its kernels "
+                     "read directly; a budget over the device's free memory fails before "
+                     "anything is allocated (a CUDA device only)")
+          ->type_name("BYTES")
+          ->check(CLI::Validator(
+              [](std::string& v) -> std::string {
+                uint64_t n;
+                return ptd::cli::ParseByteSize(v, &n)
+                           ? std::string()
+                           : "a byte count: a decimal integer with an optional K, M, G or T "
+                             "suffix (1K = 1024), e.g. 48M";
+              },
+              ""));
+  std::vector<std::string> host_fqns;
+  app.add_option("--host-fqn", host_fqns,
+                 "put the storages of the weights this fqn pattern matches (fnmatch: * and ?, "
+                 "e.g. 'tok_embeddings.*') in mapped host memory before the budget is counted "
+                 "(repeatable; without a manifest it matches storage keys; a CUDA device only)")
+      ->type_name("PATTERN");
   app.add_flag("--json", json_out, "print one JSON object on stdout");
   bool all_rows = false;
   app.add_flag("--all", all_rows,
@@ -216,7 +244,22 @@ int Main(int argc, char** argv) {
     std::cerr << "ptd-load: note: --sm has no effect without --manifest or --pte\n";
   }
 
+  std::optional<uint64_t> device_budget;
+  if (!budget_opt->empty()) {
+    uint64_t n = 0;
+    (void)ptd::cli::ParseByteSize(device_budget_text, &n);  // Checked when parsed.
+    device_budget = n;
+  }
+  const bool placing = device_budget.has_value() || !host_fqns.empty();
+
   auto device = ptd::OpenDevice(device_spec);
+  if (device.ok() && placing && (*device)->kind() == ptd::DeviceKind::kHost) {
+    // Reported as a device that cannot be opened is (JSON included).
+    device = absl::InvalidArgumentError(absl::StrCat(
+        device_budget ? "--device-budget" : "--host-fqn",
+        " applies to a CUDA device; --device ", device_spec,
+        " loads every weight into host memory already"));
+  }
   if (device.ok() && huge_pages != "auto") {
     // Reported as a device that cannot be opened is (JSON included).
     if ((*device)->kind() != ptd::DeviceKind::kHost) {
@@ -272,7 +315,11 @@ int Main(int argc, char** argv) {
     return outcome.exit_code();
   }
 
-  ptd::LoadOptions lo{.fqns = fqns, .threads = threads, .map_file = map_file};
+  ptd::LoadOptions lo{.fqns = fqns,
+                      .threads = threads,
+                      .map_file = map_file,
+                      .device_budget_bytes = device_budget,
+                      .host_fqns = host_fqns};
   if (!sm_opt->empty()) lo.sm = sm;
   ptd::cli::ProgressBar bar;
   const bool show_progress = ::isatty(STDERR_FILENO) != 0;
@@ -381,6 +428,7 @@ int Main(int argc, char** argv) {
       for (auto& wj : m["weights"]) {
         const ptd::LoadedWeight* lw = w.Find(source, wj["fqn"].get<std::string>());
         wj["loaded"] = lw != nullptr;
+        if (lw != nullptr) wj["residency"] = std::string(ptd::ResidencyName(lw->residency));
         digest_tick();
         if (digest && lw == nullptr && wj.value("runtime_owned", false)) wj["sha256"] = nullptr;
         if (digest && lw != nullptr) {
@@ -395,6 +443,7 @@ int Main(int argc, char** argv) {
     for (auto& nd : j["ptd"]["named_data"]) {
       const ptd::LoadedStorage* s = w.FindStorage(nd["key"].get<std::string>());
       nd["loaded"] = s != nullptr;
+      if (s != nullptr) nd["residency"] = std::string(ptd::ResidencyName(s->residency));
       digest_tick();
       if (digest && s != nullptr) {
         nd["sha256"] = digest_of(ptd::DigestLoadedStorage(w, *s));
@@ -413,6 +462,14 @@ int Main(int argc, char** argv) {
                      {"copies", st.copies},           {"mapped", st.mapped},
                      {"mapped_bytes", st.mapped_bytes}, {"mappings", st.mappings},
                      {"huge_page_bytes", huge_page_bytes}, {"threads", threads}};
+    json placement = json::object();
+    for (ptd::Residency r :
+         {ptd::Residency::kDevice, ptd::Residency::kMappedHost, ptd::Residency::kHost}) {
+      placement[std::string(ptd::ResidencyName(r))] =
+          json{{"bytes", st.placed(r).bytes}, {"storages", st.placed(r).storages}};
+    }
+    j["load"]["placement"] = std::move(placement);
+    j["load"]["device_budget"] = device_budget ? json(*device_budget) : json(nullptr);
     json owned = json::array();
     for (const ptd::RuntimeOwnedWeight& r : w.runtime_owned()) {
       owned.push_back(json{{"fqn", std::string(r.fqn)},
@@ -465,6 +522,25 @@ int Main(int argc, char** argv) {
                               ptd::cli::Plural(st.mappings, "mapping", "mappings"), ")")
                : std::string(),
       "\n");
+  if (placing) {
+    // Only with --device-budget or --host-fqn: the report of a plain load
+    // keeps its lines.
+    absl::StrAppend(&out, "  placed",
+                    device_budget
+                        ? absl::StrCat(" (device budget ",
+                                       ptd::cli::Plural(*device_budget, "byte", "bytes"), ")")
+                        : std::string(),
+                    ": ");
+    const char* sep = "";
+    for (ptd::Residency r :
+         {ptd::Residency::kDevice, ptd::Residency::kMappedHost, ptd::Residency::kHost}) {
+      absl::StrAppend(&out, sep, std::string(ptd::ResidencyName(r)), " ",
+                      ptd::cli::Plural(st.placed(r).storages, "storage", "storages"), ", ",
+                      ptd::cli::Plural(st.placed(r).bytes, "byte", "bytes"));
+      sep = "; ";
+    }
+    absl::StrAppend(&out, "\n");
+  }
   absl::StrAppend(&out, absl::StrFormat(
       "  verify %s, plan %s, %sallocate %s, read %s (copy %s, wait %s), finish %s; total %s, "
       "first weight %s; %.2f GB/s (%.2f GB/s in the read phase)\n",

@@ -104,6 +104,14 @@ class CudaDevice final : public Device {
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override;
   absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(absl::Span<const size_t> sizes) override;
+  // One cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable) block,
+  // carved as AllocateMany carves its arena; cudaHostGetDevicePointer must
+  // give the host address back (unified addressing), else Unimplemented.
+  // Freed (cudaFreeHost) when its last slice goes; never cached.
+  absl::StatusOr<std::vector<DeviceBuffer>> AllocateMappedMany(
+      absl::Span<const size_t> sizes) override;
+  // cudaMemGetInfo; mappable_bytes is MemAvailable from /proc/meminfo.
+  absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
   absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
                                                size_t nbytes) override;
@@ -120,8 +128,10 @@ class CudaDevice final : public Device {
   // transposed matrix, a gather kernel otherwise. Same result, byte for byte,
   // as MaterializeOnHost (ptd/view_materialize.h), and the same checks
   // (PlanMaterialize). An empty view gives an empty buffer.
-  // InvalidArgument when `storage` is not device memory of this device
-  // (host memory, pinned or not, another GPU's memory; checked with
+  // `storage` may be device memory of this device or page-locked host
+  // memory mapped for it (AllocateMappedMany: the kernels read it through
+  // its device pointer, over the bus). InvalidArgument for anything else
+  // (pageable host memory, another GPU's memory; checked with
   // cudaPointerGetAttributes): a kernel reading it would kill the context.
   // Allocates the result (cudaMalloc) and frees it when dropped (cudaFree
   // synchronizes the device): for many views, use MaterializeInto.
@@ -137,8 +147,9 @@ class CudaDevice final : public Device {
   //     PTD_RETURN_IF_ERROR(gpu.MaterializeInto(weights.storage(w).buffer, w.view(), scratch));
   //   }
   //
-  // InvalidArgument when `out` is smaller than that, or when `storage` or
-  // `out` is not device memory of this device (neither is checked for an
+  // InvalidArgument when `out` is smaller than that, when `storage` is
+  // neither device memory of this device nor host memory mapped for it, or
+  // when `out` is not device memory of this device (neither is checked for an
   // empty view, which reads and writes nothing). Returns when the copy is
   // done. REQUIRES: `out` does not overlap the view's bytes.
   absl::Status MaterializeInto(const DeviceBuffer& storage, const ViewSpec& view,

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,31 @@ namespace ptd {
 // Same numbering as the manifest's device_type (0 CPU, 1 CUDA) and as
 // ExecuTorch's etensor::DeviceType.
 enum class DeviceKind : int32_t { kHost = 0, kCuda = 1 };
+
+// Where a loaded storage lives (LoadedStorage::residency,
+// LoadedWeight::residency):
+//   kDevice      the device's own memory (a GPU's cudaMalloc; the host cannot
+//                read it);
+//   kMappedHost  page-locked host memory mapped into the device's address
+//                space (Device::AllocateMappedMany): kernels read it
+//                directly over the bus, and the host reads it too;
+//   kHost        plain host memory (HostDevice; CPU weights on a GPU load):
+//                kernels cannot read it.
+enum class Residency : uint8_t { kDevice = 0, kMappedHost = 1, kHost = 2 };
+
+// "device", "mapped_host" or "host" (ptd-load's JSON and report).
+std::string_view ResidencyName(Residency r);
+
+// What Device::MemoryInfo reports, in bytes.
+struct DeviceMemoryInfo {
+  uint64_t free_bytes = 0;   // Device memory free now (cudaMemGetInfo).
+  uint64_t total_bytes = 0;
+  // The most host memory that AllocateMappedMany may pin, and where the
+  // bound comes from ("MemAvailable in /proc/meminfo"); nullopt when the
+  // device cannot tell.
+  std::optional<uint64_t> mappable_bytes;
+  std::string mappable_source;
+};
 
 // Alignment of every device allocation: cudaMalloc's, and more than any
 // element type needs.
@@ -99,6 +125,8 @@ struct DeviceStats {
   uint64_t live_bytes = 0;
   uint64_t staging_allocations = 0;  // Staging blocks allocated (cudaHostAlloc calls).
   uint64_t live_staging_bytes = 0;
+  uint64_t mapped_allocations = 0;   // AllocateMappedMany blocks (cudaHostAlloc calls).
+  uint64_t live_mapped_bytes = 0;    // Of those, bytes not yet freed.
   uint64_t copies = 0;               // Host-to-device copies issued.
   uint64_t copied_bytes = 0;
   // Host: bytes of the blocks mapped for AllocateMany that were advised for
@@ -135,6 +163,22 @@ class Device {
   // sets it) so that callers can name what that buffer was for.
   virtual absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(
       absl::Span<const size_t> sizes);
+
+  // Host memory that this device's kernels read directly (CUDA: page-locked
+  // with cudaHostAllocMapped | cudaHostAllocPortable, the pointer the
+  // device uses being the host's, as under unified addressing): one buffer
+  // per size, each aligned to kDeviceAlignment, readable and writable by
+  // the host at once (the loader reads files straight into it). On failure
+  // nothing stays allocated (and the Status carries
+  // kAllocateManyIndexPayload as AllocateMany's does). ResourceExhausted
+  // when the memory cannot be pinned. The default: Unimplemented.
+  virtual absl::StatusOr<std::vector<DeviceBuffer>> AllocateMappedMany(
+      absl::Span<const size_t> sizes);
+
+  // Free and total device memory, and the bound on what AllocateMappedMany
+  // may pin. The default: Unimplemented (the loader then cannot place
+  // weights by a budget on this device).
+  virtual absl::StatusOr<DeviceMemoryInfo> MemoryInfo();
 
   // For a host-accessible device: [p, p + n) is about to be written through
   // host pointers (the loader calls it before each direct read). Every page

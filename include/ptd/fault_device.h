@@ -47,6 +47,9 @@ struct FaultPlan {
   absl::Status status = absl::ResourceExhaustedError("injected fault");
   // Overrides the wrapped device's host_accessible() when set.
   std::optional<bool> host_accessible;
+  // Overrides what MemoryInfo() reports when set (AllocateMappedMany and
+  // MemoryInfo otherwise go to the wrapped device unchanged).
+  std::optional<DeviceMemoryInfo> memory_info;
   // Copies happen at Wait()/Synchronize()/CopyToHost() rather than at
   // CopyToDeviceAsync(), in issue order.
   bool defer_copies = false;
@@ -84,6 +87,11 @@ class FaultDevice final : public Device {
   absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override;
   // Counts, fails the plan's call, else forwards to the wrapped device.
   absl::Status PrepareWrite(void* p, size_t n) override;
+  absl::StatusOr<std::vector<DeviceBuffer>> AllocateMappedMany(
+      absl::Span<const size_t> sizes) override {
+    return inner_->AllocateMappedMany(sizes);
+  }
+  absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
   absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
                                                size_t nbytes) override;

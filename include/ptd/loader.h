@@ -17,15 +17,22 @@
 //             coalesced into one read, large ones split into chunks;
 //   map       only with LoadOptions::map_file: host storages become views
 //             of private file mappings, populated from the page cache;
+//   place     on a device that is not the host, with
+//             LoadOptions::device_budget_bytes or host_fqns: which storages
+//             go to device memory and which to host memory mapped for the
+//             device (Residency); checked against the device's free memory
+//             and the host's pinnable memory before anything is allocated;
 //   allocate  one Device::AllocateMany per device (one size per storage
-//             not mapped);
+//             not mapped), and one Device::AllocateMappedMany for the
+//             storages placed in mapped host memory;
 //   read      from the ByteSource (pread; through a mapping only for
 //             the storages that map_file mapped above). On a
 //             host-accessible device, several threads read straight into
 //             the destinations, each read's destinations handed to
 //             Device::PrepareWrite just before it (HostDevice faults their
 //             pages in there, so the first weight does not wait for the
-//             whole allocation to be populated). Otherwise reader threads
+//             whole allocation to be populated). Storages in mapped host
+//             memory are read straight into it the same way. Otherwise reader threads
 //             fill a bounded ring of staging buffers that the calling
 //             thread copies to the device (CopyToDeviceAsync) and waits on
 //             before reuse: host memory beyond the destinations is the ring
@@ -124,6 +131,29 @@ struct LoadOptions {
   // and one that truncates it makes a later touch raise SIGBUS. Leave it off
   // where files may change under a running process (the default reads).
   bool map_file = false;
+  // Device memory the load may take, in bytes, on a device that is not the
+  // host (with a budget, the device must offer Device::MemoryInfo and
+  // Device::AllocateMappedMany: CudaDevice does). Storages go to device
+  // memory in manifest order (each rounded up to kDeviceAlignment) until
+  // the next does not fit; that one and the rest go to page-locked host
+  // memory mapped for the device (Residency::kMappedHost), which kernels
+  // read directly over the bus. A storage that several weights share is
+  // placed once. 0 puts every storage in mapped memory; nullopt (the
+  // default) every storage on the device, as without this option (no
+  // MemoryInfo call; out of device memory is then the allocation's
+  // ResourceExhausted). ResourceExhausted before anything is allocated
+  // when the budget is over the device's free memory, or the mapped share
+  // over the host memory that can be pinned (MemoryInfo's mappable_bytes:
+  // MemAvailable); both messages give the shortfall in bytes.
+  // InvalidArgument on the host device.
+  std::optional<uint64_t> device_budget_bytes;
+  // fqn patterns (fnmatch(3): `*`, `?`, `[...]`, e.g. "tok_embeddings.*")
+  // whose storages go to mapped host memory before the budget is counted:
+  // a storage goes there when any weight on it matches. Without a
+  // manifest, the patterns match storage keys. CPU weights (device_type 0)
+  // stay in plain host memory. A pattern that matches nothing is no error.
+  // InvalidArgument on the host device.
+  std::vector<std::string> host_fqns;
 };
 
 // Seconds per phase. read is the wall time of the transfer phase, in which
@@ -145,6 +175,12 @@ struct LoadTimings {
   double first_weight_s = 0;
 };
 
+// Storages in one place and their bytes (LoadStats::placed).
+struct PlacementStats {
+  uint64_t storages = 0;
+  uint64_t bytes = 0;
+};
+
 struct LoadStats {
   uint64_t weights = 0;      // Views handed out.
   // Of those, views whose storage an earlier view already uses (upstream's
@@ -160,6 +196,18 @@ struct LoadStats {
   uint64_t mapped = 0;       // Storages mapped from the file (LoadOptions::map_file).
   uint64_t mapped_bytes = 0;
   uint64_t mappings = 0;     // Mappings those storages share.
+  // Where the storages went (LoadedStorage::residency); they add up to
+  // `storages` and `bytes`. (`mapped` above counts LoadOptions::map_file's
+  // file mappings, which are plain host memory.)
+  PlacementStats placed_device;
+  PlacementStats placed_mapped_host;
+  PlacementStats placed_host;
+
+  const PlacementStats& placed(Residency r) const {
+    return r == Residency::kDevice ? placed_device
+           : r == Residency::kMappedHost ? placed_mapped_host
+                                         : placed_host;
+  }
 };
 
 // One stored storage in memory. Names are views that live as long as the
@@ -168,6 +216,11 @@ struct LoadedStorage {
   absl::Span<const std::string_view> keys;  // Every loaded key that names it.
   uint64_t nbytes = 0;
   DeviceKind device = DeviceKind::kHost;
+  // Device memory, host memory mapped for the device (its kernels read it;
+  // LoadOptions::device_budget_bytes, host_fqns) or plain host memory (the
+  // host device, CPU weights). `device` is the device's kind for the first
+  // two: DeviceOf() is the device itself.
+  Residency residency = Residency::kHost;
   bool host_accessible = true;         // data() can be read by the host.
   bool mapped = false;                 // A view of a file mapping (LoadOptions::map_file).
   DeviceBuffer buffer;
@@ -180,11 +233,16 @@ struct LoadedWeight {
   std::string_view storage_key;
   std::string_view source;  // The manifest's: "manifest" or "pte:<method>:<i>".
   int32_t dtype = 0;
-  uint32_t element_size = 1;
+  uint16_t element_size = 1;  // At most 16 (complex128).
+  // Where the storage lives (its LoadedStorage::residency). `data` is
+  // readable by the device's kernels for kDevice and kMappedHost, and by
+  // the host for kMappedHost and kHost.
+  Residency residency = Residency::kHost;
   absl::Span<const int64_t> sizes;
   absl::Span<const int64_t> strides;  // Elements.
   int64_t storage_offset = 0;         // Elements.
-  // Storage base + storage_offset * element_size (device memory).
+  // Storage base + storage_offset * element_size (device memory, or host
+  // memory as `residency` says).
   void* data = nullptr;
   uint32_t storage = 0;  // Index into LoadedWeights::storages().
   DeviceKind device = DeviceKind::kHost;  // Beside `storage`: 112 bytes a weight, not 120.

@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -120,6 +123,47 @@ size_t StagingClass(size_t nbytes) {
   return c;
 }
 
+// MemAvailable from /proc/meminfo, in bytes: the host memory that can be
+// taken (pinned) without swapping; nullopt when it cannot be read.
+std::optional<uint64_t> MemAvailableBytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "re");
+  if (f == nullptr) return std::nullopt;
+  char line[256];
+  std::optional<uint64_t> out;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long long kib = 0;  // NOLINT(runtime/int): sscanf's type.
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      if (kib <= std::numeric_limits<uint64_t>::max() / 1024) out = uint64_t{kib} * 1024;
+      break;
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+// Offsets of `sizes` in one arena, each at the next kDeviceAlignment
+// boundary; the arena's end. ResourceExhausted (with the failing buffer's
+// index as kAllocateManyIndexPayload) when the total overflows 64 bits.
+absl::StatusOr<uint64_t> ArenaOffsets(absl::Span<const size_t> sizes, const char* call,
+                                      int device, std::vector<uint64_t>* offsets) {
+  offsets->reserve(sizes.size());
+  uint64_t end = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto start = internal::AlignUp(end, kDeviceAlignment);
+    const auto next = start ? internal::CheckedAdd(*start, uint64_t{sizes[i]}) : std::nullopt;
+    if (!next) {
+      absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+          call, " on cuda:", device, ": the total of ", sizes.size(),
+          " buffers overflows 64 bits at buffer ", i, " (", sizes[i], " bytes)"));
+      status.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(i)));
+      return status;
+    }
+    offsets->push_back(*start);
+    end = *next;
+  }
+  return end;
+}
+
 }  // namespace
 
 struct CudaDevice::Impl {
@@ -215,6 +259,16 @@ struct CudaDevice::Impl {
     stats.live_bytes -= nbytes;
   }
 
+  // Frees a block of AllocateMappedMany (cudaFreeHost synchronizes).
+  void FreeMapped(void* p, size_t block_bytes) {
+    {
+      DeviceScope scope(index);
+      if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    stats.live_mapped_bytes -= block_bytes;
+  }
+
   // Takes back a staging block of `block_bytes`: into the cache, behind an
   // event on every copy stream (copies from it may still be in flight), or
   // freed beyond the cache's bound or when an event cannot be recorded
@@ -278,10 +332,18 @@ struct CudaDevice::Impl {
     return absl::OkStatus();
   }
 
-  // OK when [p, p + 1) is device memory of this device (cudaMalloc'ed on
-  // it); InvalidArgument naming `what` otherwise, host memory included (a
-  // kernel that reads host memory kills the context).
-  absl::Status CheckDeviceMemory(const void* p, const char* call, const char* what) {
+  // The address a kernel on this device reads `p` through: `p` itself when
+  // [p, p + 1) is device memory of this device (cudaMalloc'ed on it), or,
+  // with `allow_mapped`, the device pointer of page-locked host memory
+  // mapped for the device (AllocateMappedMany). InvalidArgument naming
+  // `what` otherwise, pageable host memory included (a kernel that reads it
+  // kills the context).
+  struct KernelPointer {
+    const void* p = nullptr;
+    bool mapped = false;  // Host memory mapped for the device.
+  };
+  absl::StatusOr<KernelPointer> CheckDeviceMemory(const void* p, const char* call,
+                                                  const char* what, bool allow_mapped = false) {
     cudaPointerAttributes attributes;
     std::memset(&attributes, 0, sizeof(attributes));
     const cudaError_t error = cudaPointerGetAttributes(&attributes, p);
@@ -289,7 +351,10 @@ struct CudaDevice::Impl {
       // Older CUDA fails on a pointer it does not know (plain host memory).
       (void)cudaGetLastError();
     } else if (attributes.type == cudaMemoryTypeDevice && attributes.device == index) {
-      return absl::OkStatus();
+      return KernelPointer{p, false};
+    } else if (allow_mapped && attributes.type == cudaMemoryTypeHost &&
+               attributes.devicePointer != nullptr) {
+      return KernelPointer{attributes.devicePointer, true};
     }
     std::string is;
     if (error != cudaSuccess) {
@@ -301,7 +366,8 @@ struct CudaDevice::Impl {
           is = absl::StrCat("device memory of cuda:", attributes.device);
           break;
         case cudaMemoryTypeHost:
-          is = "pinned host memory";
+          is = allow_mapped ? "pinned host memory not mapped for the device"
+                            : "pinned host memory";
           break;
         case cudaMemoryTypeManaged:
           is = "managed memory";
@@ -311,28 +377,31 @@ struct CudaDevice::Impl {
           break;
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat(call, " on cuda:", index, ": ", what, " at 0x",
-                                                   absl::Hex(reinterpret_cast<uintptr_t>(p)),
-                                                   " is not device memory of cuda:", index,
-                                                   " (it is ", is, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        call, " on cuda:", index, ": ", what, " at 0x",
+        absl::Hex(reinterpret_cast<uintptr_t>(p)), " is not device memory of cuda:", index,
+        allow_mapped ? " nor host memory mapped for it" : "", " (it is ", is, ")"));
   }
 
   // The dense copy of `view` over `storage` into `out` (REQUIRES: both
   // checked, this device current, the plan's extent not empty). Returns
   // when done.
-  absl::Status Materialize(const MaterializePlan& plan, const void* storage,
+  absl::Status Materialize(const MaterializePlan& plan, KernelPointer storage,
                            const ViewSpec& view, void* out) {
     PTD_RETURN_IF_ERROR(OrderAfterCopies());
     cudaStream_t stream = work_stream;
-    const void* first = static_cast<const uint8_t*>(storage) + plan.extent.first_byte;
+    const void* first = static_cast<const uint8_t*>(storage.p) + plan.extent.first_byte;
     const internal::CollapsedView c = internal::CollapseView(view.sizes, view.strides);
     const uint32_t word = WordSize(view.element_size, first);
     const uint32_t words_per_element = view.element_size / word;
     if (c.rank == 0 || (c.rank == 1 && c.strides[0] == 1)) {
       // The view is the bytes [first_byte, first_byte + output_nbytes).
+      // From mapped host memory the direction is the runtime's to tell
+      // (unified addressing): a host-to-device copy.
       PTD_CUDA_RETURN_IF_ERROR(index, cudaMemcpyAsync, out, first,
                                static_cast<size_t>(plan.output_nbytes),
-                               cudaMemcpyDeviceToDevice, stream);
+                               storage.mapped ? cudaMemcpyDefault : cudaMemcpyDeviceToDevice,
+                               stream);
     } else if (c.rank == 2 && c.strides[0] == 1 && words_per_element == 1) {
       // A transposed matrix: rows x cols with strides (1, ld).
       PTD_CUDA_RETURN_IF_ERROR(index, internal::LaunchTranspose, first, out, c.sizes[0],
@@ -473,21 +542,8 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
   if (sizes.empty()) return buffers;
   // One arena: each buffer starts at the next kDeviceAlignment boundary.
   std::vector<uint64_t> offsets;
-  offsets.reserve(sizes.size());
-  uint64_t end = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const auto start = internal::AlignUp(end, kDeviceAlignment);
-    const auto next = start ? internal::CheckedAdd(*start, uint64_t{sizes[i]}) : std::nullopt;
-    if (!next) {
-      absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
-          "AllocateMany on cuda:", impl_->index, ": the total of ", sizes.size(),
-          " buffers overflows 64 bits at buffer ", i, " (", sizes[i], " bytes)"));
-      status.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(i)));
-      return status;
-    }
-    offsets.push_back(*start);
-    end = *next;
-  }
+  PTD_ASSIGN_OR_RETURN(const uint64_t end,
+                       ArenaOffsets(sizes, "AllocateMany", impl_->index, &offsets));
   auto got = Allocate(static_cast<size_t>(end));
   if (!got.ok()) {
     // Name the first buffer that does not fit in the free memory (the last
@@ -523,6 +579,70 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
     buffers.push_back(arena.Slice(static_cast<size_t>(offsets[i]), sizes[i]));
   }
   return buffers;
+}
+
+absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMappedMany(
+    absl::Span<const size_t> sizes) {
+  std::vector<DeviceBuffer> buffers;
+  if (sizes.empty()) return buffers;
+  std::vector<uint64_t> offsets;
+  PTD_ASSIGN_OR_RETURN(const uint64_t end,
+                       ArenaOffsets(sizes, "AllocateMappedMany", impl_->index, &offsets));
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  const size_t block_bytes = std::max<size_t>(static_cast<size_t>(end), 1);
+  void* p = nullptr;
+  cudaError_t error =
+      cudaHostAlloc(&p, block_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (error != cudaSuccess) {
+    absl::Status status = internal::CudaStatus(error, "cudaHostAlloc", impl_->index);
+    return absl::Status(status.code(),
+                        absl::StrCat(status.message(), " (", block_bytes,
+                                     " bytes of mapped pinned host memory for ", sizes.size(),
+                                     " buffers)"));
+  }
+  void* device_p = nullptr;
+  error = cudaHostGetDevicePointer(&device_p, p, 0);
+  if (error != cudaSuccess || device_p != p) {
+    if (error != cudaSuccess) (void)cudaGetLastError();
+    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+    if (error != cudaSuccess) return internal::CudaStatus(error, "cudaHostGetDevicePointer",
+                                                          impl_->index);
+    // One pointer serves the host and the kernels only under unified
+    // addressing (every 64-bit platform CUDA 12 supports).
+    return absl::UnimplementedError(absl::StrCat(
+        "cudaHostGetDevicePointer on cuda:", impl_->index, ": mapped host memory at 0x",
+        absl::Hex(reinterpret_cast<uintptr_t>(p)), " has device address 0x",
+        absl::Hex(reinterpret_cast<uintptr_t>(device_p)),
+        " (no unified addressing; mapped weights need it)"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stats.mapped_allocations += 1;
+    impl_->stats.live_mapped_bytes += block_bytes;
+  }
+  Impl* impl = impl_.get();
+  DeviceBuffer arena(
+      std::shared_ptr<void>(p, [impl, block_bytes](void* q) { impl->FreeMapped(q, block_bytes); }),
+      p, static_cast<size_t>(end));
+  buffers.reserve(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    buffers.push_back(arena.Slice(static_cast<size_t>(offsets[i]), sizes[i]));
+  }
+  return buffers;
+}
+
+absl::StatusOr<DeviceMemoryInfo> CudaDevice::MemoryInfo() {
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  size_t free_bytes = 0, total_bytes = 0;
+  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemGetInfo, &free_bytes, &total_bytes);
+  DeviceMemoryInfo info{.free_bytes = free_bytes, .total_bytes = total_bytes};
+  if (const std::optional<uint64_t> available = MemAvailableBytes()) {
+    info.mappable_bytes = *available;
+    info.mappable_source = "MemAvailable in /proc/meminfo";
+  }
+  return info;
 }
 
 absl::StatusOr<HostBuffer> CudaDevice::AllocateStaging(size_t nbytes) {
@@ -754,9 +874,11 @@ absl::StatusOr<DeviceBuffer> CudaDevice::Materialize(const DeviceBuffer& storage
   DeviceScope scope(impl_->index);
   PTD_RETURN_IF_ERROR(scope.status());
   // Before allocating: a refused storage allocates nothing.
-  PTD_RETURN_IF_ERROR(impl_->CheckDeviceMemory(storage.data(), "Materialize", "the storage"));
+  PTD_ASSIGN_OR_RETURN(const Impl::KernelPointer source,
+                       impl_->CheckDeviceMemory(storage.data(), "Materialize", "the storage",
+                                                /*allow_mapped=*/true));
   PTD_ASSIGN_OR_RETURN(DeviceBuffer out, Allocate(static_cast<size_t>(plan.output_nbytes)));
-  PTD_RETURN_IF_ERROR(impl_->Materialize(plan, storage.data(), view, out.data()));
+  PTD_RETURN_IF_ERROR(impl_->Materialize(plan, source, view, out.data()));
   return out;
 }
 
@@ -771,11 +893,12 @@ absl::Status CudaDevice::MaterializeInto(const DeviceBuffer& storage, const View
   if (plan.extent.empty()) return absl::OkStatus();  // Nothing is read or written.
   DeviceScope scope(impl_->index);
   PTD_RETURN_IF_ERROR(scope.status());
+  PTD_ASSIGN_OR_RETURN(const Impl::KernelPointer source,
+                       impl_->CheckDeviceMemory(storage.data(), "MaterializeInto", "the storage",
+                                                /*allow_mapped=*/true));
   PTD_RETURN_IF_ERROR(
-      impl_->CheckDeviceMemory(storage.data(), "MaterializeInto", "the storage"));
-  PTD_RETURN_IF_ERROR(
-      impl_->CheckDeviceMemory(out.data(), "MaterializeInto", "the output buffer"));
-  return impl_->Materialize(plan, storage.data(), view, out.data());
+      impl_->CheckDeviceMemory(out.data(), "MaterializeInto", "the output buffer").status());
+  return impl_->Materialize(plan, source, view, out.data());
 }
 
 }  // namespace ptd

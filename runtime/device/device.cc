@@ -25,6 +25,28 @@ absl::StatusOr<std::vector<DeviceBuffer>> Device::AllocateMany(
   return out;
 }
 
+std::string_view ResidencyName(Residency r) {
+  switch (r) {
+    case Residency::kDevice:
+      return "device";
+    case Residency::kMappedHost:
+      return "mapped_host";
+    case Residency::kHost:
+      return "host";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::vector<DeviceBuffer>> Device::AllocateMappedMany(
+    absl::Span<const size_t> /*sizes*/) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " has no host memory mapped for its kernels"));
+}
+
+absl::StatusOr<DeviceMemoryInfo> Device::MemoryInfo() {
+  return absl::UnimplementedError(absl::StrCat(name(), " cannot report its free memory"));
+}
+
 absl::Status Device::PrepareWrite(void* /*p*/, size_t /*n*/) { return absl::OkStatus(); }
 
 absl::StatusOr<std::vector<CopyTicket>> Device::CopyManyToDeviceAsync(

@@ -36,6 +36,14 @@ bool FaultDevice::host_accessible() const {
   return plan_.host_accessible.value_or(inner_->host_accessible());
 }
 
+absl::StatusOr<DeviceMemoryInfo> FaultDevice::MemoryInfo() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plan_.memory_info) return *plan_.memory_info;
+  }
+  return inner_->MemoryInfo();
+}
+
 DeviceBuffer FaultDevice::Wrap(DeviceBuffer inner, bool staging) {
   const size_t n = inner.size();
   void* data = inner.data();

@@ -14,6 +14,7 @@
 #include "ptd/scalar_type.h"
 #include "ptd/status_macros.h"
 #include "runtime/internal/strings.h"
+#include "runtime/loader/placement.h"
 #include "runtime/loader/transfer.h"
 
 namespace ptd {
@@ -312,12 +313,19 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
         "LoadOptions::fqns names weight '", options.fqns.front(),
         "' but there is no manifest (weights are named by --manifest or --pte)"));
   }
+  // CPU weights go to host memory: the device itself when it is the host.
+  const bool device_is_host = device->kind() == DeviceKind::kHost;
+  if (device_is_host && (options.device_budget_bytes || !options.host_fqns.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.device_budget_bytes ? "LoadOptions::device_budget_bytes"
+                                    : "LoadOptions::host_fqns",
+        " places storages in host memory mapped for a GPU; ", device->name(),
+        " is the host (every storage is in host memory already)"));
+  }
   LoadedWeights out;
   out.device_ = device;
   out.timings_.verify_s = verify_s;
   const auto plan_t0 = Clock::now();
-  // CPU weights go to host memory: the device itself when it is the host.
-  const bool device_is_host = device->kind() == DeviceKind::kHost;
 
   StoragePlanner planner(source, container);
   std::vector<std::string> all;  // The source's keys, without a manifest.
@@ -409,7 +417,9 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     }
   }
   std::vector<internal::StorageJob>& jobs = planner.jobs;
-  std::vector<uint32_t> which[2];
+  // Destinations: 0 the device, 1 host memory (CPU weights on a device that
+  // is not the host), 2 host memory mapped for the device.
+  std::vector<uint32_t> which[3];
   const size_t num_cpu = static_cast<size_t>(
       std::count(planner.groups.begin(), planner.groups.end(), 1));
   which[0].reserve(jobs.size() - num_cpu);
@@ -418,6 +428,59 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
   for (uint32_t i = 0; i < jobs.size(); ++i) {
     which[planner.groups[i]].push_back(i);
     total_bytes += jobs[i].nbytes;
+  }
+  // Placement, before anything is mapped or allocated: the device's
+  // storages in manifest order (the planner's: first use), those of a
+  // weight (or, without a manifest, a key) that host_fqns names first to
+  // mapped memory.
+  std::vector<bool> on_mapped(jobs.size(), false);
+  if (options.device_budget_bytes || !options.host_fqns.empty()) {
+    std::vector<bool> host_first(jobs.size(), false);
+    if (!options.host_fqns.empty()) {
+      if (all_keys) {
+        for (const StoragePlanner::KeyRef& k : planner.key_refs) {
+          if (internal::MatchesAny(options.host_fqns, k.key)) host_first[k.job] = true;
+        }
+      } else {
+        for (const Selected& w : selected) {
+          if (w.group == 0 && !host_first[w.storage] &&
+              internal::MatchesAny(options.host_fqns, w.entry->fqn)) {
+            host_first[w.storage] = true;
+          }
+        }
+      }
+    }
+    std::vector<uint64_t> sizes;
+    std::vector<bool> first;
+    sizes.reserve(which[0].size());
+    first.reserve(which[0].size());
+    for (uint32_t s : which[0]) {
+      sizes.push_back(jobs[s].nbytes);
+      first.push_back(host_first[s]);
+    }
+    const internal::Placement placement =
+        internal::PlaceStorages(sizes, first, options.device_budget_bytes);
+    if (options.device_budget_bytes || placement.mapped_storages > 0) {
+      auto info = device->MemoryInfo();
+      if (!info.ok()) {
+        return absl::Status(info.status().code(),
+                            absl::StrCat("placing storages by ",
+                                         options.device_budget_bytes ? "a device budget"
+                                                                     : "host_fqns",
+                                         " on ", device->name(), ": ", info.status().message()));
+      }
+      PTD_RETURN_IF_ERROR(internal::CheckPlacement(placement, options.device_budget_bytes,
+                                                   *info, device->name()));
+    }
+    std::vector<uint32_t> on_device;
+    on_device.reserve(placement.device_storages);
+    which[2].reserve(placement.mapped_storages);
+    for (size_t k = 0; k < which[0].size(); ++k) {
+      const uint32_t s = which[0][k];
+      on_mapped[s] = placement.mapped[k];
+      (placement.mapped[k] ? which[2] : on_device).push_back(s);
+    }
+    which[0] = std::move(on_device);
   }
   out.timings_.plan_s = Since(plan_t0);
 
@@ -441,9 +504,9 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
                            }) != mapped.end()) {
     out.host_device_ = std::make_shared<HostDevice>();
   }
-  for (int g = 0; g < 2; ++g) {
+  for (int g = 0; g < 3; ++g) {
     if (which[g].empty()) continue;
-    Device& dev = g == 0 ? *device : *out.host_device_;
+    Device& dev = g == 1 ? *out.host_device_ : *device;
     // Buffers in file order (the unlocated after, as planned): the pieces of
     // a packed read (PlanReads, in file order) then lie back to back in the
     // arena as in the file, so that a host device reads straight into them
@@ -458,7 +521,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     std::vector<size_t> sizes;
     sizes.reserve(which[g].size());
     for (uint32_t s : which[g]) sizes.push_back(static_cast<size_t>(jobs[s].nbytes));
-    auto got = dev.AllocateMany(sizes);
+    auto got = g == 2 ? dev.AllocateMappedMany(sizes) : dev.AllocateMany(sizes);
     ++out.stats_.allocations;
     if (!got.ok()) {
       std::string what = absl::StrCat(which[g].size(), " storages");
@@ -470,8 +533,9 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
         what = absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes)");
       }
       return absl::Status(got.status().code(),
-                          absl::StrCat(what, ": allocate on ", dev.name(), ": ",
-                                       got.status().message()));
+                          absl::StrCat(what, ": allocate ",
+                                       g == 2 ? "mapped host memory for " : "on ", dev.name(),
+                                       ": ", got.status().message()));
     }
     for (size_t k = 0; k < which[g].size(); ++k) {
       const uint32_t s = which[g][k];
@@ -498,6 +562,13 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
             internal::PlanReads(jobs, which[0], slot, slot, options.max_gap_bytes);
         st = transfer.RunStaged(*device, plan);
       }
+    }
+    if (st.ok() && !which[2].empty()) {
+      // Mapped host memory: straight into it, as into host memory.
+      const auto plan = internal::PlanReads(
+          jobs, which[2], options.max_read_bytes,
+          std::min<uint64_t>(kHostPackLimit, options.max_read_bytes), options.max_gap_bytes);
+      st = transfer.RunDirect(*device, plan);
     }
     if (st.ok() && !which[1].empty()) {
       const auto plan = internal::PlanReads(
@@ -545,8 +616,16 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
     s.nbytes = jobs[i].nbytes;
     const bool host_group = planner.groups[i] == 1;
     s.device = host_group ? DeviceKind::kHost : device->kind();
-    s.host_accessible = host_group || device->host_accessible();
+    s.residency = host_group || device_is_host ? Residency::kHost
+                  : on_mapped[i]               ? Residency::kMappedHost
+                                               : Residency::kDevice;
+    s.host_accessible = host_group || on_mapped[i] || device->host_accessible();
     s.buffer = std::move(buffers[i]);
+    PlacementStats& placed = s.residency == Residency::kDevice       ? out.stats_.placed_device
+                             : s.residency == Residency::kMappedHost ? out.stats_.placed_mapped_host
+                                                                     : out.stats_.placed_host;
+    ++placed.storages;
+    placed.bytes += s.nbytes;
   }
   for (uint32_t i : mapped) out.storages_[i].mapped = true;
   std::vector<DeviceBuffer>().swap(buffers);
@@ -596,7 +675,8 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
                    .storage_key = name(e.storage_key),
                    .source = out.sources_[sel.manifest],
                    .dtype = e.dtype,
-                   .element_size = *ElementSize(e.dtype),  // Checked when planned.
+                   // Checked when planned; at most 16.
+                   .element_size = static_cast<uint16_t>(*ElementSize(e.dtype)),
                    .sizes = copy_dims(e.sizes),
                    .strides = copy_dims(e.strides),
                    .storage_offset = e.storage_offset,
@@ -604,6 +684,7 @@ absl::StatusOr<LoadedWeights> LoaderAccess::Load(absl::Span<const ManifestRef> m
                    .device = sel.group == 1 ? DeviceKind::kHost : device->kind()};
     // storage_offset * element_size <= required_nbytes <= nbytes (G2), so
     // this stays inside the storage for a non-empty view.
+    w.residency = out.storages_[w.storage].residency;
     w.data = static_cast<uint8_t*>(out.storages_[w.storage].buffer.data()) +
              static_cast<uint64_t>(w.storage_offset) * w.element_size;
     out.weights_.push_back(w);

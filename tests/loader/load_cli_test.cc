@@ -27,6 +27,31 @@ std::string Load(const std::string& args) {
 // pages where THP is on, no hypervisor takes back free huge-page blocks, and
 // the free lists hold twice the block in them (HugePages::kAuto): the JSON
 // says how many bytes were.
+// --device-budget and --host-fqn place storages in host memory mapped for a
+// GPU: on the host they are usage errors naming the flag, and a size that
+// is not one is refused at parse time. (The placement itself:
+// tests/cudasim/cuda_budget_sim_test.cc.)
+TEST(LoadCliTest, DeviceBudgetIsAUsageErrorOnTheHostAndNeedsASize) {
+  const std::string ptd = ConformancePath("files/k02_one_storage_key_many_views.ptd");
+  auto r = RunCommand(Load("--device host --device-budget 48M " + ptd + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--device-budget applies to a CUDA device"));
+  r = RunCommand(Load("--device host --host-fqn 'tok_embeddings.*' " + ptd + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--host-fqn applies to a CUDA device"));
+  r = RunCommand(Load("--device host --device-budget 48MB " + ptd + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--device-budget: a byte count"));
+  // A plain load reports every storage in host memory.
+  r = RunCommand(Load("--device host --json " + ptd));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["load"]["placement"]["host"]["storages"], j["load"]["storages"]);
+  EXPECT_EQ(j["load"]["placement"]["device"]["storages"], 0);
+  EXPECT_TRUE(j["load"]["device_budget"].is_null());
+  for (const auto& nd : j["ptd"]["named_data"]) EXPECT_EQ(nd["residency"], "host");
+}
+
 TEST(LoadCliTest, ReportsTheBytesAdvisedForHugePages) {
   ::ptd::testing::TempDir dir;
   const auto m = ::ptd::testing::WriteTestModel(dir.path(), {uint64_t{16} << 20});

@@ -1,0 +1,98 @@
+#include "runtime/loader/placement.h"
+
+#include <fnmatch.h>
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/internal/strings.h"
+
+namespace ptd::internal {
+namespace {
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return b > std::numeric_limits<uint64_t>::max() - a ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
+}
+
+uint64_t Aligned(uint64_t n) {
+  const uint64_t rest = n % kDeviceAlignment;
+  return rest == 0 ? n : SaturatingAdd(n, kDeviceAlignment - rest);
+}
+
+}  // namespace
+
+bool MatchesAny(absl::Span<const std::string> patterns, std::string_view name) {
+  if (patterns.empty()) return false;
+  const std::string n(name);  // fnmatch wants a terminated string.
+  for (const std::string& p : patterns) {
+    if (::fnmatch(p.c_str(), n.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+Placement PlaceStorages(absl::Span<const uint64_t> sizes, const std::vector<bool>& host_first,
+                        std::optional<uint64_t> budget) {
+  Placement p;
+  p.mapped.assign(sizes.size(), false);
+  bool full = budget.has_value() && *budget == 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const uint64_t n = Aligned(sizes[i]);
+    bool device = !host_first[i];
+    if (device && budget) {
+      full = full || n > *budget - p.device_bytes;  // device_bytes <= *budget.
+      device = !full;
+    }
+    if (device) {
+      p.device_bytes = SaturatingAdd(p.device_bytes, n);
+      ++p.device_storages;
+    } else {
+      p.mapped[i] = true;
+      p.mapped_bytes = SaturatingAdd(p.mapped_bytes, n);
+      ++p.mapped_storages;
+    }
+  }
+  return p;
+}
+
+std::string DescribeBytes(uint64_t n) {
+  static constexpr struct {
+    int shift;
+    const char* unit;
+  } kUnits[] = {{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}};
+  for (const auto& u : kUnits) {
+    if (n >> u.shift == 0) continue;
+    const std::string human =
+        n % (uint64_t{1} << u.shift) == 0
+            ? absl::StrCat(n >> u.shift, " ", u.unit)
+            : absl::StrFormat("%.1f %s", static_cast<double>(n) /
+                                             static_cast<double>(uint64_t{1} << u.shift),
+                              u.unit);
+    return absl::StrCat(human, " (", n, " bytes)");
+  }
+  return absl::StrCat(n, n == 1 ? " byte" : " bytes");
+}
+
+absl::Status CheckPlacement(const Placement& placement, std::optional<uint64_t> budget,
+                            const DeviceMemoryInfo& info, std::string_view device_name) {
+  if (budget && *budget > info.free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device budget ", DescribeBytes(*budget), " is ", *budget - info.free_bytes,
+        " bytes more than the ", info.free_bytes, " bytes free on ", Sv(device_name), ", of ",
+        info.total_bytes, "; nothing was allocated"));
+  }
+  if (placement.mapped_bytes > 0 && info.mappable_bytes &&
+      placement.mapped_bytes > *info.mappable_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the share in mapped host memory, ", DescribeBytes(placement.mapped_bytes), " in ",
+        placement.mapped_storages, " storage(s), is ",
+        placement.mapped_bytes - *info.mappable_bytes, " bytes more than the ",
+        *info.mappable_bytes, " bytes of host memory that can be pinned for ", Sv(device_name),
+        info.mappable_source.empty() ? "" : absl::StrCat(" (", info.mappable_source, ")"),
+        "; nothing was allocated"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ptd::internal

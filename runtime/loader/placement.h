@@ -1,0 +1,57 @@
+// Where a load puts each storage bound for a device that is not the host:
+// device memory, or host memory mapped for the device's kernels
+// (LoadOptions::device_budget_bytes, LoadOptions::host_fqns). Private to
+// ptd::loader; pure functions, so that the rules are tested without a
+// device.
+#ifndef PTD_RUNTIME_LOADER_PLACEMENT_H_
+#define PTD_RUNTIME_LOADER_PLACEMENT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "ptd/device.h"
+
+namespace ptd::internal {
+
+// True when `name` matches one of `patterns` (fnmatch(3) without flags:
+// `*` and `?` match any characters, `/` and `.` included; `[...]` a set).
+bool MatchesAny(absl::Span<const std::string> patterns, std::string_view name);
+
+struct Placement {
+  std::vector<bool> mapped;  // Per storage: to mapped host memory.
+  // Each arena's bytes at most: its storages, each rounded up to
+  // kDeviceAlignment (an arena never needs more, in whatever order).
+  uint64_t device_bytes = 0;
+  uint64_t mapped_bytes = 0;
+  uint64_t device_storages = 0;
+  uint64_t mapped_storages = 0;
+};
+
+// Places the storages of `sizes`, given in manifest order. A storage with
+// `host_first` set goes to mapped host memory. The others go to device
+// memory, in order, while the device share stays within `budget` (each
+// storage rounded up to kDeviceAlignment); from the first that does not
+// fit, they all go to mapped memory. A budget of 0 puts nothing on the
+// device; none (nullopt) puts every storage not `host_first` there.
+// REQUIRES: host_first.size() == sizes.size().
+Placement PlaceStorages(absl::Span<const uint64_t> sizes, const std::vector<bool>& host_first,
+                        std::optional<uint64_t> budget);
+
+// Checks a placement against what the device has, before anything is
+// allocated: ResourceExhausted when `budget` is over the device's free
+// memory, or when the mapped share is over what the host can pin; each
+// message names both numbers and the shortfall in bytes.
+absl::Status CheckPlacement(const Placement& placement, std::optional<uint64_t> budget,
+                            const DeviceMemoryInfo& info, std::string_view device_name);
+
+// "96 MiB (100663296 bytes)", "1.5 GiB (1610612736 bytes)", "100 bytes".
+std::string DescribeBytes(uint64_t n);
+
+}  // namespace ptd::internal
+
+#endif  // PTD_RUNTIME_LOADER_PLACEMENT_H_

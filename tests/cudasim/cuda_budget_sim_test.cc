@@ -1,0 +1,429 @@
+// Weights larger than device memory on the simulator (label "cudasim"):
+// LoadOptions::device_budget_bytes and host_fqns put part of a model in
+// page-locked host memory mapped for the GPU, which the kernels read
+// directly. A 200 MiB model on a 64 MiB device.
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ptd/cuda_device.h"
+#include "ptd/fault_device.h"
+#include "ptd/host_device.h"
+#include "ptd/loader.h"
+#include "ptd/sha256.h"
+#include "ptd/view_materialize.h"
+#include "tests/cudasim/cudasim.h"
+#include "tests/testing/loader_testing.h"
+#include "tests/testing/test_util.h"
+
+namespace ptd {
+namespace {
+
+using ::ptd::testing::ConformanceCases;
+using ::ptd::testing::ConformancePath;
+using ::ptd::testing::RunCommand;
+using ::ptd::testing::TempDir;
+using ::ptd::testing::TestModel;
+using ::ptd::testing::WriteTestModel;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kCapacity = 64 * kMiB;
+constexpr size_t kStorages = 50;  // 50 x 4 MiB = 200 MiB.
+
+// A simulator with one device of `capacity` bytes for one test, back to the
+// default after.
+class SimCapacity {
+ public:
+  explicit SimCapacity(uint64_t capacity) {
+    cudasim::Config config = cudasim::CurrentConfig();
+    config.devices = 1;
+    config.capacity = capacity;
+    ok_ = cudasim::Configure(config);
+  }
+  ~SimCapacity() { (void)cudasim::Configure(cudasim::Config{}); }
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_ = false;
+};
+
+// sha256 of `n` bytes at `p`, read through the pointer: directly for host
+// memory (mapped included), through CopyToHost for device memory.
+std::string DigestThroughPointer(CudaDevice& gpu, const void* p, size_t n, bool host_readable) {
+  if (host_readable) return Sha256Hex(absl::MakeConstSpan(static_cast<const uint8_t*>(p), n));
+  std::vector<uint8_t> back(n);
+  const absl::Status st = gpu.CopyToHost(back.data(), p, n);
+  if (!st.ok()) return std::string(st.message());
+  return Sha256Hex(back);
+}
+
+// The 200 MiB model, written once, and its weights' digests from a host load.
+class CudaBudgetSimTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    model_ = new TestModel(
+        WriteTestModel(dir_->path(), std::vector<uint64_t>(kStorages, 4 * kMiB)));
+    auto host = LoadWeights(paths(), std::make_shared<HostDevice>());
+    ASSERT_TRUE(host.ok()) << host.status();
+    want_ = new std::vector<std::string>();
+    for (const std::string& fqn : model_->fqns) {
+      auto d = DigestLoadedWeight(*host, *host->Find(fqn));
+      ASSERT_TRUE(d.ok()) << d.status();
+      want_->push_back(*d);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete want_;
+    delete model_;
+    delete dir_;
+  }
+  static BundlePaths paths() { return BundlePaths{.ptd = model_->ptd, .manifest = model_->manifest}; }
+
+  static TempDir* dir_;
+  static TestModel* model_;
+  static std::vector<std::string>* want_;
+};
+TempDir* CudaBudgetSimTest::dir_ = nullptr;
+TestModel* CudaBudgetSimTest::model_ = nullptr;
+std::vector<std::string>* CudaBudgetSimTest::want_ = nullptr;
+
+TEST_F(CudaBudgetSimTest, A48MiBBudgetLoads200MiBOnA64MiBDevice) {
+  SimCapacity sim(kCapacity);
+  ASSERT_TRUE(sim.ok());
+  {
+    auto gpu = OpenCudaDevice(0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    auto w = LoadWeights(paths(), *gpu, LoadOptions{.device_budget_bytes = 48 * kMiB});
+    ASSERT_TRUE(w.ok()) << w.status();
+    // 12 storages of 4 MiB fill the budget; the other 38 are mapped.
+    const LoadStats& st = w->stats();
+    EXPECT_EQ(st.placed_device.storages, 12u);
+    EXPECT_EQ(st.placed_device.bytes, 48 * kMiB);
+    EXPECT_EQ(st.placed_mapped_host.storages, 38u);
+    EXPECT_EQ(st.placed_mapped_host.bytes, 38 * 4 * kMiB);
+    EXPECT_EQ(st.placed_host.storages, 0u);
+    EXPECT_EQ(st.placed(Residency::kMappedHost).storages, 38u);
+    EXPECT_LE(cudasim::DeviceBytesInUse(0), 48 * kMiB);
+    EXPECT_GE(cudasim::PinnedBytesInUse(), 38 * 4 * kMiB);
+    EXPECT_EQ((*gpu)->stats().mapped_allocations, 1u);
+    for (size_t i = 0; i < kStorages; ++i) {
+      const LoadedWeight* lw = w->Find(model_->fqns[i]);
+      ASSERT_NE(lw, nullptr);
+      const Residency want = i < 12 ? Residency::kDevice : Residency::kMappedHost;
+      EXPECT_EQ(lw->residency, want) << lw->fqn;
+      EXPECT_EQ(w->storage(*lw).residency, want) << lw->fqn;
+      EXPECT_EQ(w->storage(*lw).host_accessible, want == Residency::kMappedHost);
+      EXPECT_EQ(lw->device, DeviceKind::kCuda);
+      EXPECT_EQ(DigestThroughPointer(**gpu, lw->data, 4 * kMiB, want == Residency::kMappedHost),
+                (*want_)[i])
+          << lw->fqn;
+      auto d = DigestLoadedWeight(*w, *lw);
+      ASSERT_TRUE(d.ok()) << d.status();
+      EXPECT_EQ(*d, (*want_)[i]) << lw->fqn;
+    }
+    // A weight in mapped memory materialized on the GPU: a device-to-device
+    // copy (the whole view), the transpose kernel and the gather kernel,
+    // each reading mapped memory.
+    const LoadedWeight* mapped = w->Find(model_->fqns[40]);
+    const LoadedStorage& s = w->storage(*mapped);
+    ASSERT_EQ(s.residency, Residency::kMappedHost);
+    const std::vector<int64_t> whole_sizes = {int64_t{1} << 20}, whole_strides = {1};
+    const std::vector<int64_t> t_sizes = {512, 256}, t_strides = {1, 512};
+    const std::vector<int64_t> g_sizes = {64, 3, 5}, g_strides = {1000, 7, 2};
+    const ViewSpec views[] = {
+        {.element_size = 4, .storage_offset = 0, .sizes = whole_sizes, .strides = whole_strides},
+        {.element_size = 4, .storage_offset = 3, .sizes = t_sizes, .strides = t_strides},
+        {.element_size = 2, .storage_offset = 11, .sizes = g_sizes, .strides = g_strides}};
+    for (const ViewSpec& view : views) {
+      auto plan = PlanMaterialize(view, s.nbytes);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      std::vector<uint8_t> expected(plan->output_nbytes);
+      ASSERT_TRUE(MaterializeOnHost(
+                      absl::MakeConstSpan(static_cast<const uint8_t*>(s.buffer.data()), s.nbytes),
+                      view, absl::MakeSpan(expected))
+                      .ok());
+      auto dense = (*gpu)->Materialize(s.buffer, view);
+      ASSERT_TRUE(dense.ok()) << dense.status();
+      std::vector<uint8_t> got(plan->output_nbytes);
+      ASSERT_TRUE((*gpu)->CopyToHost(got.data(), dense->data(), got.size()).ok());
+      EXPECT_EQ(got, expected) << view.sizes.size() << "-d view";
+      // MaterializeInto a reused device buffer reads it the same way.
+      ASSERT_TRUE((*gpu)->MaterializeInto(s.buffer, view, *dense).ok());
+      ASSERT_TRUE((*gpu)->CopyToHost(got.data(), dense->data(), got.size()).ok());
+      EXPECT_EQ(got, expected);
+    }
+  }
+  EXPECT_EQ(cudasim::DeviceBytesInUse(0), 0u);
+  EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
+}
+
+TEST_F(CudaBudgetSimTest, ABudgetOverTheFreeMemoryFailsBeforeAnyAllocation) {
+  SimCapacity sim(kCapacity);
+  ASSERT_TRUE(sim.ok());
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const uint64_t mallocs = cudasim::CallCount("cudaMalloc");
+  const uint64_t host_allocs = cudasim::CallCount("cudaHostAlloc");
+  auto w = LoadWeights(paths(), *gpu, LoadOptions{.device_budget_bytes = 96 * kMiB});
+  ASSERT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();
+  const std::string msg(w.status().message());
+  EXPECT_THAT(msg, HasSubstr("96 MiB (100663296 bytes)"));
+  EXPECT_THAT(msg, HasSubstr("33554432 bytes more than the 67108864 bytes free on cuda:0"));
+  EXPECT_EQ(cudasim::CallCount("cudaMalloc"), mallocs);
+  EXPECT_EQ(cudasim::CallCount("cudaHostAlloc"), host_allocs);
+  EXPECT_EQ(cudasim::DeviceBytesInUse(0), 0u);
+  EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
+}
+
+TEST_F(CudaBudgetSimTest, WithoutABudgetTheLoadRunsOutOfMemoryCleanly) {
+  SimCapacity sim(kCapacity);
+  ASSERT_TRUE(sim.ok());
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const uint64_t mem_info = cudasim::CallCount("cudaMemGetInfo");
+  auto w = LoadWeights(paths(), *gpu);
+  ASSERT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("allocate on cuda:0"));
+  EXPECT_EQ(cudasim::DeviceBytesInUse(0), 0u);
+  EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
+  EXPECT_EQ((*gpu)->stats().live_bytes, 0u);
+  EXPECT_EQ((*gpu)->stats().mapped_allocations, 0u);
+  // No placement ran: the only cudaMemGetInfo is the failed arena's note.
+  EXPECT_LE(cudasim::CallCount("cudaMemGetInfo") - mem_info, 1u);
+}
+
+TEST_F(CudaBudgetSimTest, AMappedShareOverThePinnableMemoryFailsBeforeAnyAllocation) {
+  SimCapacity sim(kCapacity);
+  ASSERT_TRUE(sim.ok());
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  // The host says 100 MiB can be pinned; 152 MiB would be.
+  auto dev = std::make_shared<FaultDevice>(
+      *gpu, FaultPlan{.memory_info = DeviceMemoryInfo{.free_bytes = kCapacity,
+                                                      .total_bytes = kCapacity,
+                                                      .mappable_bytes = 100 * kMiB,
+                                                      .mappable_source = "a test's limit"}});
+  const uint64_t host_allocs = cudasim::CallCount("cudaHostAlloc");
+  auto w = LoadWeights(paths(), dev, LoadOptions{.device_budget_bytes = 48 * kMiB});
+  ASSERT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();
+  EXPECT_THAT(std::string(w.status().message()),
+              HasSubstr("152 MiB (159383552 bytes) in 38 storage(s), is 54525952 bytes more "
+                        "than the 104857600 bytes"));
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("(a test's limit)"));
+  EXPECT_EQ(cudasim::CallCount("cudaHostAlloc"), host_allocs);
+  EXPECT_EQ(cudasim::DeviceBytesInUse(0), 0u);
+  EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
+}
+
+// The real bound: MemAvailable, reported with the device's free memory.
+TEST_F(CudaBudgetSimTest, MemoryInfoReportsFreeDeviceMemoryAndMemAvailable) {
+  SimCapacity sim(kCapacity);
+  ASSERT_TRUE(sim.ok());
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto info = (*gpu)->MemoryInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->free_bytes, kCapacity);
+  EXPECT_EQ(info->total_bytes, kCapacity);
+  ASSERT_TRUE(info->mappable_bytes.has_value());
+  EXPECT_GT(*info->mappable_bytes, 0u);
+  EXPECT_EQ(info->mappable_source, "MemAvailable in /proc/meminfo");
+}
+
+TEST_F(CudaBudgetSimTest, HostFqnPatternsGoToMappedMemoryBeforeTheBudgetIsCounted) {
+  SimCapacity sim(kCapacity);
+  ASSERT_TRUE(sim.ok());
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto w = LoadWeights(paths(), *gpu,
+                       LoadOptions{.device_budget_bytes = 48 * kMiB, .host_fqns = {"w1?"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  // w10..w19 first; then w0..w9, w20, w21 fill the budget.
+  for (size_t i = 0; i < kStorages; ++i) {
+    const bool device = i < 10 || i == 20 || i == 21;
+    const LoadedWeight* lw = w->Find(model_->fqns[i]);
+    EXPECT_EQ(lw->residency, device ? Residency::kDevice : Residency::kMappedHost) << lw->fqn;
+    auto d = DigestLoadedWeight(*w, *lw);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(*d, (*want_)[i]);
+  }
+  EXPECT_EQ(w->stats().placed_device.storages, 12u);
+  EXPECT_EQ(w->stats().placed_mapped_host.storages, 38u);
+}
+
+const json& Case(const std::string& name) {
+  for (const auto& tc : ConformanceCases()) {
+    if (tc["name"] == name) return tc;
+  }
+  throw std::runtime_error("no case " + name);
+}
+
+// A storage four views share (k02): one match places it, once, and every
+// view on it reads mapped memory, the transposed one through the kernel.
+TEST(CudaBudgetConformanceTest, ASharedStorageIsPlacedOnce) {
+  const json& tc = Case("k02_one_storage_key_many_views");
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto w = LoadWeights(
+      BundlePaths{.ptd = ConformancePath(tc["ptd"]), .manifest = ConformancePath(tc["manifest"])},
+      *gpu, LoadOptions{.host_fqns = {"layers.0.attn.k"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->storages().size(), 1u);
+  EXPECT_EQ(w->stats().placed_mapped_host.storages, 1u);
+  EXPECT_EQ(w->stats().placed_device.storages, 0u);
+  EXPECT_EQ((*gpu)->stats().allocations, 0u) << "no device arena";
+  for (const auto& want : tc["weights"]) {
+    const LoadedWeight* lw = w->Find(want["fqn"].get<std::string>());
+    ASSERT_NE(lw, nullptr);
+    EXPECT_EQ(lw->residency, Residency::kMappedHost);
+    auto dense = (*gpu)->Materialize(w->storage(*lw).buffer, lw->view());
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    EXPECT_EQ(DigestThroughPointer(**gpu, dense->data(), dense->size(), false),
+              want["sha256"].get<std::string>())
+        << lw->fqn;
+  }
+}
+
+std::vector<std::string> OkCases() {
+  std::vector<std::string> names;
+  for (const auto& tc : ConformanceCases()) {
+    if (tc["expect"] == "ok") names.push_back(tc["name"]);
+  }
+  return names;
+}
+
+std::vector<BundlePaths> Routes(const json& tc) {
+  std::vector<BundlePaths> routes;
+  const std::string ptd = ConformancePath(tc["ptd"]);
+  if (tc["kind"] == "container") {
+    routes.push_back(BundlePaths{.ptd = ptd});
+  } else {
+    if (!tc.contains("via")) {
+      routes.push_back({.ptd = ptd, .manifest = ConformancePath(tc["manifest"])});
+    }
+    if (tc.contains("pte")) routes.push_back({.ptd = ptd, .pte = ConformancePath(tc["pte"])});
+  }
+  return routes;
+}
+
+class CudaBudgetConformanceCaseTest : public ::testing::TestWithParam<std::string> {};
+
+// Budget 0 (every storage in mapped memory) and none (every storage on the
+// device): the digests of cases.json either way, gathered from the loaded
+// memory and from the dense copy made on the GPU.
+TEST_P(CudaBudgetConformanceCaseTest, BudgetZeroAndUnlimitedGiveTheSameDigests) {
+  const json& tc = Case(GetParam());
+  auto gpu = OpenCudaDevice(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  for (const BundlePaths& paths : Routes(tc)) {
+    for (const std::optional<uint64_t> budget : {std::optional<uint64_t>(0),
+                                                 std::optional<uint64_t>()}) {
+      SCOPED_TRACE(absl::StrCat(paths.pte ? "pte" : paths.manifest ? "manifest" : "container",
+                                budget ? ", budget 0" : ", no budget"));
+      auto w = LoadWeights(paths, *gpu, LoadOptions{.device_budget_bytes = budget});
+      ASSERT_TRUE(w.ok()) << w.status();
+      if (budget) {
+        EXPECT_EQ(w->stats().placed_device.storages, 0u);
+      } else {
+        EXPECT_EQ(w->stats().placed_mapped_host.storages, 0u);
+      }
+      for (const LoadedStorage& s : w->storages()) {
+        if (s.device == DeviceKind::kHost) {
+          EXPECT_EQ(s.residency, Residency::kHost);
+        } else {
+          EXPECT_EQ(s.residency, budget ? Residency::kMappedHost : Residency::kDevice);
+        }
+      }
+      if (tc.contains("named_data")) {
+        for (const auto& nd : tc["named_data"]) {
+          const LoadedStorage* s = w->FindStorage(nd["key"].get<std::string>());
+          ASSERT_NE(s, nullptr);
+          auto d = DigestLoadedStorage(*w, *s);
+          ASSERT_TRUE(d.ok()) << d.status();
+          EXPECT_EQ(*d, nd["sha256"].get<std::string>()) << nd["key"];
+        }
+      }
+      if (!tc.contains("weights")) continue;
+      for (const auto& want : tc["weights"]) {
+        if (want["sha256"].is_null()) continue;
+        const LoadedWeight* lw = w->Find(want["fqn"].get<std::string>());
+        ASSERT_NE(lw, nullptr) << want["fqn"];
+        auto d = DigestLoadedWeight(*w, *lw);
+        ASSERT_TRUE(d.ok()) << d.status();
+        EXPECT_EQ(*d, want["sha256"].get<std::string>()) << lw->fqn;
+        if (lw->residency == Residency::kHost) continue;
+        auto dense = (*gpu)->Materialize(w->storage(*lw).buffer, lw->view());
+        ASSERT_TRUE(dense.ok()) << lw->fqn << ": " << dense.status();
+        EXPECT_EQ(DigestThroughPointer(**gpu, dense->data(), dense->size(), false),
+                  want["sha256"].get<std::string>())
+            << lw->fqn << " (materialized)";
+      }
+    }
+  }
+  EXPECT_EQ((*gpu)->stats().live_bytes, 0u);
+  EXPECT_EQ((*gpu)->stats().live_mapped_bytes, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Upstream, CudaBudgetConformanceCaseTest, ::testing::ValuesIn(OkCases()),
+                         [](const auto& p) { return p.param; });
+
+// ptd-load-cudasim on the 200 MiB model and a 64 MiB device.
+std::string LoadCommand(const std::string& args) {
+  return "PTD_CUDASIM_CAPACITY=64M timeout 300 " + std::string(PTD_LOAD_BINARY) +
+         " --device cuda:0 " + args;
+}
+
+TEST_F(CudaBudgetSimTest, PtdLoadWithA48MiBBudgetDigestsEveryWeight) {
+  const auto run = RunCommand(LoadCommand("--device-budget 48M --digest --json --manifest " +
+                                          model_->manifest + " " + model_->ptd));
+  ASSERT_EQ(run.exit_code, 0) << run.out.substr(0, 2000);
+  const json j = json::parse(run.out);
+  EXPECT_EQ(j["load"]["device_budget"], 48 * kMiB);
+  EXPECT_EQ(j["load"]["placement"]["device"]["storages"], 12);
+  EXPECT_EQ(j["load"]["placement"]["device"]["bytes"], 48 * kMiB);
+  EXPECT_EQ(j["load"]["placement"]["mapped_host"]["storages"], 38);
+  EXPECT_EQ(j["load"]["placement"]["mapped_host"]["bytes"], 38 * 4 * kMiB);
+  EXPECT_EQ(j["load"]["placement"]["host"]["storages"], 0);
+  EXPECT_EQ(j["materialized"]["checked"], kStorages);
+  EXPECT_EQ(j["materialized"]["ok"], true);
+  size_t seen = 0;
+  for (const auto& wj : j["manifests"][0]["weights"]) {
+    const std::string fqn = wj["fqn"];
+    const size_t i = std::stoul(fqn.substr(1));
+    EXPECT_EQ(wj["sha256"], (*want_)[i]) << fqn;
+    EXPECT_EQ(wj["materialized_sha256"], (*want_)[i]) << fqn;
+    EXPECT_EQ(wj["residency"], i < 12 ? "device" : "mapped_host") << fqn;
+    ++seen;
+  }
+  EXPECT_EQ(seen, kStorages);
+}
+
+TEST_F(CudaBudgetSimTest, PtdLoadNamesTheShortfallAndTheOutOfMemory) {
+  const std::string files = " --manifest " + model_->manifest + " " + model_->ptd + " 2>&1";
+  auto run = RunCommand(LoadCommand("--device-budget 96M" + files));
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("33554432 bytes more than the 67108864 bytes free on cuda:0"));
+  // Text report with a budget: the placement line.
+  run = RunCommand(LoadCommand("--device-budget 48M --host-fqn 'w4?'" + files));
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("placed (device budget 50331648 bytes): device 12 storages, "
+                                 "50331648 bytes; mapped_host 38 storages, 159383552 bytes; "
+                                 "host 0 storages, 0 bytes"));
+  run = RunCommand(LoadCommand(files));
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("out of memory"));
+  EXPECT_THAT(run.out, ::testing::Not(HasSubstr("placed")));
+}
+
+}  // namespace
+}  // namespace ptd
