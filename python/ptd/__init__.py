@@ -182,6 +182,38 @@ def _scalar_type(dtype: Any) -> int:
     raise ValueError(f"dtype {dtype!r} has no ExecuTorch ScalarType")
 
 
+_BYTE_SUFFIXES = {"k": 10, "m": 20, "g": 30, "t": 40}
+
+
+def _byte_size(x: Any, what: str) -> int:
+    """An int number of bytes, or a str as ptd-load's --device-budget takes it:
+    decimal digits with an optional K, M, G or T suffix (1K = 1024), e.g. "48M"."""
+    if isinstance(x, str):
+        text, shift = x, 0
+        if text and text[-1].lower() in _BYTE_SUFFIXES:
+            text, shift = text[:-1], _BYTE_SUFFIXES[text[-1].lower()]
+        if not (text.isascii() and text.isdigit()):
+            raise ValueError(f"{what} must be a byte count: a decimal integer with an optional "
+                             f"K, M, G or T suffix (1K = 1024), e.g. \"48M\"; not {x!r}")
+        v = int(text) << shift
+        if v > 2**64 - 1:
+            raise ValueError(f"{what} must be in [0, {2**64 - 1}], not {x!r}")
+        return v
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise TypeError(f"{what} must be an int or a str such as \"48M\", "
+                        f"not {type(x).__name__}")
+    return _int(x, what, 0, 2**64 - 1)
+
+
+def _strs(v: Any, what: str) -> "list[str]":
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        raise TypeError(f"{what} must be an iterable of str")
+    out = list(v)
+    if not all(isinstance(f, str) for f in out):
+        raise TypeError(f"{what} must be an iterable of str")
+    return out
+
+
 def _ints(v: Any, what: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> "tuple[int, ...]":
     if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
         raise TypeError(f"{what} must be a sequence of ints")
@@ -278,8 +310,19 @@ class Weights(Mapping):
 
     @property
     def stats(self) -> "dict[str, int]":
-        """weights, storages, bytes, allocations, reads, bytes_read, copies."""
+        """weights, storages, bytes, allocations, reads, bytes_read, copies, reused,
+        runtime_owned, mapped, mapped_bytes, mappings (mapped counts `map_file`'s file
+        mappings; where storages went is `placement`)."""
         return self._w.stats
+
+    @property
+    def placement(self) -> "dict[str, dict[str, int]]":
+        """Where the storages went, as `ptd-load --json`'s "placement":
+        {"device": {"storages": n, "bytes": n}, "mapped_host": {...}, "host": {...}}
+        (each Tensor's `residency` is one of these keys). They add up to stats'
+        storages and bytes; everything is "host" on the host device, and "mapped_host"
+        holds what `device_budget` and `host_fqns` kept off the GPU."""
+        return self._w.placement
 
     @property
     def runtime_owned(self) -> "tuple[RuntimeOwnedWeight, ...]":
@@ -301,6 +344,8 @@ def load(
     threads: Optional[int] = None,
     map_file: bool = False,
     progress: Optional[Callable[[int, int], Optional[bool]]] = None,
+    device_budget: Optional[Union[int, str]] = None,
+    host_fqns: Optional[Iterable[str]] = None,
 ) -> Weights:
     """Opens, verifies and loads weights onto `device` ("host", "cuda", "cuda:N"
     or "auto": cuda:0 when there is one, else the host).
@@ -317,16 +362,26 @@ def load(
     the file), populated from the page cache, so a cached file loads without
     a copy (stats["mapped"] counts them). But a process that writes the file
     in place changes the loaded weights, and one that truncates it makes
-    touching them raise SIGBUS: leave it off where files may change."""
+    touching them raise SIGBUS: leave it off where files may change.
+
+    `device_budget` (a CUDA device only) caps the GPU memory the load takes, in
+    bytes (an int, or a str such as "48M": K, M, G or T suffix, 1K = 1024):
+    storages go to GPU memory in manifest order until the next does not fit;
+    that one and the rest go to pinned host memory mapped for the GPU
+    (Tensor.residency "mapped_host"), which kernels read directly over the bus.
+    0 keeps every storage off the GPU; None (the default) puts all on it. A
+    budget over the GPU's free memory, or a mapped share over the host memory
+    that can be pinned, raises MemoryError before anything is allocated.
+    `host_fqns` (a CUDA device only) lists fnmatch patterns ("tok_embeddings.*")
+    whose weights' storages go to mapped host memory before the budget is
+    counted (without a manifest they match keys; a pattern matching nothing is
+    no error). Either one on the host device raises ValueError. `placement`
+    and each Tensor's `residency` say where the storages went."""
     if not isinstance(device, str):
         raise TypeError(f"device must be a str, not {type(device).__name__}")
-    fqn_list = None
-    if fqns is not None:
-        if isinstance(fqns, (str, bytes)) or not isinstance(fqns, Iterable):
-            raise TypeError("fqns must be an iterable of str")
-        fqn_list = list(fqns)
-        if not all(isinstance(f, str) for f in fqn_list):
-            raise TypeError("fqns must be an iterable of str")
+    fqn_list = None if fqns is None else _strs(fqns, "fqns")
+    budget = None if device_budget is None else _byte_size(device_budget, "device_budget")
+    host_list = [] if host_fqns is None else _strs(host_fqns, "host_fqns")
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable")
     r = _ptd.load(
@@ -339,6 +394,8 @@ def load(
         None if threads is None else _int(threads, "threads", 1, 256),
         _bool(map_file, "map_file"),
         progress,
+        budget,
+        host_list,
     )
     if isinstance(r, dict):
         raise VerifyError(Report(r))

@@ -208,6 +208,8 @@ class Tensor {
   int64_t offset() const { return w_->storage_offset; }
   uint64_t storage_nbytes() const { return storage().nbytes; }
   bool is_cuda() const { return storage().device == ptd::DeviceKind::kCuda; }
+  // "device", "mapped_host" or "host" (ptd::ResidencyName).
+  std::string residency() const { return std::string(ptd::ResidencyName(w_->residency)); }
   int device_index() const { return weights_->DeviceOf(storage()).index(); }
   std::string device() const {
     return is_cuda() ? absl::StrCat("cuda:", device_index()) : std::string("cpu");
@@ -326,6 +328,20 @@ class Weights {
     d["mappings"] = s.mappings;
     return d;
   }
+  // Where the storages went, as `ptd-load --json`'s "placement":
+  // {"device": {"storages": n, "bytes": n}, "mapped_host": ..., "host": ...}.
+  nb::dict placement() const {
+    const ptd::LoadStats& s = w_->stats();
+    nb::dict d;
+    for (ptd::Residency r :
+         {ptd::Residency::kDevice, ptd::Residency::kMappedHost, ptd::Residency::kHost}) {
+      nb::dict p;
+      p["storages"] = s.placed(r).storages;
+      p["bytes"] = s.placed(r).bytes;
+      d[std::string(ptd::ResidencyName(r)).c_str()] = p;
+    }
+    return d;
+  }
   // Runtime-owned entries (the off-graph KV cache): not loaded; what a
   // runtime needs to allocate them.
   nb::list runtime_owned() const {
@@ -385,9 +401,13 @@ struct ProgressState {
 nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
                 std::optional<std::string> pte, std::string device_spec,
                 std::optional<std::vector<std::string>> fqns, std::optional<uint32_t> sm,
-                std::optional<size_t> threads, bool map_file, nb::object progress) {
+                std::optional<size_t> threads, bool map_file, nb::object progress,
+                std::optional<uint64_t> device_budget, std::vector<std::string> host_fqns) {
   ptd::LoadOptions lo;
   lo.map_file = map_file;
+  lo.device_budget_bytes = device_budget;
+  lo.host_fqns = host_fqns;
+  const bool placing = device_budget.has_value() || !host_fqns.empty();
   if (fqns) lo.fqns = *fqns;
   lo.sm = sm;
   if (threads) lo.threads = *threads;
@@ -427,6 +447,14 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
   {
     nb::gil_scoped_release release;
     device = ptd::OpenDevice(device_spec);
+    if (device.ok() && placing && (*device)->kind() == ptd::DeviceKind::kHost) {
+      // In the caller's words (LoadWeights would name LoadOptions' fields),
+      // as ptd-load does for --device-budget and --host-fqn.
+      device = absl::InvalidArgumentError(absl::StrCat(
+          device_budget ? "device_budget" : "host_fqns",
+          " applies to a CUDA device; device=\"", device_spec,
+          "\" is the host (every storage is in host memory already)"));
+    }
     if (device.ok()) sources = ptd::OpenBundleSources(paths);
     if (device.ok() && sources.ok()) {
       bundle = ptd::WeightBundle::Open(*sources);
@@ -630,6 +658,7 @@ NB_MODULE(_ptd, m) {
   m.def("load", &Load, nb::arg("ptd"), nb::arg("manifest").none(), nb::arg("pte").none(),
         nb::arg("device"), nb::arg("fqns").none(), nb::arg("sm").none(),
         nb::arg("threads").none(), nb::arg("map_file"), nb::arg("progress").none(),
+        nb::arg("device_budget").none(), nb::arg("host_fqns"),
         "Opens, verifies and loads: a _Weights, or the verification dict when a rule is broken.");
   m.def("write", &Write, nb::arg("ptd_path"), nb::arg("manifest_path").none(),
         nb::arg("specs"), nb::arg("format"), nb::arg("variants"), nb::arg("so_blob_key"),
@@ -649,6 +678,9 @@ NB_MODULE(_ptd, m) {
       .def_prop_ro("storage_nbytes", &Tensor::storage_nbytes)
       .def_prop_ro("source", &Tensor::source)
       .def_prop_ro("device", &Tensor::device, "'cpu' or 'cuda:N'")
+      .def_prop_ro("residency", &Tensor::residency,
+                   "where the storage lives: 'device' (GPU memory), 'mapped_host' (pinned "
+                   "host memory the GPU reads over the bus) or 'host' (plain host memory)")
       .def("view_as", [](const Tensor& t, const std::string& dtype) {
             nb::dict d = nb::module_::import_("ptd._ptd").attr("DTYPES");
             if (!d.contains(dtype.c_str())) throw nb::value_error(("unknown dtype " + dtype).c_str());
@@ -679,5 +711,6 @@ NB_MODULE(_ptd, m) {
       .def("get", &Weights::Get, nb::arg("name"))
       .def_prop_ro("timings", &Weights::timings)
       .def_prop_ro("stats", &Weights::stats)
+      .def_prop_ro("placement", &Weights::placement)
       .def_prop_ro("runtime_owned", &Weights::runtime_owned);
 }
