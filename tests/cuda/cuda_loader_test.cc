@@ -36,8 +36,11 @@
 namespace ptd {
 namespace {
 
+using ::ptd::testing::ConformanceCase;
 using ::ptd::testing::ConformanceCases;
 using ::ptd::testing::ConformancePath;
+using ::ptd::testing::ConformanceRoutes;
+using ::ptd::testing::OkConformanceCases;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::TestModel;
 using ::ptd::testing::WriteTestModel;
@@ -46,21 +49,6 @@ using json = nlohmann::json;
 
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = kKiB * kKiB;
-
-const json& Case(const std::string& name) {
-  for (const auto& tc : ConformanceCases()) {
-    if (tc["name"] == name) return tc;
-  }
-  throw std::runtime_error("no case " + name);
-}
-
-std::vector<std::string> OkCases() {
-  std::vector<std::string> names;
-  for (const auto& tc : ConformanceCases()) {
-    if (tc["expect"] == "ok") names.push_back(tc["name"]);
-  }
-  return names;
-}
 
 // sha256 of `buffer`'s bytes, read back from the GPU in pieces of at most
 // 16 MiB.
@@ -99,27 +87,12 @@ absl::StatusOr<std::string> MaterializedDigest(CudaDevice& gpu, const LoadedWeig
   return DeviceDigest(gpu, *dense);
 }
 
-// The routes a case is loaded by: the container alone, its manifest, its .pte.
-std::vector<BundlePaths> Routes(const json& tc) {
-  std::vector<BundlePaths> routes;
-  const std::string ptd = ConformancePath(tc["ptd"]);
-  if (tc["kind"] == "container") {
-    routes.push_back(BundlePaths{.ptd = ptd});
-  } else {
-    if (!tc.contains("via")) {
-      routes.push_back({.ptd = ptd, .manifest = ConformancePath(tc["manifest"])});
-    }
-    if (tc.contains("pte")) routes.push_back({.ptd = ptd, .pte = ConformancePath(tc["pte"])});
-  }
-  return routes;
-}
-
 class CudaLoaderConformanceTest : public CudaTest,
                                   public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(CudaLoaderConformanceTest, ViewsAndDenseCopiesHaveExpectedDigests) {
-  const json& tc = Case(GetParam());
-  for (const BundlePaths& paths : Routes(tc)) {
+  const json& tc = ConformanceCase(GetParam());
+  for (const BundlePaths& paths : ConformanceRoutes(tc)) {
     SCOPED_TRACE(paths.pte ? "pte" : paths.manifest ? "manifest" : "container");
     const DeviceStats before = device_->stats();
     {
@@ -169,7 +142,8 @@ TEST_P(CudaLoaderConformanceTest, ViewsAndDenseCopiesHaveExpectedDigests) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Upstream, CudaLoaderConformanceTest, ::testing::ValuesIn(OkCases()),
+INSTANTIATE_TEST_SUITE_P(Upstream, CudaLoaderConformanceTest,
+                         ::testing::ValuesIn(OkConformanceCases()),
                          [](const auto& p) { return p.param; });
 
 // ptd-load --device cuda --digest: digests read back from the GPU, and each

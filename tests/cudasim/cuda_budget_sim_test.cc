@@ -20,14 +20,18 @@
 #include "ptd/sha256.h"
 #include "ptd/view_materialize.h"
 #include "tests/cudasim/cudasim.h"
+#include "tests/cudasim/sim_devices.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
 namespace {
 
+using ::ptd::testing::ConformanceCase;
 using ::ptd::testing::ConformanceCases;
 using ::ptd::testing::ConformancePath;
+using ::ptd::testing::ConformanceRoutes;
+using ::ptd::testing::OkConformanceCases;
 using ::ptd::testing::RunCommand;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::TestModel;
@@ -38,23 +42,6 @@ using json = nlohmann::json;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kCapacity = 64 * kMiB;
 constexpr size_t kStorages = 50;  // 50 x 4 MiB = 200 MiB.
-
-// A simulator with one device of `capacity` bytes for one test, back to the
-// default after.
-class SimCapacity {
- public:
-  explicit SimCapacity(uint64_t capacity) {
-    cudasim::Config config = cudasim::CurrentConfig();
-    config.devices = 1;
-    config.capacity = capacity;
-    ok_ = cudasim::Configure(config);
-  }
-  ~SimCapacity() { (void)cudasim::Configure(cudasim::Config{}); }
-  bool ok() const { return ok_; }
-
- private:
-  bool ok_ = false;
-};
 
 // sha256 of `n` bytes at `p`, read through the pointer: directly for host
 // memory (mapped included), through CopyToHost for device memory.
@@ -98,7 +85,7 @@ TestModel* CudaBudgetSimTest::model_ = nullptr;
 std::vector<std::string>* CudaBudgetSimTest::want_ = nullptr;
 
 TEST_F(CudaBudgetSimTest, A48MiBBudgetLoads200MiBOnA64MiBDevice) {
-  SimCapacity sim(kCapacity);
+  cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
   {
     auto gpu = OpenCudaDevice(0);
@@ -168,7 +155,7 @@ TEST_F(CudaBudgetSimTest, A48MiBBudgetLoads200MiBOnA64MiBDevice) {
 }
 
 TEST_F(CudaBudgetSimTest, ABudgetOverTheFreeMemoryFailsBeforeAnyAllocation) {
-  SimCapacity sim(kCapacity);
+  cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
   auto gpu = OpenCudaDevice(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -186,7 +173,7 @@ TEST_F(CudaBudgetSimTest, ABudgetOverTheFreeMemoryFailsBeforeAnyAllocation) {
 }
 
 TEST_F(CudaBudgetSimTest, WithoutABudgetTheLoadRunsOutOfMemoryCleanly) {
-  SimCapacity sim(kCapacity);
+  cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
   auto gpu = OpenCudaDevice(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -203,7 +190,7 @@ TEST_F(CudaBudgetSimTest, WithoutABudgetTheLoadRunsOutOfMemoryCleanly) {
 }
 
 TEST_F(CudaBudgetSimTest, AMappedShareOverThePinnableMemoryFailsBeforeAnyAllocation) {
-  SimCapacity sim(kCapacity);
+  cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
   auto gpu = OpenCudaDevice(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -227,7 +214,7 @@ TEST_F(CudaBudgetSimTest, AMappedShareOverThePinnableMemoryFailsBeforeAnyAllocat
 
 // The real bound: MemAvailable, reported with the device's free memory.
 TEST_F(CudaBudgetSimTest, MemoryInfoReportsFreeDeviceMemoryAndMemAvailable) {
-  SimCapacity sim(kCapacity);
+  cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
   auto gpu = OpenCudaDevice(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -241,7 +228,7 @@ TEST_F(CudaBudgetSimTest, MemoryInfoReportsFreeDeviceMemoryAndMemAvailable) {
 }
 
 TEST_F(CudaBudgetSimTest, HostFqnPatternsGoToMappedMemoryBeforeTheBudgetIsCounted) {
-  SimCapacity sim(kCapacity);
+  cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
   auto gpu = OpenCudaDevice(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -261,17 +248,10 @@ TEST_F(CudaBudgetSimTest, HostFqnPatternsGoToMappedMemoryBeforeTheBudgetIsCounte
   EXPECT_EQ(w->stats().placed_mapped_host.storages, 38u);
 }
 
-const json& Case(const std::string& name) {
-  for (const auto& tc : ConformanceCases()) {
-    if (tc["name"] == name) return tc;
-  }
-  throw std::runtime_error("no case " + name);
-}
-
 // A storage four views share (k02): one match places it, once, and every
 // view on it reads mapped memory, the transposed one through the kernel.
 TEST(CudaBudgetConformanceTest, ASharedStorageIsPlacedOnce) {
-  const json& tc = Case("k02_one_storage_key_many_views");
+  const json& tc = ConformanceCase("k02_one_storage_key_many_views");
   auto gpu = OpenCudaDevice(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   auto w = LoadWeights(
@@ -294,38 +274,16 @@ TEST(CudaBudgetConformanceTest, ASharedStorageIsPlacedOnce) {
   }
 }
 
-std::vector<std::string> OkCases() {
-  std::vector<std::string> names;
-  for (const auto& tc : ConformanceCases()) {
-    if (tc["expect"] == "ok") names.push_back(tc["name"]);
-  }
-  return names;
-}
-
-std::vector<BundlePaths> Routes(const json& tc) {
-  std::vector<BundlePaths> routes;
-  const std::string ptd = ConformancePath(tc["ptd"]);
-  if (tc["kind"] == "container") {
-    routes.push_back(BundlePaths{.ptd = ptd});
-  } else {
-    if (!tc.contains("via")) {
-      routes.push_back({.ptd = ptd, .manifest = ConformancePath(tc["manifest"])});
-    }
-    if (tc.contains("pte")) routes.push_back({.ptd = ptd, .pte = ConformancePath(tc["pte"])});
-  }
-  return routes;
-}
-
 class CudaBudgetConformanceCaseTest : public ::testing::TestWithParam<std::string> {};
 
 // Budget 0 (every storage in mapped memory) and none (every storage on the
 // device): the digests of cases.json either way, gathered from the loaded
 // memory and from the dense copy made on the GPU.
 TEST_P(CudaBudgetConformanceCaseTest, BudgetZeroAndUnlimitedGiveTheSameDigests) {
-  const json& tc = Case(GetParam());
+  const json& tc = ConformanceCase(GetParam());
   auto gpu = OpenCudaDevice(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  for (const BundlePaths& paths : Routes(tc)) {
+  for (const BundlePaths& paths : ConformanceRoutes(tc)) {
     for (const std::optional<uint64_t> budget : {std::optional<uint64_t>(0),
                                                  std::optional<uint64_t>()}) {
       SCOPED_TRACE(absl::StrCat(paths.pte ? "pte" : paths.manifest ? "manifest" : "container",
@@ -374,7 +332,8 @@ TEST_P(CudaBudgetConformanceCaseTest, BudgetZeroAndUnlimitedGiveTheSameDigests) 
   EXPECT_EQ((*gpu)->stats().live_mapped_bytes, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Upstream, CudaBudgetConformanceCaseTest, ::testing::ValuesIn(OkCases()),
+INSTANTIATE_TEST_SUITE_P(Upstream, CudaBudgetConformanceCaseTest,
+                         ::testing::ValuesIn(OkConformanceCases()),
                          [](const auto& p) { return p.param; });
 
 // ptd-load-cudasim on the 200 MiB model and a 64 MiB device.

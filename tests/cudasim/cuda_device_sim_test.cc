@@ -17,12 +17,14 @@
 #include "ptd/loader.h"
 #include "ptd/view_materialize.h"
 #include "tests/cudasim/cudasim.h"
+#include "tests/cudasim/sim_devices.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
 namespace {
 
+using ::cudasim::SimDevices;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::TestModel;
 using ::ptd::testing::WriteTestModel;
@@ -43,22 +45,6 @@ std::vector<std::string> Digests(const LoadedWeights& w, const TestModel& model)
   }
   return out;
 }
-
-// A simulator of `devices` devices for one test, back to the default after.
-class SimDevices {
- public:
-  explicit SimDevices(int devices, uint64_t capacity = uint64_t{80} << 30) {
-    cudasim::Config config = cudasim::CurrentConfig();
-    config.devices = devices;
-    config.capacity = capacity;
-    ok_ = cudasim::Configure(config);
-  }
-  ~SimDevices() { (void)cudasim::Configure(cudasim::Config{}); }
-  bool ok() const { return ok_; }
-
- private:
-  bool ok_ = false;
-};
 
 // The defect: the defaulted move-assignment replaced device_ before
 // storages_, so the old device (and the internals its buffers' deleters

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ptd/weight_writer.h"
+#include "tests/testing/test_util.h"
 
 namespace ptd::testing {
 
@@ -42,6 +43,20 @@ TestModel WriteTestModel(const std::string& dir, const std::vector<uint64_t>& si
   const absl::Status st = writer.Write(m.ptd, m.manifest);
   if (!st.ok()) throw std::runtime_error(st.ToString());
   return m;
+}
+
+std::vector<BundlePaths> ConformanceRoutes(const nlohmann::json& tc) {
+  std::vector<BundlePaths> routes;
+  const std::string ptd = ConformancePath(tc["ptd"]);
+  if (tc["kind"] == "container") {
+    routes.push_back(BundlePaths{.ptd = ptd});
+  } else {
+    if (!tc.contains("via")) {
+      routes.push_back({.ptd = ptd, .manifest = ConformancePath(tc["manifest"])});
+    }
+    if (tc.contains("pte")) routes.push_back({.ptd = ptd, .pte = ConformancePath(tc["pte"])});
+  }
+  return routes;
 }
 
 }  // namespace ptd::testing

@@ -15,6 +15,8 @@
 #include "ptd/file_source.h"
 #include "ptd/host_device.h"
 #include "ptd/manifest.h"
+#include "ptd/weight_bundle.h"
+#include "nlohmann/json.hpp"
 
 namespace ptd::testing {
 
@@ -155,6 +157,10 @@ struct TestModel {
 };
 TestModel WriteTestModel(const std::string& dir, const std::vector<uint64_t>& sizes,
                          bool with_cpu_weight = false);
+
+// The routes a conformance case (an entry of cases.json) is loaded by: the
+// container alone, its manifest, its .pte.
+std::vector<BundlePaths> ConformanceRoutes(const nlohmann::json& tc);
 
 }  // namespace ptd::testing
 

@@ -42,6 +42,21 @@ const nlohmann::json& ConformanceCases() {
   return (*cases)["cases"];
 }
 
+const nlohmann::json& ConformanceCase(const std::string& name) {
+  for (const auto& tc : ConformanceCases()) {
+    if (tc["name"] == name) return tc;
+  }
+  throw std::runtime_error("no conformance case " + name);
+}
+
+std::vector<std::string> OkConformanceCases() {
+  std::vector<std::string> names;
+  for (const auto& tc : ConformanceCases()) {
+    if (tc["expect"] == "ok") names.push_back(tc["name"]);
+  }
+  return names;
+}
+
 std::vector<uint8_t> ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open " + path);

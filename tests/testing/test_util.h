@@ -23,6 +23,10 @@ std::string DataPath(const std::string& rel);
 const nlohmann::json& ConformanceCases();
 // Absolute path of a path that cases.json gives (relative to conformance/).
 std::string ConformancePath(const std::string& rel);
+// The case named `name` (throws std::runtime_error when there is none).
+const nlohmann::json& ConformanceCase(const std::string& name);
+// The names of the cases expected to verify ("expect": "ok"), in file order.
+std::vector<std::string> OkConformanceCases();
 
 std::vector<uint8_t> ReadFileBytes(const std::string& path);
 void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes);
