@@ -54,7 +54,11 @@ std::set<std::string> SpecRules() {
   std::ifstream in(DataPath("../../docs/SPEC.md"));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  // Sections 1-6: the .ptd, manifest and .pte rules this project checks.
+  // Section 7 (safetensors: S1-S10, N1; issue 35) is not implemented yet,
+  // and its dtype names (U8, ...) would read as rule IDs here.
+  std::string text = ss.str();
+  if (const size_t end = text.find("\n## 7."); end != std::string::npos) text.resize(end);
   // Tokens \b[HCMGXPWDRU][0-9]\b (no <regex>: GCC 12 warns inside it under
   // the sanitizers, and -Werror makes that fatal).
   const auto word = [](char c) {
