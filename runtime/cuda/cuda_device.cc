@@ -164,6 +164,18 @@ absl::StatusOr<uint64_t> ArenaOffsets(absl::Span<const size_t> sizes, const char
   return end;
 }
 
+// The buffers of an arena: `sizes[i]` bytes at `offsets[i]` (ArenaOffsets),
+// sharing the arena's block.
+std::vector<DeviceBuffer> SliceArena(const DeviceBuffer& arena, absl::Span<const size_t> sizes,
+                                     const std::vector<uint64_t>& offsets) {
+  std::vector<DeviceBuffer> buffers;
+  buffers.reserve(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    buffers.push_back(arena.Slice(static_cast<size_t>(offsets[i]), sizes[i]));
+  }
+  return buffers;
+}
+
 }  // namespace
 
 struct CudaDevice::Impl {
@@ -538,8 +550,7 @@ absl::StatusOr<DeviceBuffer> CudaDevice::Allocate(size_t nbytes) {
 
 absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
     absl::Span<const size_t> sizes) {
-  std::vector<DeviceBuffer> buffers;
-  if (sizes.empty()) return buffers;
+  if (sizes.empty()) return std::vector<DeviceBuffer>{};
   // One arena: each buffer starts at the next kDeviceAlignment boundary.
   std::vector<uint64_t> offsets;
   PTD_ASSIGN_OR_RETURN(const uint64_t end,
@@ -573,18 +584,12 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
     status.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(failed)));
     return status;
   }
-  DeviceBuffer arena = *std::move(got);
-  buffers.reserve(sizes.size());
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    buffers.push_back(arena.Slice(static_cast<size_t>(offsets[i]), sizes[i]));
-  }
-  return buffers;
+  return SliceArena(*got, sizes, offsets);
 }
 
 absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMappedMany(
     absl::Span<const size_t> sizes) {
-  std::vector<DeviceBuffer> buffers;
-  if (sizes.empty()) return buffers;
+  if (sizes.empty()) return std::vector<DeviceBuffer>{};
   std::vector<uint64_t> offsets;
   PTD_ASSIGN_OR_RETURN(const uint64_t end,
                        ArenaOffsets(sizes, "AllocateMappedMany", impl_->index, &offsets));
@@ -625,11 +630,7 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMappedMany(
   DeviceBuffer arena(
       std::shared_ptr<void>(p, [impl, block_bytes](void* q) { impl->FreeMapped(q, block_bytes); }),
       p, static_cast<size_t>(end));
-  buffers.reserve(sizes.size());
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    buffers.push_back(arena.Slice(static_cast<size_t>(offsets[i]), sizes[i]));
-  }
-  return buffers;
+  return SliceArena(arena, sizes, offsets);
 }
 
 absl::StatusOr<DeviceMemoryInfo> CudaDevice::MemoryInfo() {
