@@ -1,0 +1,142 @@
+// Weights in and out of a program: a .ptd's weights as a safetensors
+// checkpoint (extract), and the .ptd a program expects built from a
+// checkpoint (reweight). docs/SPEC.md section 7, rules S8-S10 and N1.
+//
+// Both stream: host memory stays within ExtractOptions::memory_budget or
+// ReweightOptions::memory_budget (64 MiB by default) plus the metadata
+// (names, shapes, the manifest), whatever the size of the model.
+//
+// Example:
+//   BundlePaths program{.ptd = "model.ptd", .pte = "model.pte"};
+//   ASSIGN_OR_RETURN(ExtractResult x, ExtractWeights(program, "model.safetensors"));
+//   ... fine-tune model.safetensors ...
+//   ASSIGN_OR_RETURN(ReweightResult r,
+//                    Reweight("model.safetensors", program, "new.ptd", {.base = "model.ptd"}));
+//
+// Errors: a broken rule is DataLoss (a file read) or InvalidArgument (a
+// checkpoint that does not fit the program), naming the file, the weight or
+// tensor, the rule and both numbers. No output file is left behind.
+//
+// Thread-safety: free functions without shared state.
+#ifndef PTD_CHECKPOINT_H_
+#define PTD_CHECKPOINT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ptd/report.h"
+#include "ptd/weight_bundle.h"
+
+namespace ptd {
+
+inline constexpr uint64_t kDefaultCheckpointMemoryBudget = uint64_t{64} << 20;
+
+// The health of one floating weight's elements (N1): NaN and infinite
+// counts, and the least and greatest finite values (absent when none).
+struct WeightStats {
+  uint64_t nan = 0;
+  uint64_t inf = 0;
+  std::optional<double> min;
+  std::optional<double> max;
+};
+
+// Accumulates WeightStats over a weight's elements, fed in any chunks.
+// `scalar_type` must be a floating type (Half, Float, Double, BFloat16);
+// IsStatsDtype says which.
+class WeightStatsAccumulator {
+ public:
+  explicit WeightStatsAccumulator(int32_t scalar_type);
+  // `bytes` holds whole elements, little-endian; a partial trailing element
+  // is carried to the next call.
+  void Add(absl::Span<const uint8_t> bytes);
+  const WeightStats& stats() const { return stats_; }
+
+ private:
+  int32_t scalar_type_;
+  uint32_t element_size_;
+  uint8_t carry_[8] = {};
+  uint32_t carried_ = 0;
+  WeightStats stats_;
+};
+bool IsStatsDtype(int32_t scalar_type);
+
+// The N1 warning for `fqn` when `stats` counts NaN or Inf; nothing otherwise.
+void ReportWeightStats(const WeightStats& stats, const Where& where, Report* report);
+
+struct ExtractOptions {
+  // Set: `out` is a folder of shards of at most this many bytes of tensor
+  // data each (a tensor larger than it gets a shard of its own) plus
+  // model.safetensors.index.json. Unset: `out` is one .safetensors file.
+  std::optional<uint64_t> max_shard_size;
+  // Compute WeightStats for each floating weight, and N1 warnings.
+  bool stats = false;
+  uint64_t memory_budget = kDefaultCheckpointMemoryBudget;
+};
+
+struct ExtractedTensor {
+  std::string name;       // The fqn, or the key without a manifest.
+  int32_t scalar_type = 0;
+  std::vector<uint64_t> shape;
+  uint64_t nbytes = 0;
+  std::string file;       // The file it went to.
+  std::optional<WeightStats> stats;
+};
+
+struct ExtractResult {
+  std::vector<ExtractedTensor> tensors;     // In the manifests' order.
+  std::vector<std::string> runtime_owned;   // fqns left out (no bytes).
+  std::vector<std::string> files;           // Written: shards, then index.
+  Report report;                            // Warnings (N1).
+};
+
+// Writes every stored weight's view of the verified bundle `inputs`,
+// materialized row-major under its fqn; without a manifest, each key's bytes
+// as a U8 tensor. `__metadata__` names each source file and its sha256.
+// InvalidArgument naming the weight when its dtype has no safetensors name.
+absl::StatusOr<ExtractResult> ExtractWeights(const BundlePaths& inputs, const std::string& out,
+                                             const ExtractOptions& options = {});
+
+struct ReweightOptions {
+  // A .ptd for the same program whose bytes fill what the checkpoint does
+  // not: storages of weights it lacks, and bytes no view covers.
+  std::optional<std::string> base;
+  // Checkpoint names are renamed before lookup: a name that starts with a
+  // `first` becomes `second` + the rest (the longest matching prefix wins;
+  // "" matches every name). {"model.", ""} strips a prefix.
+  std::vector<std::pair<std::string, std::string>> rename;
+  uint64_t memory_budget = kDefaultCheckpointMemoryBudget;
+};
+
+// A storage's bytes that no view covers and no base supplied: zero-filled.
+struct ZeroFill {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t nbytes = 0;
+};
+
+struct ReweightResult {
+  std::vector<std::string> written;  // fqns whose bytes came from the checkpoint.
+  std::vector<std::string> kept;     // fqns kept from the base (S10).
+  std::vector<std::string> unused;   // Checkpoint tensors no weight uses.
+  std::vector<ZeroFill> zero_filled;
+  uint64_t zero_filled_bytes = 0;
+  Report report;  // Warnings: unused tensors, kept weights, zero-filled bytes.
+};
+
+// Builds the .ptd that `program` (a standalone manifest or a .pte;
+// program.ptd is ignored) expects from `checkpoint` (a .safetensors file or
+// a *.safetensors.index.json) and writes it to `out` after verifying it
+// under every rule. Without a manifest, `options.base` is required, and each
+// of its keys is looked up as a U8 tensor of the key's size.
+absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const BundlePaths& program,
+                                        const std::string& out,
+                                        const ReweightOptions& options = {});
+
+}  // namespace ptd
+
+#endif  // PTD_CHECKPOINT_H_
