@@ -81,7 +81,8 @@ for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build" --parallel "$(nproc)" "${targets[@]}"
 
 # The Python module `ptd` (python/, pyproject.toml) in the same .venv:
-# nanobind, scikit-build-core, numpy and pytest from PyPI, then `pip install .`
+# nanobind, scikit-build-core, numpy, pytest and safetensors (the interop
+# tests) from PyPI, then `pip install .`
 # without build isolation. Its CMake tree is build/python/<tag>, so a re-run
 # rebuilds only what changed. CMAKE_ARGS reach its configure too. Without
 # PyPI this prints a note and goes on (scripts/test.sh then says the Python
@@ -89,10 +90,12 @@ cmake --build "$build" --parallel "$(nproc)" "${targets[@]}"
 if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
   if [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
     echo "setup: note: python3 -m venv $venv failed; the Python module is not installed" >&2
-  elif ! "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest" 2>/dev/null &&
+  elif ! "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest, safetensors" \
+         2>/dev/null &&
        ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 20 \
-           --retries 1 nanobind scikit-build-core numpy pytest; then
-    echo "setup: note: could not pip-install nanobind, scikit-build-core, numpy, pytest" \
+           --retries 1 nanobind scikit-build-core numpy pytest safetensors; then
+    echo "setup: note: could not pip-install nanobind, scikit-build-core, numpy, pytest," \
+         "safetensors" \
          "(no network?); the Python module is not installed" >&2
   else
     echo "setup: pip install . (the Python module ptd) into $venv"

@@ -55,9 +55,12 @@ int Main(int argc, char** argv) {
   app.add_flag("--all", all_rows, "list every key and weight (default: the first 50 of each)");
   app.add_flag("--digest", options.digest,
                "add sha256 of each key's bytes and each view's elements");
+  app.add_flag("--stats", options.stats,
+               "add NaN and Inf counts, min and max of each floating weight "
+               "(F16, BF16, F32, F64); NaN or Inf is warning N1");
   auto* limit_opt =
       app.add_option("--digest-limit", digest_limit,
-                     "with --digest: skip digests of views that gather more bytes than "
+                     "with --digest or --stats: skip views that gather more bytes than "
                      "this (warning D1); default 1073741824 (1 GiB)")
           ->type_name("BYTES")
           ->check(CLI::Validator(
@@ -85,8 +88,8 @@ int Main(int argc, char** argv) {
   if (!sm_opt->empty()) options.sm = sm;
   if (!limit_opt->empty()) (void)ptd::cli::ParseByteCount(digest_limit, &options.digest_limit);
   // Flags that change nothing are said, so a user does not trust them.
-  if (!limit_opt->empty() && !options.digest) {
-    std::cerr << "ptd-verify: note: --digest-limit has no effect without --digest\n";
+  if (!limit_opt->empty() && !options.digest && !options.stats) {
+    std::cerr << "ptd-verify: note: --digest-limit has no effect without --digest or --stats\n";
   }
   if (!sm_opt->empty() && !options.manifest_path && !options.pte_path) {
     std::cerr << "ptd-verify: note: --sm has no effect without --manifest or --pte\n";

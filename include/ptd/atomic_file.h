@@ -27,6 +27,20 @@ absl::Status WriteFileAtomically(
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::Span<const uint8_t> bytes);
 
+// Sink for positional writes into the temporary file: writes `bytes` at
+// `offset` (pwrite(2); the appending WriteFn's position does not move). A
+// range past the current end extends the file.
+using WriteAtFn = std::function<absl::Status(uint64_t offset, absl::Span<const uint8_t>)>;
+
+// As WriteFileAtomically, with positional writes besides appends (a header
+// written last), and `check`, when set, called with the temporary file's
+// path once it is complete and flushed, before the rename: its error leaves
+// no file (the target untouched), as a failed write does.
+absl::Status WriteFileAtomicallyAt(
+    const std::string& path,
+    const std::function<absl::Status(const WriteFn& append, const WriteAtFn& write_at)>& produce,
+    const std::function<absl::Status(const std::string& temp_path)>& check = nullptr);
+
 }  // namespace ptd
 
 #endif  // PTD_ATOMIC_FILE_H_

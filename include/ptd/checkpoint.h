@@ -83,7 +83,7 @@ struct ExtractedTensor {
   int32_t scalar_type = 0;
   std::vector<uint64_t> shape;
   uint64_t nbytes = 0;
-  std::string file;       // The file it went to.
+  std::string file;       // The file it went to (`out`, or `out`/its shard).
   std::optional<WeightStats> stats;
 };
 
@@ -91,7 +91,7 @@ struct ExtractResult {
   std::vector<ExtractedTensor> tensors;     // In the manifests' order.
   std::vector<std::string> runtime_owned;   // fqns left out (no bytes).
   std::vector<std::string> files;           // Written: shards, then index.
-  Report report;                            // Warnings (N1).
+  Report report;                            // Warnings (N1, with options.stats).
 };
 
 // Writes every stored weight's view of the verified bundle `inputs`,
@@ -125,7 +125,9 @@ struct ReweightResult {
   std::vector<std::string> unused;   // Checkpoint tensors no weight uses.
   std::vector<ZeroFill> zero_filled;
   uint64_t zero_filled_bytes = 0;
-  Report report;  // Warnings: unused tensors, kept weights, zero-filled bytes.
+  // Warnings: kept weights (S10), zero-filled bytes, one per storage (S10),
+  // checkpoint tensors no weight uses (S8).
+  Report report;
 };
 
 // Builds the .ptd that `program` (a standalone manifest or a .pte;
@@ -133,6 +135,16 @@ struct ReweightResult {
 // a *.safetensors.index.json) and writes it to `out` after verifying it
 // under every rule. Without a manifest, `options.base` is required, and each
 // of its keys is looked up as a U8 tensor of the key's size.
+//
+// Layout: when the base holds every storage under its key at the manifest's
+// storage_nbytes, and keys that share a base segment still agree, the base
+// is kept byte for byte (FlatBuffer, header, padding, other keys such as the
+// AOTI library) and only storage bytes change: extract then reweight with
+// the original as base gives the original back. Otherwise the file is laid
+// out as upstream's collector does (storage keys in order of first
+// reference, then the base's other keys; segment alignment 128; identical
+// bytes stored once). Storages are built in windows within the budget.
+// Checkpoint tensors are read through pread; a sharded checkpoint is fine.
 absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const BundlePaths& program,
                                         const std::string& out,
                                         const ReweightOptions& options = {});

@@ -72,8 +72,11 @@ struct SafetensorsTensor {
 
 class SafetensorsFile {
  public:
-  // Reads and checks the header (S1-S6): the first violation as DataLoss.
-  // Reads N + 8 bytes at most, after checking N against S2 and the file size.
+  // Reads and checks the header (S1-S6): the first violation as DataLoss,
+  // ending in the rule ID ("... (S5)"); a read error as the source reports it.
+  // Reads N + 8 bytes at most, after checking N against S2 and the file size;
+  // holds the header's JSON only while it opens. Tensor names may be empty
+  // (the reference reader takes them; PlanSafetensors does not write them).
   static absl::StatusOr<SafetensorsFile> Open(std::shared_ptr<const FileSource> source);
 
   const std::string& path() const { return source_->name(); }
@@ -110,6 +113,11 @@ class SafetensorsCheckpoint {
  public:
   // `path` ending in ".json" is read as an index; anything else as one file.
   // Shards are read through pread(2), bounded by the caller's reads.
+  // Errors: what OpenFile returns for the file or the index itself
+  // (NotFound, ...); DataLoss "(S7)" for an index that breaks S7 (not a
+  // JSON object with a weight_map of plain file names, at most 100,000,000
+  // bytes; a name mapped twice; a shard that cannot be opened or lacks a
+  // tensor mapped to it); a shard's own S1-S6 DataLoss.
   static absl::StatusOr<SafetensorsCheckpoint> Open(const std::string& path);
 
   struct TensorRef {
@@ -119,6 +127,7 @@ class SafetensorsCheckpoint {
   // The tensor called `name`, or nullopt.
   std::optional<TensorRef> Find(std::string_view name) const;
   // Every tensor, shard by shard in the index's order, each in data order.
+  // With an index, only the tensors its weight_map maps to their shard.
   std::vector<TensorRef> tensors() const;
   // The files read: the one file, or the index then each shard.
   const std::vector<std::string>& paths() const { return paths_; }

@@ -25,6 +25,11 @@ struct VerifyOptions {
   std::optional<uint32_t> sm;
   bool digest = false;
   uint64_t digest_limit = kDefaultDigestLimit;
+  // The health scan (docs/SPEC.md section 7, N1): each weight of a floating
+  // dtype gets "stats" (NaN and Inf counts, finite min and max), computed
+  // in the same pass over its elements as its digest, and a weight holding
+  // NaN or Inf draws warning N1. Views past digest_limit are skipped (D1).
+  bool stats = false;
   // true: read through a memory mapping (the same results, fewer copies).
   // A mapped file that another process truncates while it is read raises
   // SIGBUS, which no Status can report; so the default is pread(2), where a

@@ -13,6 +13,11 @@
 
     ptd.write("out.ptd", "out.manifest", {"w": numpy.ones((4, 4), numpy.float32)})
 
+    # Weights out as safetensors, and a (fine-tuned) checkpoint back in.
+    ptd.extract("model.ptd", "model.safetensors", manifest="model.manifest")
+    r = ptd.reweight("model.safetensors", "new.ptd", manifest="model.manifest",
+                     base="model.ptd")
+
 A thin binding over the C++ library of this repository: every rule, message
 and byte decision is the C++ one (`ptd.verify(...).to_dict()` is the object
 `ptd-verify --json` prints for the same inputs).
@@ -33,6 +38,7 @@ __all__ = [
     "CancelledError",
     "Diagnostic",
     "Report",
+    "ReweightReport",
     "RuntimeOwnedWeight",
     "Tensor",
     "TensorProperties",
@@ -40,7 +46,9 @@ __all__ = [
     "VerifyError",
     "Weight",
     "Weights",
+    "extract",
     "load",
+    "reweight",
     "verify",
     "write",
 ]
@@ -109,7 +117,9 @@ class Report:
 
 
 class VerifyError(ValueError):
-    """A file breaks a rule: raised by `load`. `.report` is the full Report."""
+    """A file breaks a rule: raised by `load`, `extract` and `reweight`.
+    `.report` is the full Report (for extract and reweight, the one error
+    of the rule broken, e.g. `.report.errors[0].rule == "S8"`)."""
 
     def __init__(self, report: Report) -> None:
         self.report = report
@@ -547,3 +557,121 @@ def write(
         so_blob_key,
         _int(segment_alignment, "segment_alignment", 1, 2**32),
     )
+
+
+# ---- safetensors: extract and reweight --------------------------------------------
+
+
+class ReweightReport(Report):
+    """What `reweight` did: `written` (fqns whose bytes came from the
+    checkpoint), `kept` (fqns kept from the base), `unused` (checkpoint
+    tensors no weight uses), `zero_filled` ((key, offset, nbytes) of storage
+    bytes no view covers and no base supplied) and `zero_filled_bytes`; with
+    Report's `ok`, `errors` (empty: a broken rule raises) and `warnings`
+    (unused tensors, kept weights, zero-filled bytes)."""
+
+    __slots__ = ("written", "kept", "unused", "zero_filled", "zero_filled_bytes")
+
+    def __init__(self, d: "dict[str, Any]") -> None:
+        super().__init__(d)
+        self.written: "tuple[str, ...]" = tuple(d["written"])
+        self.kept: "tuple[str, ...]" = tuple(d["kept"])
+        self.unused: "tuple[str, ...]" = tuple(d["unused"])
+        self.zero_filled: "tuple[tuple[str, int, int], ...]" = tuple(
+            (z["key"], z["offset"], z["nbytes"]) for z in d["zero_filled"])
+        self.zero_filled_bytes: int = d["zero_filled_bytes"]
+
+    def __repr__(self) -> str:
+        return (f"ReweightReport(ok={self.ok}, written={len(self.written)}, "
+                f"kept={len(self.kept)}, unused={len(self.unused)}, "
+                f"zero_filled_bytes={self.zero_filled_bytes}, "
+                f"warnings={len(self.warnings)})")
+
+
+def _checked(d: "dict[str, Any]") -> "dict[str, Any]":
+    if not d["ok"]:
+        raise VerifyError(Report(d))
+    return d
+
+
+def extract(
+    ptd_path: PathLike,
+    out: PathLike,
+    *,
+    manifest: Optional[PathLike] = None,
+    pte: Optional[PathLike] = None,
+    max_shard_size: Optional[Union[int, str]] = None,
+) -> "list[str]":
+    """Writes the weights of a .ptd (with its standalone manifest or .pte) as
+    a safetensors checkpoint (docs/SPEC.md section 7): each stored weight's
+    view, gathered row-major, under its fqn; runtime-owned entries are left
+    out. Without a manifest or .pte, each key's bytes as a U8 tensor.
+
+    `out` is one .safetensors file; with `max_shard_size` (bytes: an int, or a
+    str such as "5G"; a larger tensor gets a shard of its own) it is a folder
+    of Hugging Face shards ("model-00001-of-00002.safetensors") and
+    model.safetensors.index.json. Returns the names written, in manifest
+    order. A file that breaks a rule raises VerifyError naming the rule; a
+    weight whose dtype has no safetensors name (complex64, ...) ValueError
+    naming the weight; a file that cannot be read or written OSError. After
+    an error, `out` is as it was. The GIL is released while it runs."""
+    shard = None
+    if max_shard_size is not None:
+        shard = _byte_size(max_shard_size, "max_shard_size")
+        if shard == 0:
+            raise ValueError("max_shard_size must be at least 1 byte, not 0")
+    d = _checked(_ptd.extract(
+        _path(ptd_path, "ptd_path"),
+        _opt_path(manifest, "manifest"),
+        _opt_path(pte, "pte"),
+        _path(out, "out"),
+        shard,
+    ))
+    return [t["name"] for t in d["tensors"]]
+
+
+def reweight(
+    checkpoint: PathLike,
+    out: PathLike,
+    *,
+    manifest: Optional[PathLike] = None,
+    pte: Optional[PathLike] = None,
+    base: Optional[PathLike] = None,
+    rename: Optional["Mapping[str, str]"] = None,
+) -> ReweightReport:
+    """Builds the .ptd whose views show the tensors of `checkpoint` (a
+    .safetensors file, or a sharded checkpoint's *.safetensors.index.json)
+    for the program of `manifest` or `pte`, and writes it to `out` once it
+    passes every rule (docs/SPEC.md section 7, S8-S10).
+
+    Each weight takes the checkpoint tensor of its fqn, which must have its
+    dtype and shape (S8); weights whose views share bytes must agree on them
+    (S9). `base`, a .ptd for the same program, supplies the storages of
+    weights the checkpoint lacks (else S10) and the bytes no view covers
+    (else zeros). Without a manifest or .pte, `base` is required and each of
+    its keys is read as a U8 tensor. `rename` maps checkpoint-name prefixes
+    to fqn prefixes before lookup ({"model.": ""} strips "model."; the
+    longest matching prefix wins).
+
+    Returns a ReweightReport (`written`, `kept`, `unused`, `warnings`, ...).
+    A broken rule raises VerifyError naming it, and a file that cannot be
+    read raises OSError; either way `out` is left as it was. The GIL is
+    released while it runs."""
+    pairs: "list[tuple[str, str]]" = []
+    if rename is not None:
+        if not isinstance(rename, Mapping):
+            raise TypeError(f"rename must be a mapping from prefix to prefix, "
+                            f"not {type(rename).__name__}")
+        for k, v in rename.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError("rename must map str prefixes to str prefixes")
+            pairs.append((k, v))
+    d = _checked(_ptd.reweight(
+        _path(checkpoint, "checkpoint"),
+        _opt_path(manifest, "manifest"),
+        _opt_path(pte, "pte"),
+        _path(out, "out"),
+        _opt_path(base, "base"),
+        pairs,
+    ))
+    return ReweightReport(d)

@@ -177,7 +177,18 @@ size_t Count(const json& object, const char* total, const char* list) {
 
 // Marks for a weight's notes column.
 std::string WeightNotes(const json& weight) {
-  return weight.value("runtime_owned", false) ? "runtime-owned" : "";
+  std::string notes = weight.value("runtime_owned", false) ? "runtime-owned" : "";
+  // --stats: "NaN 2, Inf 0, min -1.5, max 3" (N1 warns about the first two).
+  if (const auto it = weight.find("stats"); it != weight.end() && it->is_object()) {
+    const json& st = *it;
+    absl::StrAppend(&notes, notes.empty() ? "" : "; ", "NaN ", Num(st["nan"]), ", Inf ",
+                    Num(st["inf"]));
+    if (!st["min"].is_null()) {
+      absl::StrAppend(&notes, ", min ", absl::StrFormat("%.6g", st["min"].get<double>()),
+                      ", max ", absl::StrFormat("%.6g", st["max"].get<double>()));
+    }
+  }
+  return notes;
 }
 
 }  // namespace

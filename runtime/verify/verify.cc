@@ -19,6 +19,8 @@
 #include "ptd/manifest.h"
 #include "ptd/program.h"
 #include "ptd/container.h"
+#include "ptd/checkpoint.h"
+#include "ptd/sha256.h"
 #include "ptd/view_digest.h"
 #include "ptd/weight_bundle.h"
 #include "ptd/weight_set.h"
@@ -180,32 +182,56 @@ json WeightJson(const WeightEntry& e, const ResolvedWeight* w,
   }
   // SPEC section 2: no stored bytes, so never a digest.
   j["runtime_owned"] = e.runtime_owned();
-  if (!options.digest) return j;
+  const bool stats = options.stats && IsStatsDtype(e.dtype);
+  if (!options.digest && !stats) return j;
   json sha = nullptr;
+  json stats_json = nullptr;
   if (w != nullptr && w->ok && !w->runtime_owned && w->named != nullptr && c != nullptr) {
     const ViewSpec view = w->view();
     const auto gathered = internal::CheckedMul(w->extent->numel, view.element_size);
+    const Where where{.file = c->path(), .key = std::string(e.storage_key),
+                      .fqn = std::string(e.fqn), .source = source};
     if (!gathered || *gathered > options.digest_limit) {
       report->Warning(
           "D1",
           absl::StrCat("weight '", internal::Sv(e.fqn), "': the view gathers ",
                        gathered ? absl::StrCat(*gathered) : "over 2^64",
                        " bytes, over the digest limit of ", options.digest_limit,
-                       "; no sha256"),
-          Where{.file = c->path(), .key = std::string(e.storage_key), .fqn = std::string(e.fqn),
-                .source = source});
+                       options.digest && stats ? "; no sha256 and no stats"
+                       : options.digest        ? "; no sha256"
+                                               : "; no stats"),
+          where);
     } else {
+      // One pass over the view's elements feeds both the digest and the
+      // health scan (N1).
       const uint32_t seg = w->named->segment_index;
-      auto d = DigestView(c->source(), c->SegmentFileOffset(seg),
-                          c->segments()[seg].size, view);
-      if (d.ok()) {
-        sha = *d;
+      Sha256 hash;
+      std::optional<WeightStatsAccumulator> acc;
+      if (stats) acc.emplace(e.dtype);
+      const absl::Status gather = GatherView(
+          c->source(), c->SegmentFileOffset(seg), c->segments()[seg].size, view,
+          [&](absl::Span<const uint8_t> chunk) {
+            if (options.digest) hash.Update(chunk);
+            if (acc) acc->Add(chunk);
+          });
+      if (gather.ok()) {
+        if (options.digest) sha = hash.HexDigest();
+        if (acc) {
+          const WeightStats& st = acc->stats();
+          stats_json = Object(4);
+          stats_json["nan"] = st.nan;
+          stats_json["inf"] = st.inf;
+          stats_json["min"] = st.min ? json(*st.min) : json(nullptr);
+          stats_json["max"] = st.max ? json(*st.max) : json(nullptr);
+          ReportWeightStats(st, where, report);
+        }
       } else {
-        NoteReadFailure(d.status(), io_error);
+        NoteReadFailure(gather, io_error);
       }
     }
   }
-  j["sha256"] = sha;
+  if (options.digest) j["sha256"] = sha;
+  if (stats) j["stats"] = std::move(stats_json);
   return j;
 }
 
@@ -254,8 +280,9 @@ json ManifestJson(const SourcedManifest& s, const ResolvedManifest* resolved,
   json wj = json::array();
   wj.get_ref<json::array_t&>().reserve(listed);
   for (size_t i = 0; i < weights; ++i) {
-    // Past the listed weights, only their digests (and D1 warnings) remain.
-    if (i >= listed && !options.digest) break;
+    // Past the listed weights, only their digests and stats (and D1 and
+    // N1 warnings) remain.
+    if (i >= listed && !options.digest && !options.stats) break;
     const ResolvedWeight* w = resolved ? &resolved->weights[i] : nullptr;
     json one_weight = WeightJson(s.manifest.entries[i], w, container, s.source, options,
                                  report, io_error);

@@ -1,6 +1,7 @@
 #include "tests/testing/rule_files.h"
 
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "nlohmann/json.hpp"
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
+#include "ptd/safetensors.h"
 #include "runtime/internal/check.h"
 #include "tests/pte/pte_builder.h"
 #include "tests/testing/patch.h"
@@ -142,6 +144,57 @@ std::vector<uint8_t> Writer(nlohmann::ordered_json weight) {
   return Json({{"so_blob_key", "so"}, {"weights", {std::move(weight)}}});
 }
 
+// ---- safetensors (S rules) ----
+
+std::vector<uint8_t> Le64(uint64_t v) {
+  std::vector<uint8_t> b(8);
+  std::memcpy(b.data(), &v, 8);
+  return b;
+}
+
+// A hand-made file: `header` as is (no padding), then `data` bytes 0, 1, ...
+std::vector<uint8_t> RawSafetensors(const std::string& header, size_t data) {
+  std::vector<uint8_t> b(8 + header.size() + data);
+  const uint64_t n = header.size();
+  std::memcpy(b.data(), &n, 8);
+  std::memcpy(b.data() + 8, header.data(), header.size());
+  for (size_t i = 0; i < data; ++i) b[8 + header.size() + i] = static_cast<uint8_t>(i);
+  return b;
+}
+
+std::vector<uint8_t> F32Bytes(const std::vector<float>& values) {
+  std::vector<uint8_t> b(values.size() * 4);
+  std::memcpy(b.data(), values.data(), b.size());
+  return b;
+}
+
+struct StTensor {
+  std::string name;
+  const char* dtype;
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+// A valid file, as the library's writer lays it out.
+std::vector<uint8_t> Safetensors(const std::vector<StTensor>& tensors) {
+  std::vector<SafetensorsTensorSpec> specs;
+  for (const StTensor& t : tensors) {
+    specs.push_back({t.name, FindSafetensorsDtype(t.dtype), t.shape});
+    PTD_CHECK(specs.back().dtype != nullptr);
+  }
+  auto layout = PlanSafetensors(std::move(specs), {});
+  PTD_CHECK(layout.ok());
+  std::vector<uint8_t> out = layout->header;
+  for (const SafetensorsTensor& lt : layout->tensors) {
+    for (const StTensor& t : tensors) {
+      if (t.name != lt.name) continue;
+      PTD_CHECK(t.bytes.size() == lt.nbytes());
+      out.insert(out.end(), t.bytes.begin(), t.bytes.end());
+    }
+  }
+  return out;
+}
+
 class Files {
  public:
   void Add(std::string name, std::vector<uint8_t> bytes) {
@@ -163,7 +216,7 @@ class Files {
 
 bool IsWarningRule(const std::string& rule) {
   return rule == "H5" || rule == "G5" || rule == "X3" || rule == "P4" || rule == "D1" ||
-         rule == "R1" || rule == "U1";
+         rule == "R1" || rule == "U1" || rule == "N1";
 }
 
 std::vector<RuleFile> RuleFiles() {
@@ -371,6 +424,23 @@ std::vector<RuleFile> RuleFiles() {
   f.Add("D1_view_over_digest_limit.verify.json",
         Json({{"digest", true}, {"digest_limit", 16}}));
 
+  // ---- N: the health scan (verify with stats) ----
+  // N1: the default f32 [2, 4] weight holding two NaNs and one -Inf.
+  {
+    const float values[8] = {1.0f, std::numeric_limits<float>::quiet_NaN(), -2.0f,
+                             -std::numeric_limits<float>::infinity(), 0.5f,
+                             std::numeric_limits<float>::quiet_NaN(), 3.0f, 4.0f};
+    std::vector<uint8_t> storage(sizeof(values));
+    std::memcpy(storage.data(), values, sizeof(values));
+    PtdWriter w;
+    PTD_CHECK(w.Add("cuda_fqn_weight:cuda:w", storage).ok());
+    PTD_CHECK(w.Add("so", std::vector<uint8_t>(8, 0x5A)).ok());
+    auto bytes = w.Serialize();
+    PTD_CHECK(bytes.ok());
+    f.Manifest("N1_nan_and_inf", RawManifest{}, *std::move(bytes));
+    f.Add("N1_nan_and_inf.verify.json", Json({{"stats", true}}));
+  }
+
   // ---- W: the writer's refusals ----
   // W1: a compact clone (own storage, the original's shape and strides)
   // with bytes past its view: 40 bytes for a 32-byte view.
@@ -396,6 +466,81 @@ std::vector<RuleFile> RuleFiles() {
                {WriterWeight("big_rows", 48, {3, 4}, {4, 1}, false, 128, 8, {3, 4}, {4, 1}),
                 WriterWeight("__et_offgraph_kv_layer_0_k", 0, {1, 4, 8}, {32, 8, 1}, false,
                              std::nullopt, 0, {1, 4, 8}, {32, 8, 1})}}}));
+
+  // ---- S: safetensors files (SafetensorsFile::Open) ----
+  {
+    std::vector<uint8_t> b = RawSafetensors("{}", 0);
+    b.resize(8 + 16, ' ');  // A 64-byte header length over 16 bytes.
+    b[0] = 64;
+    f.Add("S1_header_past_end_of_file.safetensors", b);
+  }
+  {
+    std::vector<uint8_t> b = Le64(100'000'001);
+    for (char c : std::string("{}      ")) b.push_back(static_cast<uint8_t>(c));
+    f.Add("S2_header_length_over_limit.safetensors", b);
+  }
+  {
+    const std::string w = R"("w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]})";
+    f.Add("S3_duplicate_tensor_name.safetensors", RawSafetensors("{" + w + "," + w + "}", 16));
+  }
+  f.Add("S4_unknown_dtype.safetensors",
+        RawSafetensors(R"({"w":{"dtype":"Q4_0","shape":[32],"data_offsets":[0,18]}})", 18));
+  f.Add("S5_shape_times_dtype_differs.safetensors",
+        RawSafetensors(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20));
+  f.Add("S6_offsets_overlap.safetensors",
+        RawSafetensors(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
+                       R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+                       8));
+  // S7: the index maps "v" to a shard that holds only "w".
+  f.Add("S7_shard_lacks_tensor.safetensors.index.json",
+        Json({{"metadata", {{"total_size", 32}}},
+              {"weight_map",
+               {{"w", "S7_shard_lacks_tensor.shard1.safetensors"},
+                {"v", "S7_shard_lacks_tensor.shard1.safetensors"}}}}));
+  f.Add("S7_shard_lacks_tensor.shard1.safetensors",
+        Safetensors({{"w", "F32", {2, 4}, F32Bytes({0, 1, 2, 3, 4, 5, 6, 7})}}));
+
+  // ---- S8-S10: re-weighting (Reweight: .manifest + .safetensors) ----
+  const nlohmann::ordered_json no_options = {{"base", nullptr},
+                                             {"rename", nlohmann::ordered_json::array()}};
+  {
+    // The weight is float [2, 4]; the checkpoint's tensor is [4, 2].
+    f.Add("S8_shape_differs.manifest", EncodeRaw(RawManifest{}));
+    f.Add("S8_shape_differs.safetensors",
+          Safetensors({{"w", "F32", {4, 2}, F32Bytes({0, 1, 2, 3, 4, 5, 6, 7})}}));
+    f.Add("S8_shape_differs.reweight.json", Json(no_options));
+  }
+  {
+    // "w_row1" views row 1 of "w"'s storage; the checkpoint gives it other
+    // values than w's row 1.
+    RawManifest m;
+    RawEntry row = m.entries[0];
+    row.fqn = "w_row1";
+    row.offset = 4;
+    row.sizes = {4};
+    row.strides = {1};
+    m.entries.push_back(row);
+    f.Add("S9_shared_bytes_disagree.manifest", EncodeRaw(m));
+    f.Add("S9_shared_bytes_disagree.safetensors",
+          Safetensors({{"w", "F32", {2, 4}, F32Bytes({0, 1, 2, 3, 4, 5, 6, 7})},
+                       {"w_row1", "F32", {4}, F32Bytes({40, 41, 42, 43})}}));
+    f.Add("S9_shared_bytes_disagree.reweight.json", Json(no_options));
+  }
+  {
+    // "v" has stored bytes, no checkpoint tensor, and there is no base.
+    RawManifest m;
+    RawEntry v = m.entries[0];
+    v.fqn = "v";
+    v.key = "cuda_fqn_weight:cuda:v";
+    v.nbytes = 16;
+    v.sizes = {2, 2};
+    v.strides = {2, 1};
+    m.entries.push_back(v);
+    f.Add("S10_tensor_missing_without_base.manifest", EncodeRaw(m));
+    f.Add("S10_tensor_missing_without_base.safetensors",
+          Safetensors({{"w", "F32", {2, 4}, F32Bytes({0, 1, 2, 3, 4, 5, 6, 7})}}));
+    f.Add("S10_tensor_missing_without_base.reweight.json", Json(no_options));
+  }
   return f.take();
 }
 

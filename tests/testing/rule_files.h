@@ -7,7 +7,15 @@
 //   .ptd          the container (every verifier case has one)
 //   .manifest     a standalone manifest (--manifest)
 //   .pte          a program (--pte)
-//   .verify.json  verifier options: {"digest": bool, "digest_limit": n}
+//   .verify.json  verifier options: {"digest": bool, "digest_limit": n,
+//                 "stats": bool}
+//   .safetensors  a file SafetensorsFile::Open must refuse (S1-S6), or with
+//                 .reweight.json the checkpoint
+//   .safetensors.index.json, .shardN.safetensors
+//                 a sharded checkpoint SafetensorsCheckpoint::Open must
+//                 refuse (S7)
+//   .reweight.json  a re-weighting Reweight must refuse (S8-S10): the
+//                 .manifest is the program, the .safetensors the checkpoint
 //   .writer.json  a CudaWeightWriter input the writer must refuse (W rules):
 //                 {"so_blob_key", "weights": [{"fqn", "dtype",
 //                  "device_type", "value": {"storage_nbytes",
@@ -15,7 +23,7 @@
 //                  "is_original_storage"}, "properties": {"storage_size"
 //                  (or null), "offset", "shape", "stride"}}]}
 // The case asserts its own rule: an error of that rule, or for the
-// warnings-only rules (H5, G5, X3, P4, D1) that warning and no error. X2 is
+// warnings-only rules (H5, G5, X3, P4, D1, R1, U1, N1) that warning and no error. X2 is
 // checked by the G rules it names (G1-G4 between a manifest and a .ptd); its
 // case asserts one of those.
 //

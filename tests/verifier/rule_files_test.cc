@@ -15,6 +15,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "ptd/checkpoint.h"
+#include "ptd/file_source.h"
+#include "ptd/safetensors.h"
 #include "ptd/verify.h"
 #include "ptd/weight_writer.h"
 #include "tests/testing/diagnostics.h"
@@ -49,29 +52,40 @@ std::vector<std::string> Stems() {
   return std::vector<std::string>(stems.begin(), stems.end());
 }
 
-// The rule IDs docs/SPEC.md defines.
+// Rule IDs in `text`: a letter of `letters` and digits (one digit unless
+// `multi_digit`) standing as a word. No <regex>: GCC 12 warns inside it
+// under the sanitizers, and -Werror makes that fatal.
+void ScanRules(const std::string& text, std::string_view letters, bool multi_digit,
+               std::set<std::string>* rules) {
+  const auto word = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  };
+  const auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    if (letters.find(text[i]) == std::string_view::npos) continue;
+    if (!digit(text[i + 1])) continue;
+    if (i > 0 && word(text[i - 1])) continue;
+    size_t end = i + 2;
+    if (multi_digit) {
+      while (end < text.size() && digit(text[end])) ++end;
+    }
+    if (end < text.size() && word(text[end])) continue;
+    rules->insert(text.substr(i, end - i));
+  }
+}
+
+// The rule IDs docs/SPEC.md defines: H C M G X P W D R U in sections 1-6,
+// S and N in section 7 (safetensors), where dtype names such as U8 or F16
+// are not rule IDs.
 std::set<std::string> SpecRules() {
   std::ifstream in(DataPath("../../docs/SPEC.md"));
   std::stringstream ss;
   ss << in.rdbuf();
-  // Sections 1-6: the .ptd, manifest and .pte rules this project checks.
-  // Section 7 (safetensors: S1-S10, N1; issue 35) is not implemented yet,
-  // and its dtype names (U8, ...) would read as rule IDs here.
-  std::string text = ss.str();
-  if (const size_t end = text.find("\n## 7."); end != std::string::npos) text.resize(end);
-  // Tokens \b[HCMGXPWDRU][0-9]\b (no <regex>: GCC 12 warns inside it under
-  // the sanitizers, and -Werror makes that fatal).
-  const auto word = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  };
+  const std::string text = ss.str();
+  const size_t section7 = std::min(text.find("\n## 7."), text.size());
   std::set<std::string> rules;
-  for (size_t i = 0; i + 1 < text.size(); ++i) {
-    if (std::string_view("HCMGXPWDRU").find(text[i]) == std::string_view::npos) continue;
-    if (!std::isdigit(static_cast<unsigned char>(text[i + 1]))) continue;
-    if (i > 0 && word(text[i - 1])) continue;
-    if (i + 2 < text.size() && word(text[i + 2])) continue;
-    rules.insert(text.substr(i, 2));
-  }
+  ScanRules(text.substr(0, section7), "HCMGXPWDRU", false, &rules);
+  ScanRules(text.substr(section7), "SN", true, &rules);
   return rules;
 }
 
@@ -85,9 +99,10 @@ nlohmann::json ReadJson(const std::string& path) {
 TEST(RuleFilesTest, SpecDefinesTheRulesWeExpect) {
   // A guard on the parser below: the SPEC's rules, as its README lists them.
   const std::set<std::string> rules = SpecRules();
-  EXPECT_EQ(rules.size(), 38u) << ::testing::PrintToString(rules);
+  // 38 in sections 1-6, S1-S10 and N1 in section 7.
+  EXPECT_EQ(rules.size(), 49u) << ::testing::PrintToString(rules);
   for (const char* r : {"H1", "H5", "C8", "M6", "G5", "W3", "W4", "X3", "P4", "D1", "R1",
-                        "U1"}) {
+                        "U1", "S1", "S7", "S10", "N1"}) {
     EXPECT_TRUE(rules.count(r)) << r;
   }
 }
@@ -187,12 +202,70 @@ void RunWriterCase(const std::string& rule, const std::string& path) {
   EXPECT_THAT(std::string(last.message()), ::testing::HasSubstr("AOTI"));
 }
 
+// Runs a safetensors case (S1-S7): the file (or the index, S7) is refused
+// with DataLoss naming the rule, through SafetensorsFile::Open over pread
+// and mmap, and through SafetensorsCheckpoint::Open.
+void RunSafetensorsCase(const std::string& rule, const std::string& base) {
+  const std::string want = "(" + rule + ")";
+  const bool index = Exists(base + std::string(kSafetensorsIndexSuffix));
+  const std::string path = index ? base + std::string(kSafetensorsIndexSuffix)
+                                 : base + ".safetensors";
+  if (!index) {
+    for (bool mmap : {false, true}) {
+      SCOPED_TRACE(mmap ? "mmap" : "pread");
+      auto source = OpenFile(path, mmap);
+      ASSERT_TRUE(source.ok()) << source.status();
+      auto file = SafetensorsFile::Open(*source);
+      ASSERT_FALSE(file.ok()) << path << " opens";
+      EXPECT_EQ(file.status().code(), absl::StatusCode::kDataLoss) << file.status();
+      EXPECT_THAT(std::string(file.status().message()), ::testing::EndsWith(want));
+    }
+  }
+  auto checkpoint = SafetensorsCheckpoint::Open(path);
+  ASSERT_FALSE(checkpoint.ok()) << path << " opens";
+  EXPECT_EQ(checkpoint.status().code(), absl::StatusCode::kDataLoss) << checkpoint.status();
+  EXPECT_THAT(std::string(checkpoint.status().message()), ::testing::EndsWith(want));
+}
+
+// Runs a re-weighting case (S8-S10): Reweight of <stem>.safetensors for the
+// program <stem>.manifest, with the options of <stem>.reweight.json
+// ({"base": file name in the rules folder or null, "rename": [[from, to]]}),
+// is refused with InvalidArgument naming the rule, and writes nothing.
+void RunReweightCase(const std::string& rule, const std::string& base) {
+  const nlohmann::json j = ReadJson(base + ".reweight.json");
+  ReweightOptions options;
+  if (j.contains("base") && !j["base"].is_null()) {
+    options.base = RulesDir() + "/" + j["base"].get<std::string>();
+  }
+  for (const auto& r : j.value("rename", nlohmann::json::array())) {
+    options.rename.emplace_back(r.at(0).get<std::string>(), r.at(1).get<std::string>());
+  }
+  BundlePaths program;
+  program.manifest = base + ".manifest";
+  const std::string out = ::testing::TempDir() + "/" + rule + "_reweight_case.ptd";
+  std::error_code ec;
+  fs::remove(out, ec);
+  auto result = Reweight(base + ".safetensors", program, out, options);
+  ASSERT_FALSE(result.ok()) << "Reweight accepted the " << rule << " case";
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+  EXPECT_THAT(std::string(result.status().message()), ::testing::HasSubstr("(" + rule + ")"));
+  EXPECT_FALSE(Exists(out)) << "a refused re-weighting left " << out;
+}
+
 TEST_P(RuleCaseTest, AssertsItsRule) {
   const std::string stem = GetParam();
   const std::string rule = RuleOf(stem);
   const std::string base = RulesDir() + "/" + stem;
   if (Exists(base + ".writer.json")) {
     RunWriterCase(rule, base + ".writer.json");
+    return;
+  }
+  if (Exists(base + ".reweight.json")) {
+    RunReweightCase(rule, base);
+    return;
+  }
+  if (Exists(base + ".safetensors") || Exists(base + std::string(kSafetensorsIndexSuffix))) {
+    RunSafetensorsCase(rule, base);
     return;
   }
   ASSERT_TRUE(Exists(base + ".ptd")) << "a verifier case needs " << stem << ".ptd";
@@ -204,6 +277,7 @@ TEST_P(RuleCaseTest, AssertsItsRule) {
     const nlohmann::json j = ReadJson(base + ".verify.json");
     options.digest = j.value("digest", false);
     options.digest_limit = j.value("digest_limit", kDefaultDigestLimit);
+    options.stats = j.value("stats", false);
   }
   for (bool mmap : {false, true}) {
     options.use_mmap = mmap;
