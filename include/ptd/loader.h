@@ -63,16 +63,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
-#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ptd/byte_source.h"
@@ -171,7 +167,8 @@ struct LoadTimings {
   // After the reads: the result's names, dims and lookup tables.
   double finish_s = 0;
   double total_s = 0;
-  // From the start until the first storage was complete in memory.
+  // From the start of the call (the verification it ran included) until the
+  // first storage was complete in memory; total_s when none was loaded.
   double first_weight_s = 0;
 };
 
@@ -276,94 +273,27 @@ struct RuntimeOwnedWeight {
 };
 
 namespace internal {
-// Hashes and compares what LoadedWeights indexes by a name (a weight by its
-// fqn, a storage key by itself) and names against them: each index is a set
-// of 8-byte pointers into the result, not of (name, index) pairs.
-struct NameOfHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return absl::Hash<std::string_view>{}(s); }
-  size_t operator()(const LoadedWeight* w) const { return (*this)(w->fqn); }
-  size_t operator()(const std::string_view* k) const { return (*this)(*k); }
-};
-struct NameOfEq {
-  using is_transparent = void;
-  static std::string_view Name(std::string_view s) { return s; }
-  static std::string_view Name(const LoadedWeight* w) { return w->fqn; }
-  static std::string_view Name(const std::string_view* k) { return *k; }
-  template <typename A, typename B>
-  bool operator()(const A& a, const B& b) const { return Name(a) == Name(b); }
-};
+class LoadedWeightsAssembler;  // Builds the result (runtime/loader/assemble.h).
 }  // namespace internal
 
-namespace internal {
-// What LoadedWeights holds, in a base of its own so that its move-assignment
-// can first hand its old contents to a temporary (see there).
-//
-// Declaration order is destruction order, reversed: the devices come first,
-// so that every buffer (storages_) goes before the devices whose internals
-// the buffers' deleters use (a CudaDevice's FreeBlock). Nothing but
-// storages_ may hold a DeviceBuffer, or it too must come after the devices.
-struct LoadedWeightsMembers {
-  std::shared_ptr<Device> device_;
-  std::shared_ptr<Device> host_device_;  // For CPU weights when device_ is not the host.
-  std::vector<LoadedStorage> storages_;
-  std::vector<LoadedWeight> weights_;
-  std::vector<RuntimeOwnedWeight> runtime_owned_;
-  std::vector<std::optional<size_t>> chosen_;
-  // What the views point into when they are not copies (the bundle).
-  std::shared_ptr<const void> keep_;
-  // Names and dims the views point into: sized once, never reallocated.
-  std::unique_ptr<char[]> names_;
-  std::unique_ptr<int64_t[]> dims_;
-  std::unique_ptr<std::string_view[]> storage_keys_;  // LoadedStorage::keys.
-  std::vector<std::string_view> sources_;
-  std::unique_ptr<uint32_t[]> key_storage_;  // Per storage_keys_ element: its storage.
-  size_t num_storage_keys_ = 0;
-  // Per weight, its manifest (parallel to weights_; only with several).
-  std::vector<uint32_t> weight_manifest_;
-  // Into weights_ (first manifest's weight of each fqn) and storage_keys_.
-  // Built by the first Find or FindStorage, once (a load whose caller looks
-  // nothing up, or a few names, does not hash 100,000 of them).
-  struct Indexes {
-    std::once_flag built;
-    absl::flat_hash_set<const LoadedWeight*, internal::NameOfHash, internal::NameOfEq> by_fqn;
-    absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn;
-    absl::flat_hash_set<const std::string_view*, internal::NameOfHash, internal::NameOfEq>
-        by_key;
-  };
-  std::unique_ptr<Indexes> indexes_ = std::make_unique<Indexes>();
-  LoadTimings timings_;
-  LoadStats stats_;
-};
-}  // namespace internal
-
-class LoadedWeights : private internal::LoadedWeightsMembers {
+class LoadedWeights {
  public:
-  LoadedWeights(LoadedWeights&&) = default;
+  // A moved-from LoadedWeights is empty (no weights, storages or device).
+  LoadedWeights(LoadedWeights&& other) noexcept;
   // Releases this result's storages before its devices (a buffer's deleter
-  // uses its device), then takes `other`'s contents. A member-wise
-  // assignment would replace the device first: when it held the last
-  // reference, the old buffers were then freed through a destroyed device.
-  LoadedWeights& operator=(LoadedWeights&& other) noexcept {
-    if (this != &other) {
-      // The old contents go to `old`, destroyed at return in the safe order
-      // (LoadedWeightsMembers); *this is then empty, and the member-wise
-      // assignment below releases nothing.
-      LoadedWeights old(std::move(*this));
-      internal::LoadedWeightsMembers::operator=(std::move(other));
-    }
-    return *this;
-  }
+  // uses its device), then takes `other`'s contents.
+  LoadedWeights& operator=(LoadedWeights&& other) noexcept;
   LoadedWeights(const LoadedWeights&) = delete;
   LoadedWeights& operator=(const LoadedWeights&) = delete;
+  ~LoadedWeights();
 
   // Every loaded weight, manifest by manifest in entry order.
-  const std::vector<LoadedWeight>& weights() const { return weights_; }
-  const std::vector<LoadedStorage>& storages() const { return storages_; }
+  const std::vector<LoadedWeight>& weights() const;
+  const std::vector<LoadedStorage>& storages() const;
   // The runtime-owned entries of the manifests, in manifest and entry
   // order, when every weight was loaded (empty for a load of LoadOptions::
   // fqns: none was asked for).
-  const std::vector<RuntimeOwnedWeight>& runtime_owned() const { return runtime_owned_; }
+  const std::vector<RuntimeOwnedWeight>& runtime_owned() const;
 
   // The weight named `fqn` (of the first manifest that has it), or null.
   // O(1) (the first lookup of any kind builds the indexes, O(weights)).
@@ -373,26 +303,28 @@ class LoadedWeights : private internal::LoadedWeightsMembers {
   const LoadedWeight* Find(std::string_view source, std::string_view fqn) const;
   // The storage a key's bytes were loaded into, or null. O(1).
   const LoadedStorage* FindStorage(std::string_view key) const;
-  const LoadedStorage& storage(const LoadedWeight& w) const { return storages_[w.storage]; }
+  const LoadedStorage& storage(const LoadedWeight& w) const { return storages()[w.storage]; }
 
   // The variant chosen for each manifest (parallel to the bundle's
   // manifests); nullopt when none was chosen (no capability, several
   // variants).
-  const std::vector<std::optional<size_t>>& chosen_variants() const { return chosen_; }
+  const std::vector<std::optional<size_t>>& chosen_variants() const;
 
-  const std::shared_ptr<Device>& device() const { return device_; }
+  const std::shared_ptr<Device>& device() const;
   // The device a storage lives on: device(), or the host device that holds
   // CPU weights.
   Device& DeviceOf(const LoadedStorage& s) const;
 
-  const LoadTimings& timings() const { return timings_; }
-  const LoadStats& stats() const { return stats_; }
+  const LoadTimings& timings() const;
+  const LoadStats& stats() const;
 
  private:
-  friend class LoaderAccess;
-  LoadedWeights() = default;
+  friend class internal::LoadedWeightsAssembler;
+  struct Impl;  // runtime/loader/loaded_weights.h
+  explicit LoadedWeights(std::unique_ptr<Impl> impl);
+  const Impl& impl() const;
 
-  const Indexes& indexes() const;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Loads a bundle opened with WeightBundle::Open (a bundle that holds errors

@@ -32,9 +32,10 @@ bool MatchesAny(absl::Span<const std::string> patterns, std::string_view name) {
   return false;
 }
 
-Placement PlaceStorages(absl::Span<const uint64_t> sizes, const std::vector<bool>& host_first,
-                        std::optional<uint64_t> budget) {
-  Placement p;
+BudgetPlacement PlaceStorages(absl::Span<const uint64_t> sizes,
+                              const std::vector<bool>& host_first,
+                              std::optional<uint64_t> budget) {
+  BudgetPlacement p;
   p.mapped.assign(sizes.size(), false);
   bool full = budget.has_value() && *budget == 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -74,7 +75,7 @@ std::string DescribeBytes(uint64_t n) {
   return absl::StrCat(n, n == 1 ? " byte" : " bytes");
 }
 
-absl::Status CheckPlacement(const Placement& placement, std::optional<uint64_t> budget,
+absl::Status CheckPlacement(const BudgetPlacement& placement, std::optional<uint64_t> budget,
                             const DeviceMemoryInfo& info, std::string_view device_name) {
   if (budget && *budget > info.free_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(

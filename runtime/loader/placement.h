@@ -22,7 +22,9 @@ namespace ptd::internal {
 // `*` and `?` match any characters, `/` and `.` included; `[...]` a set).
 bool MatchesAny(absl::Span<const std::string> patterns, std::string_view name);
 
-struct Placement {
+// The split of the storages bound for the device (Placement::kDevice, plan.h)
+// between device memory and host memory mapped for it.
+struct BudgetPlacement {
   std::vector<bool> mapped;  // Per storage: to mapped host memory.
   // Each arena's bytes at most: its storages, each rounded up to
   // kDeviceAlignment (an arena never needs more, in whatever order).
@@ -39,14 +41,15 @@ struct Placement {
 // fit, they all go to mapped memory. A budget of 0 puts nothing on the
 // device; none (nullopt) puts every storage not `host_first` there.
 // REQUIRES: host_first.size() == sizes.size().
-Placement PlaceStorages(absl::Span<const uint64_t> sizes, const std::vector<bool>& host_first,
-                        std::optional<uint64_t> budget);
+BudgetPlacement PlaceStorages(absl::Span<const uint64_t> sizes,
+                              const std::vector<bool>& host_first,
+                              std::optional<uint64_t> budget);
 
 // Checks a placement against what the device has, before anything is
 // allocated: ResourceExhausted when `budget` is over the device's free
 // memory, or when the mapped share is over what the host can pin; each
 // message names both numbers and the shortfall in bytes.
-absl::Status CheckPlacement(const Placement& placement, std::optional<uint64_t> budget,
+absl::Status CheckPlacement(const BudgetPlacement& placement, std::optional<uint64_t> budget,
                             const DeviceMemoryInfo& info, std::string_view device_name);
 
 // "96 MiB (100663296 bytes)", "1.5 GiB (1610612736 bytes)", "100 bytes".

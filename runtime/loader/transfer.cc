@@ -1,9 +1,7 @@
 #include "runtime/loader/transfer.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <new>
 #include <thread>
@@ -323,182 +321,62 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   return error;
 }
 
-absl::Status Transfer::RunStaged(Device& device, const ReadPlan& plan) {
-  if (plan.items.empty()) return absl::OkStatus();
-  const size_t num_readers_wanted = std::max<size_t>(1, options_.threads);
-  // Two slots beyond the readers: one being copied, one waited on, while
-  // every reader fills one.
-  const size_t ring_slots =
-      options_.ring_slots != 0 ? options_.ring_slots : num_readers_wanted + 2;
-  const size_t num_slots = std::max<size_t>(1, std::min(ring_slots, plan.items.size()));
-  struct Slot {
-    HostBuffer buffer;
-    size_t item = 0;
-    std::vector<CopyTicket> tickets;
-  };
-  std::vector<Slot> slots(num_slots);
-  for (size_t i = 0; i < num_slots; ++i) {
-    auto b = device.AllocateStaging(plan.max_item_bytes);
-    if (!b.ok()) {
-      return Fail(plan, plan.items[0], "stage",
-                  absl::Status(b.status().code(),
-                               absl::StrCat("ring slot ", i, " of ", num_slots, " (",
-                                            plan.max_item_bytes, " bytes) on ", device.name(),
-                                            ": ", b.status().message())));
-    }
-    slots[i].buffer = *std::move(b);
-  }
-
-  std::mutex mu;
-  std::condition_variable free_cv, filled_cv;
-  std::deque<size_t> free_slots, filled;
-  for (size_t i = 0; i < num_slots; ++i) free_slots.push_back(i);
-  bool stop = false;
-  absl::Status error;
-  std::atomic<size_t> next{0};
-  const auto set_error = [&](absl::Status st) {  // REQUIRES: mu held.
-    if (error.ok()) error = std::move(st);
-    stop = true;
-    free_cv.notify_all();
-    filled_cv.notify_all();
-  };
-
-  const auto reader = [&] {
-    for (;;) {
-      size_t slot;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        free_cv.wait(lock, [&] { return stop || !free_slots.empty(); });
-        if (stop) return;
-        slot = free_slots.front();
-        free_slots.pop_front();
-      }
-      const size_t i = next.fetch_add(1);
-      if (i >= plan.items.size()) {
-        std::lock_guard<std::mutex> lock(mu);
-        free_slots.push_back(slot);
-        free_cv.notify_one();
-        return;
-      }
-      absl::Status st = Read(plan, plan.items[i], static_cast<uint8_t*>(slots[slot].buffer.data()));
-      std::lock_guard<std::mutex> lock(mu);
-      if (!st.ok()) {
-        set_error(std::move(st));
-        return;
-      }
-      slots[slot].item = i;
-      filled.push_back(slot);
-      filled_cv.notify_one();
-    }
-  };
-  const size_t num_readers = std::min(num_readers_wanted, num_slots);
-  std::vector<std::thread> readers;
-  readers.reserve(num_readers);
-  for (size_t t = 0; t < num_readers; ++t) readers.emplace_back(reader);
-
-  // The calling thread drains: copies filled slots to the device, and waits
-  // on the oldest copy when nothing is filled (which frees a slot).
-  std::deque<size_t> in_flight;
-  std::vector<CopyRequest> requests;
-  size_t completed = 0;
-  const auto wait_slot = [&](size_t slot) -> absl::Status {
-    const auto t0 = Clock::now();
-    absl::Status st;
-    for (const CopyTicket& t : slots[slot].tickets) {
-      st = device.Wait(t);
-      if (!st.ok()) break;
-    }
-    slots[slot].tickets.clear();
-    wait_s_ += Seconds(Clock::now() - t0);
-    return st;
-  };
-  while (completed < plan.items.size()) {
-    std::optional<size_t> slot;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      if (!stop && filled.empty() && in_flight.empty()) {
-        filled_cv.wait(lock, [&] { return stop || !filled.empty(); });
-      }
-      if (stop) break;
-      if (!filled.empty()) {
-        slot = filled.front();
-        filled.pop_front();
-      }
-    }
-    if (slot) {  // Issue its copies, as one batch (one ticket per stream on a GPU).
-      const ReadItem& item = plan.items[slots[*slot].item];
-      const auto t0 = Clock::now();
-      requests.clear();
-      for (uint32_t k = 0; k < item.num_pieces; ++k) {
-        const Piece& p = plan.pieces[item.first_piece + k];
-        requests.push_back(CopyRequest{
-            .dst = storages_[p.storage].dest + p.dst_offset,
-            .src = static_cast<const uint8_t*>(slots[*slot].buffer.data()) + p.src_offset,
-            .nbytes = p.nbytes});
-      }
-      auto tickets = device.CopyManyToDeviceAsync(requests);
-      absl::Status st = tickets.status();
-      if (st.ok()) {
-        copies_.fetch_add(item.num_pieces, std::memory_order_relaxed);
-        slots[*slot].tickets = *std::move(tickets);
-      }
-      copy_s_ += Seconds(Clock::now() - t0);
-      // On error the batch left nothing in flight; the slot is freed below.
-      in_flight.push_back(*slot);
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        set_error(Fail(plan, item, "copy", st));
-        break;
-      }
-      continue;
-    }
-    // Nothing filled: wait on the oldest copy and hand its slot back.
-    const size_t s = in_flight.front();
-    in_flight.pop_front();
-    const ReadItem& item = plan.items[slots[s].item];
-    absl::Status st = wait_slot(s);
-    if (!st.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      set_error(Fail(plan, item, "wait", st));
-      break;
-    }
-    st = Complete(plan, item);
-    std::lock_guard<std::mutex> lock(mu);
-    if (!st.ok()) {
-      set_error(std::move(st));
-      break;
-    }
-    ++completed;
-    free_slots.push_back(s);
-    free_cv.notify_one();
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    stop = true;  // Readers still waiting for a slot leave.
-    free_cv.notify_all();
-  }
-  for (std::thread& t : readers) t.join();
-  // No staging buffer (nor, on error, destination) may go while a copy
-  // from it is in flight. After a failed wait the state of its copies is
-  // unknown: synchronize the device.
-  while (!in_flight.empty()) {
-    (void)wait_slot(in_flight.front());
-    in_flight.pop_front();
-  }
-  if (!error.ok()) (void)device.Synchronize();
-  return error;
-}
-
 void Transfer::AddTo(LoadStats* stats, LoadTimings* timings) const {
   stats->reads += reads_.load();
   stats->bytes_read += bytes_read_.load();
   stats->copies += copies_.load();
   timings->copy_s += copy_s_;
   timings->wait_s += wait_s_;
+}
+
+std::optional<double> Transfer::first_complete_s() const {
   const int64_t ns = first_complete_ns_.load();
-  if (ns >= 0 && (timings->first_weight_s == 0 || ns * 1e-9 < timings->first_weight_s)) {
-    timings->first_weight_s = static_cast<double>(ns) * 1e-9;
-  }
+  if (ns < 0) return std::nullopt;
+  return static_cast<double>(ns) * 1e-9;
+}
+
+namespace {
+
+// Reads of at most this many bytes each are packed with their neighbours on
+// the direct path (up to LoadOptions::max_read_bytes a read).
+constexpr uint64_t kHostPackLimit = uint64_t{256} << 10;
+
+// The read plan of `which`: for direct reads, neighbours of up to
+// kHostPackLimit bytes packed into reads of up to max_read_bytes; staged,
+// every read fits a ring slot.
+ReadPlan PlanReadsFor(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
+                      bool staged, const LoadOptions& options) {
+  const uint64_t slot = std::max<uint64_t>(1, options.ring_slot_bytes);
+  const uint64_t max_read = staged ? slot : options.max_read_bytes;
+  const uint64_t pack_limit =
+      staged ? slot : std::min<uint64_t>(kHostPackLimit, options.max_read_bytes);
+  return PlanReads(storages, which, max_read, pack_limit, options.max_gap_bytes);
+}
+
+}  // namespace
+
+absl::Status TransferStorages(const ByteSource& source, Device& device,
+                              const LoadOptions& options, Transfer::Clock::time_point start,
+                              uint64_t total_bytes, std::vector<StorageJob>* storages,
+                              const PlacedStorages& placed, LoadStats* stats,
+                              LoadTimings* timings, std::optional<double>* first_complete_s) {
+  const auto read_t0 = Transfer::Clock::now();
+  Transfer transfer(source, storages, options, start, total_bytes);
+  const auto run = [&](Device& dev, absl::Span<const uint32_t> which, bool staged) {
+    if (which.empty()) return absl::OkStatus();
+    const ReadPlan plan = PlanReadsFor(*storages, which, staged, options);
+    return staged ? transfer.RunStaged(dev, plan) : transfer.RunDirect(dev, plan);
+  };
+  absl::Status st = transfer.CompleteMapped(placed.file_mapped);
+  if (st.ok()) st = run(device, placed.to_device, !device.host_accessible());
+  // Mapped host memory: straight into it, as into host memory.
+  if (st.ok()) st = run(device, placed.to_mapped_host, false);
+  if (st.ok() && !placed.to_host.empty()) st = run(*placed.host_device, placed.to_host, false);
+  PTD_RETURN_IF_ERROR(st);
+  timings->read_s = Seconds(Transfer::Clock::now() - read_t0);
+  transfer.AddTo(stats, timings);
+  *first_complete_s = transfer.first_complete_s();
+  return absl::OkStatus();
 }
 
 }  // namespace ptd::internal

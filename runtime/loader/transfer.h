@@ -1,5 +1,6 @@
-// The loader's plan of reads and the transfer that carries it out: private
-// to ptd::loader.
+// The third stage of a load, private to ptd::loader: transfer. The plan of
+// reads and the Transfer that carries it out (TransferStorages runs the
+// stage).
 //
 // A plan is a list of reads in source order. A read is either one chunk of
 // one storage, or one range of the source that covers several neighbouring
@@ -24,18 +25,10 @@
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
 #include "ptd/loader.h"
+#include "runtime/loader/place.h"
+#include "runtime/loader/plan.h"
 
 namespace ptd::internal {
-
-// One distinct storage to load.
-struct StorageJob {
-  // The key its bytes are read through (the first named); a view into
-  // strings that outlive the load.
-  std::string_view key;
-  uint64_t nbytes = 0;
-  std::optional<ByteSource::Location> location;
-  uint8_t* dest = nullptr;  // Set once allocated.
-};
 
 // Bytes [src_offset, src_offset + nbytes) of a read go to storage `storage`
 // at `dst_offset`.
@@ -96,9 +89,14 @@ class Transfer {
   // weight, and progress, whose callback may cancel.
   absl::Status CompleteMapped(absl::Span<const uint32_t> which);
 
+  // Adds the reads, copies and bytes read, and the copy and wait time.
   void AddTo(LoadStats* stats, LoadTimings* timings) const;
+  // Seconds from `start` until the first storage was complete, when one was.
+  std::optional<double> first_complete_s() const;
 
  private:
+  class StagedRun;  // One RunStaged (transfer.cc).
+
   // device.PrepareWrite over the item's destinations.
   absl::Status Prepare(Device& device, const ReadPlan& plan, const ReadItem& item);
   absl::Status Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst);
@@ -138,6 +136,19 @@ class Transfer {
   std::atomic<uint64_t> reads_{0}, bytes_read_{0}, copies_{0};
   double copy_s_ = 0, wait_s_ = 0;  // Caller thread only.
 };
+
+// The transfer stage over what Place, MapFromFile and Allocate left: the
+// storages complete without a read (file mappings) first, then the reads
+// of the device's storages (straight into them on a host-accessible device,
+// else through the staging ring), of those in mapped host memory, and of
+// the host device's. Adds to `stats` and `timings` (read, copy, wait);
+// `*first_complete_s` as Transfer::first_complete_s. On error, waits for
+// copies in flight and names the storage and the phase.
+absl::Status TransferStorages(const ByteSource& source, Device& device,
+                              const LoadOptions& options, Transfer::Clock::time_point start,
+                              uint64_t total_bytes, std::vector<StorageJob>* storages,
+                              const PlacedStorages& placed, LoadStats* stats,
+                              LoadTimings* timings, std::optional<double>* first_complete_s);
 
 }  // namespace ptd::internal
 

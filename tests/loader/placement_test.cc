@@ -24,7 +24,7 @@ namespace {
 using ::ptd::internal::CheckPlacement;
 using ::ptd::internal::DescribeBytes;
 using ::ptd::internal::MatchesAny;
-using ::ptd::internal::Placement;
+using ::ptd::internal::BudgetPlacement;
 using ::ptd::internal::PlaceStorages;
 using ::ptd::testing::FakeCudaDevice;
 using ::ptd::testing::TempDir;
@@ -36,7 +36,7 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 TEST(PlacementTest, WithoutABudgetEverythingButTheHostFirstGoesToTheDevice) {
   const std::vector<uint64_t> sizes = {100, 200, 300};
-  const Placement p = PlaceStorages(sizes, {false, true, false}, std::nullopt);
+  const BudgetPlacement p = PlaceStorages(sizes, {false, true, false}, std::nullopt);
   EXPECT_THAT(p.mapped, ElementsAre(false, true, false));
   EXPECT_EQ(p.device_storages, 2u);
   EXPECT_EQ(p.device_bytes, 256u + 512u);  // Each rounded up to 256.
@@ -45,7 +45,7 @@ TEST(PlacementTest, WithoutABudgetEverythingButTheHostFirstGoesToTheDevice) {
 
 TEST(PlacementTest, StoragesFillTheBudgetInOrderThenTheRestIsMapped) {
   const std::vector<uint64_t> sizes = {4 * kMiB, 4 * kMiB, 1, 4 * kMiB, 1};
-  const Placement p = PlaceStorages(sizes, std::vector<bool>(5, false), 8 * kMiB + 256);
+  const BudgetPlacement p = PlaceStorages(sizes, std::vector<bool>(5, false), 8 * kMiB + 256);
   // The 1-byte storage takes 256 bytes: it fits; the next 4 MiB does not,
   // and from there everything is mapped (the last 1-byte storage too).
   EXPECT_THAT(p.mapped, ElementsAre(false, false, false, true, true));
@@ -55,7 +55,7 @@ TEST(PlacementTest, StoragesFillTheBudgetInOrderThenTheRestIsMapped) {
 
 TEST(PlacementTest, AZeroBudgetMapsEverythingEvenEmptyStorages) {
   const std::vector<uint64_t> sizes = {0, 64, 0};
-  const Placement p = PlaceStorages(sizes, std::vector<bool>(3, false), 0);
+  const BudgetPlacement p = PlaceStorages(sizes, std::vector<bool>(3, false), 0);
   EXPECT_THAT(p.mapped, ElementsAre(true, true, true));
   EXPECT_EQ(p.device_storages, 0u);
   EXPECT_EQ(p.device_bytes, 0u);
@@ -63,13 +63,13 @@ TEST(PlacementTest, AZeroBudgetMapsEverythingEvenEmptyStorages) {
 
 TEST(PlacementTest, HostFirstStoragesDoNotCountAgainstTheBudget) {
   const std::vector<uint64_t> sizes = {4 * kMiB, 4 * kMiB, 4 * kMiB};
-  const Placement p = PlaceStorages(sizes, {true, false, false}, 8 * kMiB);
+  const BudgetPlacement p = PlaceStorages(sizes, {true, false, false}, 8 * kMiB);
   EXPECT_THAT(p.mapped, ElementsAre(true, false, false));
   EXPECT_EQ(p.device_bytes, 8 * kMiB);
 }
 
 TEST(PlacementTest, ABudgetOverTheFreeMemoryNamesTheShortfall) {
-  const Placement p;
+  const BudgetPlacement p;
   const absl::Status st = CheckPlacement(
       p, 96 * kMiB, DeviceMemoryInfo{.free_bytes = 64 * kMiB, .total_bytes = 80 * kMiB}, "cuda:0");
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
@@ -81,7 +81,7 @@ TEST(PlacementTest, ABudgetOverTheFreeMemoryNamesTheShortfall) {
 }
 
 TEST(PlacementTest, AMappedShareOverThePinnableMemoryNamesTheShortfall) {
-  Placement p;
+  BudgetPlacement p;
   p.mapped_bytes = 10 * kMiB;
   p.mapped_storages = 3;
   DeviceMemoryInfo info{.free_bytes = 64 * kMiB,

@@ -1,0 +1,248 @@
+#include "runtime/loader/place.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ptd/host_device.h"
+#include "ptd/status_macros.h"
+#include "runtime/internal/strings.h"
+#include "runtime/loader/placement.h"
+
+namespace ptd::internal {
+namespace {
+
+// Padding between two mapped storages that one mapping may span (it is
+// mapped and populated with them; a subset load of scattered weights gets
+// several mappings instead of one over the whole file).
+constexpr uint64_t kMapMaxGapBytes = uint64_t{1} << 20;
+
+// Per storage: whether host_fqns names a weight on it (without a manifest,
+// a key of it). Only storages bound for the device are looked at.
+std::vector<bool> HostFirst(const LoadPlan& plan, bool all_keys, const LoadOptions& options) {
+  std::vector<bool> host_first(plan.storages.size(), false);
+  if (options.host_fqns.empty()) return host_first;
+  if (all_keys) {
+    for (const PlannedKey& k : plan.keys) {
+      if (MatchesAny(options.host_fqns, k.key)) host_first[k.storage] = true;
+    }
+    return host_first;
+  }
+  for (const PlannedWeight& w : plan.weights) {
+    if (plan.placements[w.storage] == Placement::kDevice && !host_first[w.storage] &&
+        MatchesAny(options.host_fqns, w.entry->fqn)) {
+      host_first[w.storage] = true;
+    }
+  }
+  return host_first;
+}
+
+// Splits placed->to_device between device memory and mapped host memory by
+// the budget and host_fqns, after checking the split against the device.
+absl::Status SplitByBudget(const LoadPlan& plan, bool all_keys, Device& device,
+                           const LoadOptions& options, PlacedStorages* placed) {
+  const std::vector<bool> host_first = HostFirst(plan, all_keys, options);
+  std::vector<uint64_t> sizes;
+  std::vector<bool> first;
+  sizes.reserve(placed->to_device.size());
+  first.reserve(placed->to_device.size());
+  for (uint32_t s : placed->to_device) {
+    sizes.push_back(plan.storages[s].nbytes);
+    first.push_back(host_first[s]);
+  }
+  const BudgetPlacement split = PlaceStorages(sizes, first, options.device_budget_bytes);
+  if (options.device_budget_bytes || split.mapped_storages > 0) {
+    auto info = device.MemoryInfo();
+    if (!info.ok()) {
+      return absl::Status(info.status().code(),
+                          absl::StrCat("placing storages by ",
+                                       options.device_budget_bytes ? "a device budget"
+                                                                   : "host_fqns",
+                                       " on ", device.name(), ": ", info.status().message()));
+    }
+    PTD_RETURN_IF_ERROR(
+        CheckPlacement(split, options.device_budget_bytes, *info, device.name()));
+  }
+  std::vector<uint32_t> on_device;
+  on_device.reserve(split.device_storages);
+  placed->to_mapped_host.reserve(split.mapped_storages);
+  for (size_t k = 0; k < placed->to_device.size(); ++k) {
+    const uint32_t s = placed->to_device[k];
+    if (split.mapped[k]) placed->residency[s] = Residency::kMappedHost;
+    (split.mapped[k] ? placed->to_mapped_host : on_device).push_back(s);
+  }
+  placed->to_device = std::move(on_device);
+  return absl::OkStatus();
+}
+
+// The storages of `list` that the source can map (located, non-empty, at a
+// kHostAlignment multiple) become views of private mappings, one per run of
+// neighbours in the file; they leave `list`, which keeps the storages still
+// to be allocated and read. A source that cannot map leaves everything.
+absl::Status MapList(const ByteSource& source, size_t threads, std::vector<StorageJob>& jobs,
+                     std::vector<uint32_t>* list, PlacedStorages* placed, LoadStats* stats) {
+  std::vector<uint32_t> candidates, rest;
+  for (uint32_t s : *list) {
+    const StorageJob& j = jobs[s];
+    const bool mappable = j.location && j.nbytes > 0 && j.location->offset % kHostAlignment == 0;
+    (mappable ? candidates : rest).push_back(s);
+  }
+  if (candidates.empty()) return absl::OkStatus();
+  std::stable_sort(candidates.begin(), candidates.end(), [&](uint32_t a, uint32_t b) {
+    return jobs[a].location->offset < jobs[b].location->offset;
+  });
+  for (size_t first = 0; first < candidates.size();) {
+    const uint64_t begin = jobs[candidates[first]].location->offset;
+    uint64_t end = begin + jobs[candidates[first]].nbytes;
+    size_t last = first + 1;
+    for (; last < candidates.size(); ++last) {
+      const StorageJob& j = jobs[candidates[last]];
+      if (j.location->offset > end + kMapMaxGapBytes) break;
+      end = std::max(end, j.location->offset + j.nbytes);
+    }
+    auto mapping = source.MapLocated(begin, end - begin, threads);
+    if (!mapping.ok()) {
+      if (absl::IsUnimplemented(mapping.status()) && first == 0) {
+        return absl::OkStatus();  // This source reads; so does the load.
+      }
+      const StorageJob& j = jobs[candidates[first]];
+      return absl::Status(
+          mapping.status().code(),
+          absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes",
+                       last - first > 1
+                           ? absl::StrCat(", mapped with ", last - first - 1,
+                                          " neighbouring storage(s)")
+                           : std::string(),
+                       "): map: ", mapping.status().message()));
+    }
+    const std::shared_ptr<void> block = *mapping;
+    ++stats->mappings;
+    for (size_t k = first; k < last; ++k) {
+      const uint32_t s = candidates[k];
+      uint8_t* data = mapping->get() + (jobs[s].location->offset - begin);
+      placed->buffers[s] = DeviceBuffer(block, data, static_cast<size_t>(jobs[s].nbytes));
+      jobs[s].dest = data;
+      placed->file_mapped.push_back(s);
+      ++stats->mapped;
+      stats->mapped_bytes += jobs[s].nbytes;
+    }
+    first = last;
+  }
+  *list = std::move(rest);
+  return absl::OkStatus();
+}
+
+// One AllocateMany (or AllocateMappedMany) of `dev` for the storages of
+// `list`, sorted in file order first (the unlocated after, as planned): the
+// pieces of a packed read (PlanReads, in file order) then lie back to back
+// in the arena as in the file, so that a host device reads straight into
+// them and a GPU copies a staging slot with one cudaMemcpyAsync, whatever
+// the order in which the manifest names the storages.
+absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>& jobs,
+                          std::vector<uint32_t>* list, PlacedStorages* placed,
+                          LoadStats* stats) {
+  if (list->empty()) return absl::OkStatus();
+  std::stable_sort(list->begin(), list->end(), [&](uint32_t a, uint32_t b) {
+    const auto& la = jobs[a].location;
+    const auto& lb = jobs[b].location;
+    if (!la || !lb) return la.has_value() && !lb.has_value();
+    return la->offset < lb->offset;
+  });
+  std::vector<size_t> sizes;
+  sizes.reserve(list->size());
+  for (uint32_t s : *list) sizes.push_back(static_cast<size_t>(jobs[s].nbytes));
+  auto got = mapped_host ? dev.AllocateMappedMany(sizes) : dev.AllocateMany(sizes);
+  ++stats->allocations;
+  if (!got.ok()) {
+    std::string what = absl::StrCat(list->size(), " storages");
+    size_t index = 0;
+    const auto payload = got.status().GetPayload(kAllocateManyIndexPayload);
+    if (payload && absl::SimpleAtoi(std::string(*payload), &index) && index < list->size()) {
+      const StorageJob& j = jobs[(*list)[index]];
+      what = absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes)");
+    }
+    return absl::Status(got.status().code(),
+                        absl::StrCat(what, ": allocate ",
+                                     mapped_host ? "mapped host memory for " : "on ", dev.name(),
+                                     ": ", got.status().message()));
+  }
+  for (size_t k = 0; k < list->size(); ++k) {
+    const uint32_t s = (*list)[k];
+    placed->buffers[s] = std::move((*got)[k]);
+    jobs[s].dest = static_cast<uint8_t*>(placed->buffers[s].data());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckPlaceOptions(const Device& device, const LoadOptions& options) {
+  if (device.kind() == DeviceKind::kHost &&
+      (options.device_budget_bytes || !options.host_fqns.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.device_budget_bytes ? "LoadOptions::device_budget_bytes"
+                                    : "LoadOptions::host_fqns",
+        " places storages in host memory mapped for a GPU; ", device.name(),
+        " is the host (every storage is in host memory already)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device& device,
+                                     const LoadOptions& options) {
+  PTD_RETURN_IF_ERROR(CheckPlaceOptions(device, options));
+  const bool device_is_host = device.kind() == DeviceKind::kHost;
+  const bool by_budget = options.device_budget_bytes || !options.host_fqns.empty();
+  PlacedStorages placed;
+  const size_t n = plan.storages.size();
+  const size_t num_host = static_cast<size_t>(
+      std::count(plan.placements.begin(), plan.placements.end(), Placement::kHost));
+  placed.residency.assign(n, device_is_host ? Residency::kHost : Residency::kDevice);
+  placed.to_device.reserve(n - num_host);
+  placed.to_host.reserve(num_host);
+  for (uint32_t s = 0; s < n; ++s) {
+    if (plan.placements[s] == Placement::kHost) {
+      placed.residency[s] = Residency::kHost;
+      placed.to_host.push_back(s);
+    } else {
+      placed.to_device.push_back(s);
+    }
+  }
+  // Before anything is mapped or allocated.
+  if (by_budget) PTD_RETURN_IF_ERROR(SplitByBudget(plan, all_keys, device, options, &placed));
+  placed.buffers.resize(n);
+  return placed;
+}
+
+absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options,
+                         const Device& device, std::vector<StorageJob>* storages,
+                         PlacedStorages* placed, LoadStats* stats) {
+  const size_t threads = std::max<size_t>(1, options.threads);
+  if (device.kind() == DeviceKind::kHost && device.host_accessible()) {
+    PTD_RETURN_IF_ERROR(
+        MapList(source, threads, *storages, &placed->to_device, placed, stats));
+  }
+  return MapList(source, threads, *storages, &placed->to_host, placed, stats);
+}
+
+absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
+                      const std::vector<Placement>& placements, PlacedStorages* placed,
+                      LoadStats* stats) {
+  const bool file_mapped_host =
+      std::any_of(placed->file_mapped.begin(), placed->file_mapped.end(),
+                  [&](uint32_t s) { return placements[s] == Placement::kHost; });
+  if (!placed->to_host.empty() || file_mapped_host) {
+    placed->host_device = std::make_shared<HostDevice>();
+  }
+  PTD_RETURN_IF_ERROR(
+      AllocateList(device, false, *storages, &placed->to_device, placed, stats));
+  if (!placed->to_host.empty()) {
+    PTD_RETURN_IF_ERROR(AllocateList(*placed->host_device, false, *storages, &placed->to_host,
+                                     placed, stats));
+  }
+  return AllocateList(device, true, *storages, &placed->to_mapped_host, placed, stats);
+}
+
+}  // namespace ptd::internal

@@ -1,0 +1,74 @@
+// The second stage of a load, private to ptd::loader: place. Where each
+// planned storage goes (device memory, host memory mapped for the device,
+// plain host memory), decided and checked against the device before
+// anything is allocated; then, with LoadOptions::map_file, the host storages
+// that the file can back become views of file mappings; then one allocation
+// per destination gives every other storage its buffer.
+#ifndef PTD_RUNTIME_LOADER_PLACE_H_
+#define PTD_RUNTIME_LOADER_PLACE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ptd/byte_source.h"
+#include "ptd/device.h"
+#include "ptd/loader.h"
+#include "runtime/loader/plan.h"
+
+namespace ptd::internal {
+
+// Where the storages of a plan go, and their buffers once there.
+struct PlacedStorages {
+  // Holds the Placement::kHost storages (created by Allocate when there
+  // are some). First, so that it outlives `buffers`, whose deleters use it.
+  std::shared_ptr<Device> host_device;
+  // Per storage: the memory it ends up in.
+  std::vector<Residency> residency;
+  // The storages still to be allocated and read, per allocation: the
+  // load's device (AllocateMany; on the host device, host memory), host
+  // memory mapped for it (AllocateMappedMany), and the host device
+  // (Placement::kHost). Allocate sorts each in file order.
+  std::vector<uint32_t> to_device;
+  std::vector<uint32_t> to_mapped_host;
+  std::vector<uint32_t> to_host;
+  // LoadOptions::map_file: storages mapped from the file, complete without
+  // a read.
+  std::vector<uint32_t> file_mapped;
+  // Per storage, once mapped or allocated.
+  std::vector<DeviceBuffer> buffers;
+};
+
+// InvalidArgument for LoadOptions::device_budget_bytes or host_fqns on the
+// host device. Place checks it too; a load checks it before it plans.
+absl::Status CheckPlaceOptions(const Device& device, const LoadOptions& options);
+
+// Decides where each storage of `plan` goes. With LoadOptions::
+// device_budget_bytes or host_fqns (CheckPlaceOptions first):
+// the storages of a weight (without a manifest, a key) that host_fqns names
+// go to mapped memory first, the others to device memory in manifest order
+// while they fit the budget (internal::PlaceStorages), checked against the
+// device's MemoryInfo (ResourceExhausted, naming the shortfall).
+absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device& device,
+                                     const LoadOptions& options);
+
+// LoadOptions::map_file: the host storages (the host device's, and
+// Placement::kHost) that `source` can map become views of private file
+// mappings, one per run of neighbours in the file; they leave the lists to
+// allocate for `file_mapped`. A source that cannot map leaves them all.
+absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options,
+                         const Device& device, std::vector<StorageJob>* storages,
+                         PlacedStorages* placed, LoadStats* stats);
+
+// One allocation per destination (the device, the host device, mapped host
+// memory, in that order), each storage's buffer in file order; sets each
+// StorageJob::dest. Errors name the storage and the device.
+absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
+                      const std::vector<Placement>& placements, PlacedStorages* placed,
+                      LoadStats* stats);
+
+}  // namespace ptd::internal
+
+#endif  // PTD_RUNTIME_LOADER_PLACE_H_

@@ -1,0 +1,238 @@
+// Transfer::RunStaged: the staging ring of a device that is not
+// host-accessible (transfer.h).
+#include <algorithm>
+#include <chrono>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ptd/status_macros.h"
+#include "runtime/loader/transfer.h"
+
+namespace ptd::internal {
+namespace {
+
+double Seconds(Transfer::Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+// One RunStaged: reader threads fill a ring of staging slots while the
+// calling thread drains it, copying each filled slot to the device and
+// waiting on the oldest copy, which frees its slot.
+class Transfer::StagedRun {
+ public:
+  StagedRun(Transfer& transfer, Device& device, const ReadPlan& plan)
+      : t_(transfer), device_(device), plan_(plan) {}
+
+  absl::Status Run() {
+    const size_t num_readers_wanted = std::max<size_t>(1, t_.options_.threads);
+    PTD_RETURN_IF_ERROR(AllocateSlots(num_readers_wanted));
+    const size_t num_readers = std::min(num_readers_wanted, slots_.size());
+    std::vector<std::thread> readers;
+    readers.reserve(num_readers);
+    for (size_t t = 0; t < num_readers; ++t) readers.emplace_back([this] { ReadIntoSlots(); });
+    Drain();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;  // Readers still waiting for a slot leave.
+      free_cv_.notify_all();
+    }
+    for (std::thread& t : readers) t.join();
+    // No staging buffer (nor, on error, destination) may go while a copy
+    // from it is in flight. After a failed wait the state of its copies is
+    // unknown: synchronize the device.
+    while (!in_flight_.empty()) {
+      (void)WaitSlot(in_flight_.front());
+      in_flight_.pop_front();
+    }
+    if (!error_.ok()) (void)device_.Synchronize();
+    return error_;
+  }
+
+ private:
+  struct Slot {
+    HostBuffer buffer;
+    size_t item = 0;
+    std::vector<CopyTicket> tickets;
+  };
+
+  // Two slots beyond the readers (unless LoadOptions::ring_slots says):
+  // one being copied, one waited on, while every reader fills one.
+  absl::Status AllocateSlots(size_t num_readers_wanted) {
+    const size_t ring_slots =
+        t_.options_.ring_slots != 0 ? t_.options_.ring_slots : num_readers_wanted + 2;
+    const size_t num_slots = std::max<size_t>(1, std::min(ring_slots, plan_.items.size()));
+    slots_.resize(num_slots);
+    for (size_t i = 0; i < num_slots; ++i) {
+      auto b = device_.AllocateStaging(plan_.max_item_bytes);
+      if (!b.ok()) {
+        return t_.Fail(plan_, plan_.items[0], "stage",
+                       absl::Status(b.status().code(),
+                                    absl::StrCat("ring slot ", i, " of ", num_slots, " (",
+                                                 plan_.max_item_bytes, " bytes) on ",
+                                                 device_.name(), ": ", b.status().message())));
+      }
+      slots_[i].buffer = *std::move(b);
+      free_slots_.push_back(i);
+    }
+    return absl::OkStatus();
+  }
+
+  // A reader thread: takes a free slot, reads the next item into it, hands
+  // it to the drain; until the items run out or the run stops.
+  void ReadIntoSlots() {
+    for (;;) {
+      size_t slot;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        free_cv_.wait(lock, [&] { return stop_ || !free_slots_.empty(); });
+        if (stop_) return;
+        slot = free_slots_.front();
+        free_slots_.pop_front();
+      }
+      const size_t i = next_.fetch_add(1);
+      if (i >= plan_.items.size()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        free_slots_.push_back(slot);
+        free_cv_.notify_one();
+        return;
+      }
+      absl::Status st =
+          t_.Read(plan_, plan_.items[i], static_cast<uint8_t*>(slots_[slot].buffer.data()));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!st.ok()) {
+        SetError(std::move(st));
+        return;
+      }
+      slots_[slot].item = i;
+      filled_.push_back(slot);
+      filled_cv_.notify_one();
+    }
+  }
+
+  // The calling thread: copies filled slots to the device, and waits on
+  // the oldest copy when nothing is filled (which frees a slot).
+  void Drain() {
+    while (completed_ < plan_.items.size()) {
+      std::optional<size_t> slot;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (!stop_ && filled_.empty() && in_flight_.empty()) {
+          filled_cv_.wait(lock, [&] { return stop_ || !filled_.empty(); });
+        }
+        if (stop_) return;
+        if (!filled_.empty()) {
+          slot = filled_.front();
+          filled_.pop_front();
+        }
+      }
+      if (!(slot ? IssueCopies(*slot) : RetireOldest())) return;
+    }
+  }
+
+  // Issues a filled slot's copies, as one batch (one ticket per stream on a
+  // GPU). False, the error recorded, when that fails.
+  bool IssueCopies(size_t slot) {
+    const ReadItem& item = plan_.items[slots_[slot].item];
+    const auto t0 = Clock::now();
+    requests_.clear();
+    for (uint32_t k = 0; k < item.num_pieces; ++k) {
+      const Piece& p = plan_.pieces[item.first_piece + k];
+      requests_.push_back(CopyRequest{
+          .dst = t_.storages_[p.storage].dest + p.dst_offset,
+          .src = static_cast<const uint8_t*>(slots_[slot].buffer.data()) + p.src_offset,
+          .nbytes = p.nbytes});
+    }
+    auto tickets = device_.CopyManyToDeviceAsync(requests_);
+    absl::Status st = tickets.status();
+    if (st.ok()) {
+      t_.copies_.fetch_add(item.num_pieces, std::memory_order_relaxed);
+      slots_[slot].tickets = *std::move(tickets);
+    }
+    t_.copy_s_ += Seconds(Clock::now() - t0);
+    // On error the batch left nothing in flight; the slot is freed by Run.
+    in_flight_.push_back(slot);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      SetError(t_.Fail(plan_, item, "copy", st));
+      return false;
+    }
+    return true;
+  }
+
+  // Waits on the oldest copy, records its item complete and hands its slot
+  // back. False, the error recorded, when either fails.
+  bool RetireOldest() {
+    const size_t s = in_flight_.front();
+    in_flight_.pop_front();
+    const ReadItem& item = plan_.items[slots_[s].item];
+    absl::Status st = WaitSlot(s);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      SetError(t_.Fail(plan_, item, "wait", st));
+      return false;
+    }
+    st = t_.Complete(plan_, item);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok()) {
+      SetError(std::move(st));
+      return false;
+    }
+    ++completed_;
+    free_slots_.push_back(s);
+    free_cv_.notify_one();
+    return true;
+  }
+
+  absl::Status WaitSlot(size_t slot) {
+    const auto t0 = Clock::now();
+    absl::Status st;
+    for (const CopyTicket& t : slots_[slot].tickets) {
+      st = device_.Wait(t);
+      if (!st.ok()) break;
+    }
+    slots_[slot].tickets.clear();
+    t_.wait_s_ += Seconds(Clock::now() - t0);
+    return st;
+  }
+
+  // REQUIRES: mu_ held.
+  void SetError(absl::Status st) {
+    if (error_.ok()) error_ = std::move(st);
+    stop_ = true;
+    free_cv_.notify_all();
+    filled_cv_.notify_all();
+  }
+
+  Transfer& t_;
+  Device& device_;
+  const ReadPlan& plan_;
+  std::vector<Slot> slots_;
+
+  std::mutex mu_;
+  std::condition_variable free_cv_, filled_cv_;
+  std::deque<size_t> free_slots_, filled_;  // Guarded by mu_.
+  bool stop_ = false;                        // Guarded by mu_.
+  absl::Status error_;  // Guarded by mu_ until the readers are joined.
+  std::atomic<size_t> next_{0};
+
+  // The calling thread's.
+  std::deque<size_t> in_flight_;
+  std::vector<CopyRequest> requests_;
+  size_t completed_ = 0;
+};
+
+absl::Status Transfer::RunStaged(Device& device, const ReadPlan& plan) {
+  if (plan.items.empty()) return absl::OkStatus();
+  return StagedRun(*this, device, plan).Run();
+}
+
+}  // namespace ptd::internal
