@@ -106,6 +106,17 @@ void EnsureModel() {
   if (done) return;
   fs::create_directories(Dir());
   if (!fs::exists(ModelPtd()) || !fs::exists(ModelManifest())) {
+    // In a child: the writer holds the whole model, and posix_spawn's
+    // children would report this process's high-water RSS as theirs.
+    const pid_t pid = fork();
+    if (pid < 0) Die("fork failed");
+    if (pid > 0) {
+      int status = 0;
+      if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        Die("could not write the model");
+      }
+      return EnsureModel();
+    }
     ptd::CudaWeightWriter writer("model_so");
     std::vector<uint8_t> storage(kWeightBytes);
     for (int w = 0; w < kWeights; ++w) {
@@ -125,6 +136,7 @@ void EnsureModel() {
     }
     const absl::Status s = writer.Write(ModelPtd(), ModelManifest());
     if (!s.ok()) Die(std::string(s.message()));
+    std::_Exit(0);
   }
   if (!fs::exists(Checkpoint())) {
     const ChildResult r = RunChild(

@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -655,14 +656,28 @@ absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const Bun
                                    .layout = n.layout});
       }
     }
-    // Identical bytes are stored once: only equal sizes can be identical.
+  }
+  // Identical bytes are stored once (upstream's collector). Whether two
+  // storages are identical is known only once they are built, and the
+  // layout (the FlatBuffer's size, so every segment's offset) depends on it.
+  // So the first try assumes no storage equals another entry (the usual
+  // case: a layout known up front, each storage built once and written
+  // while it is built) and fingerprints what it writes; when two entries of
+  // one size may be equal after all, the exact layout below hashes them
+  // first and the file is written again.
+  const auto make_layout = [&](bool exact) -> absl::Status {
+    segment_first.clear();
+    segment_offsets.clear();
+    for (OutEntry& e : entries) e.segment = 0;
     absl::flat_hash_map<uint64_t, int> size_count;
     for (const OutEntry& e : entries) ++size_count[e.size];
     absl::flat_hash_map<std::string, uint32_t> by_digest;
     for (size_t i = 0; i < entries.size(); ++i) {
       OutEntry& e = entries[i];
       std::string id = absl::StrCat("#", i);
-      if (size_count[e.size] > 1) {
+      // Keys that share a segment in the base are equal without a look.
+      if (!exact && e.base != nullptr) id = absl::StrCat("base#", e.base->segment_index);
+      if (exact && size_count[e.size] > 1) {
         if (e.storage) {
           PTD_ASSIGN_OR_RETURN(id, builder.Hash(*e.storage));
         } else {
@@ -717,8 +732,13 @@ absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const Bun
                                         .segment_base_offset = segment_base_offset,
                                         .segment_data_size = end},
                               absl::MakeSpan(head));
-  }
+    return absl::OkStatus();
+  };
+  if (!fits) PTD_RETURN_IF_ERROR(make_layout(/*exact=*/false));
 
+  // Fingerprints of what the optimistic layout wrote, per entry.
+  std::vector<size_t> fingerprints(entries.size(), 0);
+  bool exact_layout = false;
   std::vector<uint8_t> copy_buf;
   const auto produce = [&](const WriteFn& write, const WriteAtFn&) -> absl::Status {
     result.zero_filled.clear();
@@ -750,14 +770,33 @@ absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const Bun
     for (size_t i = 0; i < segment_first.size(); ++i) {
       const OutEntry& e = entries[segment_first[i]];
       PTD_RETURN_IF_ERROR(WriteZeros(write, segment_offsets[i] - pos));
+      size_t& fp = fingerprints[segment_first[i]];
+      fp = absl::HashOf(e.size);
+      const WriteFn fingerprinted = [&](absl::Span<const uint8_t> b) {
+        if (!exact_layout) {
+          fp = absl::HashOf(fp, absl::string_view(reinterpret_cast<const char*>(b.data()),
+                                                  b.size()));
+        }
+        return write(b);
+      };
       if (e.storage) {
-        PTD_RETURN_IF_ERROR(builder.Build(*e.storage, true, emit));
+        PTD_RETURN_IF_ERROR(builder.Build(*e.storage, true, fingerprinted));
       } else {
         PTD_RETURN_IF_ERROR(CopyRange(base->source(),
                                       base->SegmentFileOffset(e.base->segment_index), e.size,
-                                      copy_buf, write));
+                                      copy_buf, fingerprinted));
       }
       pos = segment_offsets[i] + e.size;
+    }
+    if (!exact_layout) {
+      // Two segments of one size and fingerprint may hold the same bytes:
+      // then the optimistic layout is not the collector's.
+      absl::flat_hash_set<std::pair<uint64_t, size_t>> seen;
+      for (size_t first : segment_first) {
+        if (!seen.emplace(entries[first].size, fingerprints[first]).second) {
+          return absl::AbortedError("identical storages: the exact layout is needed");
+        }
+      }
     }
     return absl::OkStatus();
   };
@@ -771,7 +810,15 @@ absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const Bun
     }
     return absl::OkStatus();
   };
-  PTD_RETURN_IF_ERROR(WriteFileAtomicallyAt(out, produce, check));
+  absl::Status status = WriteFileAtomicallyAt(out, produce, check);
+  if (!fits && absl::IsAborted(status)) {
+    // Nothing was left behind; lay the file out with identical storages
+    // stored once, and write it again.
+    exact_layout = true;
+    PTD_RETURN_IF_ERROR(make_layout(/*exact=*/true));
+    status = WriteFileAtomicallyAt(out, produce, check);
+  }
+  PTD_RETURN_IF_ERROR(status);
 
   if (result.zero_filled_bytes > 0) {
     absl::flat_hash_map<std::string, uint64_t> per_key;

@@ -458,6 +458,34 @@ TEST(ReweightTest, CollectorLayoutWhenSharedSegmentsNowDiffer) {
   EXPECT_EQ((*c)->header().segment_base_offset % 128, 0u);
 }
 
+TEST(ReweightTest, IdenticalStoragesAreStoredOnceWithoutABase) {
+  // The first try lays the file out as if no storage equalled another; the
+  // fingerprints of what it wrote find a and b equal, and the file is
+  // written again with one segment for both, as upstream's collector does.
+  TempDir dir;
+  BundlePaths paths = WriteModel(dir, {{"k1", Iota(16)}, {"k2", Iota(16, 3)}, {"k3", Iota(8)}},
+                                 {{"a", "k1", 6, 0, {4}, {1}},
+                                  {"b", "k2", 6, 0, {4}, {1}},
+                                  {"c", "k3", 6, 0, {2}, {1}}});
+  for (const bool equal : {true, false}) {
+    SCOPED_TRACE(equal ? "a == b" : "a != b");
+    WriteCheckpoint(dir.File("c.safetensors"), {{"a", "F32", {4}, Iota(16, 1)},
+                                                {"b", "F32", {4}, Iota(16, equal ? 1 : 2)},
+                                                {"c", "F32", {2}, Iota(8, 1)}});
+    auto r = Reweight(dir.File("c.safetensors"), BundlePaths{.manifest = paths.manifest},
+                      dir.File("o.ptd"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    auto d = ViewDigests(BundlePaths{.ptd = dir.File("o.ptd"), .manifest = paths.manifest});
+    EXPECT_EQ(d["a"], Sha256Hex(Iota(16, 1)));
+    EXPECT_EQ(d["b"], Sha256Hex(Iota(16, equal ? 1 : 2)));
+    auto src = OpenFile(dir.File("o.ptd"), false);
+    auto c = Container::Open(*src);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->segments().size(), equal ? 2u : 3u);
+    EXPECT_EQ((*c)->named_data().size(), 3u);
+  }
+}
+
 TEST(ReweightTest, FailureLeavesTheTargetUntouchedAndNoTemporary) {
   TempDir dir;
   TempDir out_dir;
