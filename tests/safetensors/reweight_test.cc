@@ -180,12 +180,12 @@ TEST(ReweightTest, RoundTripsEveryOkConformanceCaseByteForByte) {
 TEST(ReweightTest, RoundTripsExecutorchFilesInKeyMode) {
   for (const char* name : {"mlp.ptd", "mlp_xnnpack.ptd"}) {
     SCOPED_TRACE(name);
-    for (const std::string& path : {DataPath(std::string("executorch/") + name),
-                                    std::string("/work/shared/executorch/") + name}) {
-      if (!std::filesystem::exists(path)) continue;
-      TempDir dir;
-      ExpectRoundTrip(BundlePaths{.ptd = path}, dir);
-    }
+    // The models executorch 1.5.1 exported (tests/data/executorch, a copy of
+    // the shared set): no CUDA manifest, so each key round-trips as U8.
+    const std::string path = DataPath(std::string("executorch/") + name);
+    ASSERT_TRUE(std::filesystem::exists(path)) << path;
+    TempDir dir;
+    ExpectRoundTrip(BundlePaths{.ptd = path}, dir);
   }
 }
 
