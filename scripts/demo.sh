@@ -8,7 +8,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-BUILD_TARGETS="ptd-verify ptd-load ptd-write-demo" "$root/scripts/setup.sh"
+# Only what the demo runs: the three tools, not the tests or the Python module.
+PTD_SKIP_PYTHON=1 BUILD_TARGETS="ptd-verify ptd-load ptd-write-demo" "$root/scripts/setup.sh"
 
 out=$root/out/demo
 mkdir -p "$out"

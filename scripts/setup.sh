@@ -22,8 +22,9 @@ packages=(
   libabsl-dev libssl-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer + sanitizer runtimes: the fuzz gate
+  clang-format-14            # scripts/check_format.sh (.clang-format)
   gnuplot-nox                # scripts/bench.sh's plots
-  patchelf                   # scripts/gpu-bundle.sh: $ORIGIN RUNPATHs in the GPU bundle
+  patchelf                   # scripts/gpu_bundle.sh: $ORIGIN RUNPATHs in the GPU bundle
 )
 # The executorch package goes into a venv (below). Debian's own python3 needs
 # python3-venv for that; another python3 on PATH (pyenv, ...) brings its own.
@@ -53,19 +54,55 @@ if ((${#missing[@]} > 0)); then
   fi
 fi
 
+venv=$root/.venv
+
+# pip install "$@" into the venv. On success, pip's "dependency resolver"
+# complaint about executorch's own Python dependencies (torch, pandas, ...),
+# which are left out on purpose (--no-deps below: only its C++ runtime is
+# used), is dropped; anything else pip says is kept. On failure, everything.
+pip_install() {
+  local log status=0
+  log=$(mktemp)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>"$log" || status=$?
+  if ((status == 0)); then
+    grep -v -e "^ERROR: pip's dependency resolver does not currently take into account" \
+            -e "^executorch [0-9][^ ]* requires " "$log" >&2 || true
+  else
+    cat "$log" >&2
+  fi
+  rm -f "$log"
+  return "$status"
+}
+
+# The Python tools first: installing numpy after executorch makes pip list
+# every dependency executorch was installed without. nanobind,
+# scikit-build-core, numpy, pytest and safetensors (the interop tests), for
+# the Python module below. Without PyPI this prints a note and goes on.
+python_tools_ok=0
+if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
+  if [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
+    echo "setup: note: python3 -m venv $venv failed; the Python module is not installed" >&2
+  elif "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest, safetensors" \
+         2>/dev/null ||
+       pip_install --timeout 20 --retries 1 nanobind scikit-build-core numpy pytest safetensors; then
+    python_tools_ok=1
+  else
+    echo "setup: note: could not pip-install nanobind, scikit-build-core, numpy, pytest," \
+         "safetensors (no network?); the Python module is not installed" >&2
+  fi
+fi
+
 # The executorch 1.5.1 wheel (C++ runtime, headers, CMake package; ~130 MB, no
 # torch) in ${root}/.venv, where CMake looks for it (ptd::executorch and its
 # tests). Installed once; without network this prints a note and goes on, and
 # the executorch tests report themselves as skipped.
 executorch_version=1.5.1
-venv=$root/.venv
 if [[ ${PTD_WITH_EXECUTORCH:-1} == 1 ]]; then
   if compgen -G "$venv/lib/python3*/site-packages/executorch/lib/cmake/executorch/executorch-config.cmake" >/dev/null; then
     :
   elif [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
     echo "setup: note: python3 -m venv $venv failed; the executorch tests will be skipped" >&2
-  elif "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 20 --retries 1 \
-         --no-deps "executorch==$executorch_version"; then
+  elif pip_install --timeout 20 --retries 1 --no-deps "executorch==$executorch_version"; then
     echo "setup: installed executorch==$executorch_version into $venv"
   else
     echo "setup: note: could not pip-install executorch==$executorch_version (no network?);" \
@@ -81,28 +118,14 @@ for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build" --parallel "$(nproc)" "${targets[@]}"
 
 # The Python module `ptd` (python/, pyproject.toml) in the same .venv:
-# nanobind, scikit-build-core, numpy, pytest and safetensors (the interop
-# tests) from PyPI, then `pip install .`
-# without build isolation. Its CMake tree is build/python/<tag>, so a re-run
-# rebuilds only what changed. CMAKE_ARGS reach its configure too. Without
-# PyPI this prints a note and goes on (scripts/test.sh then says the Python
-# tests were skipped). Skip with PTD_SKIP_PYTHON=1.
-if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
-  if [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
-    echo "setup: note: python3 -m venv $venv failed; the Python module is not installed" >&2
-  elif ! "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest, safetensors" \
-         2>/dev/null &&
-       ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 20 \
-           --retries 1 nanobind scikit-build-core numpy pytest safetensors; then
-    echo "setup: note: could not pip-install nanobind, scikit-build-core, numpy, pytest," \
-         "safetensors" \
-         "(no network?); the Python module is not installed" >&2
-  else
-    echo "setup: pip install . (the Python module ptd) into $venv"
-    # shellcheck disable=SC2086
-    SKBUILD_CMAKE_ARGS=$(printf '%s;' ${CMAKE_ARGS:-}) \
-      CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-      "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
-      --no-deps "$root"
-  fi
+# `pip install .` without build isolation, with the tools installed above.
+# Its CMake tree is build/python/<tag>, so a re-run rebuilds only what
+# changed. CMAKE_ARGS reach its configure too. Skip with PTD_SKIP_PYTHON=1
+# (scripts/test.sh then says the Python tests were skipped).
+if [[ $python_tools_ok == 1 ]]; then
+  echo "setup: pip install . (the Python module ptd) into $venv"
+  # shellcheck disable=SC2086
+  SKBUILD_CMAKE_ARGS=$(printf '%s;' ${CMAKE_ARGS:-}) \
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    pip_install --no-build-isolation --no-deps "$root"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest gpu_bundle (label "bundle"): the GPU bundle of scripts/gpu-bundle.sh is
+# ctest gpu_bundle (label "bundle"): the GPU bundle of scripts/gpu_bundle.sh is
 # self-contained. Builds it, copies it to a fresh temporary folder, and there:
 #   - every ELF file: each NEEDED library is in the bundle's lib/ or in the
 #     base set; every RUNPATH/RPATH entry is $ORIGIN-relative and stays inside
@@ -40,8 +40,8 @@ fail() { echo "$fail_prefix$*"; failures=$((failures + 1)); }
 ok() { echo "ok: $*"; }
 
 t0=$(date +%s)
-if ! CMAKE_ARGS="$*" PTD_BUNDLE_BUILD_DIR="$work/build" "$src/scripts/gpu-bundle.sh" "$work/bundle"; then
-  echo "FAIL: scripts/gpu-bundle.sh failed"; exit 1
+if ! CMAKE_ARGS="$*" PTD_BUNDLE_BUILD_DIR="$work/build" "$src/scripts/gpu_bundle.sh" "$work/bundle"; then
+  echo "FAIL: scripts/gpu_bundle.sh failed"; exit 1
 fi
 echo "bundle built in $(( $(date +%s) - t0 ))s"
 

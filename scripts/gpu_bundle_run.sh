@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, run from the bundle that scripts/gpu-bundle.sh builds (this
+# The GPU check, run from the bundle that scripts/gpu_bundle.sh builds (this
 # file is copied there as run.sh). Needs only the NVIDIA driver, bash,
 # coreutils and python3: no compiler, CMake, apt or pip.
 #
@@ -142,7 +142,7 @@ not_run() {
 
 # ---- the binaries start here ----
 for b in ptd-load ptd_cuda_tests ptd_cuda_bench; do
-  [[ -x $here/bin/$b ]] || { echo "run.sh: $here/bin/$b is missing: rebuild the bundle (scripts/gpu-bundle.sh)"; early_summary error "bin/$b missing"; exit 2; }
+  [[ -x $here/bin/$b ]] || { echo "run.sh: $here/bin/$b is missing: rebuild the bundle (scripts/gpu_bundle.sh)"; early_summary error "bin/$b missing"; exit 2; }
 done
 if ! v=$("$here/bin/ptd-load" --version 2>&1); then
   msg="bin/ptd-load does not start on this machine: $(head -1 <<<"$v") (the bundle needs: $(grep '^needs:' "$here/BUNDLE.txt" 2>/dev/null | cut -c8-))"

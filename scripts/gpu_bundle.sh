@@ -2,8 +2,8 @@
 # Builds the relocatable GPU bundle here, on the CPU machine, for a bare GPU
 # machine (one that has the NVIDIA driver but none of our dev packages):
 #
-#   OUTDIR/run.sh                 the one command to run there (scripts/gpu-bundle-run.sh)
-#   OUTDIR/check.py               its checker and summary writer (scripts/gpu-bundle-check.py)
+#   OUTDIR/run.sh                 the one command to run there (scripts/gpu_bundle_run.sh)
+#   OUTDIR/check.py               its checker and summary writer (scripts/gpu_bundle_check.py)
 #   OUTDIR/bin/ptd_cuda_tests     the "gpu"-labelled tests (tests/cuda/), stripped
 #   OUTDIR/bin/ptd-load           stripped
 #   OUTDIR/bin/ptd_cuda_bench     stripped
@@ -16,7 +16,7 @@
 # Kernels: native sm_90 (H100/H200) plus compute_90 PTX. The CUDA runtime is
 # linked statically (ptd::cuda), so only the driver is needed there.
 #
-# Usage: scripts/gpu-bundle.sh [OUTDIR]      (default: gpu-bundle/ in the checkout)
+# Usage: scripts/gpu_bundle.sh [OUTDIR]      (default: gpu-bundle/ in the checkout)
 # Environment: PTD_BUNDLE_BUILD_DIR (default build-gpu-bundle/ in the checkout),
 #   JOBS (default nproc), CMAKE_ARGS (extra configure flags, e.g. a compiler
 #   launcher), PTD_BUNDLE_MAX_MIB (default 48: the bundle must not be larger).
@@ -70,8 +70,8 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
 cp "$build/tests/cuda/ptd_cuda_tests" "$build/verifier/ptd-load" "$build/bench/ptd_cuda_bench" "$out/bin/"
 cp -r "$root/tests/data/conformance" "$out/data/"
-cp "$root/scripts/gpu-bundle-run.sh" "$out/run.sh"
-cp "$root/scripts/gpu-bundle-check.py" "$out/check.py"
+cp "$root/scripts/gpu_bundle_run.sh" "$out/run.sh"
+cp "$root/scripts/gpu_bundle_check.py" "$out/check.py"
 chmod 755 "$out/run.sh" "$out/check.py"
 
 # The base set: present on any glibc system with a C++ runtime, and the
