@@ -29,9 +29,12 @@
 
 namespace ptd {
 
-inline constexpr std::string_view kManifestMagic = "ETCUDAFQN0";
+inline constexpr std::string_view kManifestMagicFqn0 = "ETCUDAFQN0";
 inline constexpr std::string_view kManifestMagicFqn3 = "ETCUDAFQN3";
 inline constexpr std::string_view kManifestMagicPrefix = "ETCUDAFQN";
+// The `source` of a manifest read from a standalone file; a .pte's are
+// "pte:<method>:<delegate index>".
+inline constexpr std::string_view kStandaloneManifestSource = "manifest";
 inline constexpr uint32_t kMaxVariants = 256;
 inline constexpr uint32_t kMaxManifestEntries = 1u << 20;
 inline constexpr uint32_t kMaxDims = 64;
@@ -45,7 +48,36 @@ struct Variant {
   bool fallback_only() const { return (flags & kVariantFallbackOnly) != 0; }
 };
 
+// A manifest entry's device_type (SPEC section 2): where the weight lives
+// when the program runs. The entry keeps the raw int32 (a file may hold any
+// value; the decoder's M5 refuses the others); code compares against these.
 enum class DeviceType : int32_t { kCpu = 0, kCuda = 1 };
+inline constexpr int32_t kDeviceTypeCpu = static_cast<int32_t>(DeviceType::kCpu);
+inline constexpr int32_t kDeviceTypeCuda = static_cast<int32_t>(DeviceType::kCuda);
+inline bool IsKnownDeviceType(int32_t device_type) {
+  return device_type == kDeviceTypeCpu || device_type == kDeviceTypeCuda;
+}
+
+// Storage keys, as the exporter names them (SPEC section 2): one codec for
+// the writer, the loader and the verifier's X3.
+//   "cuda_fqn_weight:<device>:<fqn>"                  a parameter or buffer
+//   "cuda_fqn_weight:<device>:<so_blob_key>:<fqn>"    a library-local constant
+// <device> is "cpu" or "cuda" (device_type 0 or 1); library-local constants
+// are the fqns "_tensor_constant*", numbered per compiled library.
+inline constexpr std::string_view kCudaWeightKeyPrefix = "cuda_fqn_weight:";
+inline constexpr std::string_view kLibraryConstantPrefix = "_tensor_constant";
+
+// The storage key the exporter writes for `fqn` of library `so_blob_key`.
+std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
+                          std::string_view so_blob_key);
+// True when `key` is a CUDA weight storage key (the verifier's X3 looks at
+// these only).
+inline bool IsCudaWeightKey(std::string_view key) {
+  return key.substr(0, kCudaWeightKeyPrefix.size()) == kCudaWeightKeyPrefix;
+}
+// True when `key` is the storage key of a library-local constant of library
+// `so_blob_key` (on either device), as StorageKeyFor writes it.
+bool IsLibraryConstantKeyOf(std::string_view key, std::string_view so_blob_key);
 
 // The fqn prefix of runtime-owned entries (SPEC section 2): the off-graph KV
 // cache, whose bytes the runtime allocates itself and never reads from the

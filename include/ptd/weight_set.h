@@ -34,7 +34,6 @@
 
 namespace ptd {
 
-inline constexpr std::string_view kCudaWeightKeyPrefix = "cuda_fqn_weight:";
 
 struct ManifestInput {
   std::string source;        // "manifest" or "pte:<method>:<index>".

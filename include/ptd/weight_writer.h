@@ -51,9 +51,7 @@ struct WeightSpec {
   TensorProperties properties;
 };
 
-// The storage key the exporter writes for `fqn`.
-std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
-                          std::string_view so_blob_key);
+// StorageKeyFor (ptd/manifest.h) names each weight's storage.
 
 class CudaWeightWriter {
  public:

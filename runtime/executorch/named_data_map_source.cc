@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ptd/manifest.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 
 namespace ptd {
@@ -179,7 +179,7 @@ absl::StatusOr<LoadedWeights> LoadWeightsFromNamedDataMap(
   // (The sizes are cached for the verification and the load that follow.)
   // Runtime-owned entries' keys are never asked for: the runtime allocates
   // them (SPEC section 2).
-  if (auto m = ParseManifest(manifest, "manifest"); m.ok()) {
+  if (auto m = ParseManifest(manifest, kStandaloneManifestSource); m.ok()) {
     for (const WeightEntry& e : m->entries) {
       if (e.runtime_owned()) continue;
       auto size = source->Size(e.storage_key);

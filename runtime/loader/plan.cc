@@ -8,13 +8,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ptd/scalar_type.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 
 namespace ptd::internal {
 namespace {
-
-constexpr std::string_view kLibraryConstantPrefix = "_tensor_constant";
 
 // The variant library that a library-local constant belongs to: the
 // so_blob_key L of one of the manifest's variants when the entry's storage
@@ -28,10 +26,7 @@ std::optional<size_t> LibraryOf(const WeightEntry& e, const Manifest& m) {
     const std::string& lib = m.variants[v].so_blob_key;
     bool match = false;
     if (absl::StartsWith(Sv(e.fqn), Sv(kLibraryConstantPrefix))) {
-      for (std::string_view dev : {"cuda:", "cpu:"}) {
-        const std::string prefix = absl::StrCat(Sv(kCudaWeightKeyPrefix), Sv(dev), lib, ":");
-        match |= absl::StartsWith(Sv(key), prefix);
-      }
+      match |= IsLibraryConstantKeyOf(key, lib);
     }
     match |= absl::StartsWith(Sv(e.fqn), absl::StrCat(lib, ":"));
     if (match && lib.size() >= best_len) {
@@ -229,7 +224,7 @@ class WeightPlanner {
     }
     if (!wanted_.empty()) found_.insert(e.fqn);
     const Placement p =
-        e.device_type == 0 && !device_is_host_ ? Placement::kHost : Placement::kDevice;
+        e.device_type == kDeviceTypeCpu && !device_is_host_ ? Placement::kHost : Placement::kDevice;
     const NamedDataEntry* named =
         container_ != nullptr && resolved != nullptr ? resolved->named : nullptr;
     PTD_ASSIGN_OR_RETURN(const uint32_t s,

@@ -11,11 +11,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/internal/strings.h"
-#include "runtime/internal/bytes_le.h"
 #include "ptd/scalar_type.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/bytes_le.h"
+#include "runtime/internal/status_macros.h"
+#include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
 
 namespace ptd {
@@ -188,7 +189,7 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
   if (e.storage_key.empty()) err("storage_key is empty");
   else if (!internal::IsValidUtf8(e.storage_key)) err("storage_key is not valid UTF-8");
   if (!ElementSize(e.dtype)) err(absl::StrCat("dtype ", e.dtype, " is not a known ScalarType"));
-  if (e.device_type != 0 && e.device_type != 1) {
+  if (!IsKnownDeviceType(e.device_type)) {
     err(absl::StrCat("device_type ", e.device_type, " is not 0 (CPU) or 1 (CUDA)"));
   }
   if (e.storage_offset < 0) {
@@ -300,17 +301,17 @@ constexpr std::string_view kExpectedFormats = "'ETCUDAFQN0' or 'ETCUDAFQN3'";
 // M1 and the M2 length check of the magic: the layout, or nullopt (reported).
 std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes,
                                           const Where& where, Report* report) {
-  if (bytes.size() < kManifestMagic.size()) {
+  if (bytes.size() < kManifestMagicFqn0.size()) {
     report->Error("M2", kDataLoss,
                   absl::StrCat("manifest is ", bytes.size(),
                                " bytes, shorter than its ",
-                               kManifestMagic.size(), "-byte magic"),
+                               kManifestMagicFqn0.size(), "-byte magic"),
                   where);
     return std::nullopt;
   }
   const std::string_view magic(reinterpret_cast<const char*>(bytes.data()),
-                               kManifestMagic.size());
-  if (magic == kManifestMagic) return ManifestFormat::kFqn0;
+                               kManifestMagicFqn0.size());
+  if (magic == kManifestMagicFqn0) return ManifestFormat::kFqn0;
   if (magic == kManifestMagicFqn3) return ManifestFormat::kFqn3;
   const bool transitional = magic.substr(0, 9) == kManifestMagicPrefix &&
                             magic[9] >= '1' && magic[9] <= '9';
@@ -541,7 +542,7 @@ void CheckUniqueFqns(Manifest* m, const std::vector<size_t>& fqn_hashes, const W
 }  // namespace
 
 std::string_view ManifestFormatName(ManifestFormat format) {
-  return format == ManifestFormat::kFqn3 ? kManifestMagicFqn3 : kManifestMagic;
+  return format == ManifestFormat::kFqn3 ? kManifestMagicFqn3 : kManifestMagicFqn0;
 }
 
 std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
@@ -554,7 +555,7 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
                                        const Where& where, Report* report) {
   const std::optional<ManifestFormat> format = DecodeMagic(bytes, where, report);
   if (!format) return std::nullopt;
-  Cursor in(bytes, kManifestMagic.size(), where, report);
+  Cursor in(bytes, kManifestMagicFqn0.size(), where, report);
   Manifest m;
   m.format = *format;
   m.names = std::make_shared<NameArena>();
@@ -667,6 +668,35 @@ absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants,
   }
   return absl::NotFoundError(absl::StrCat("no variant fits sm ", sm, " (",
                                           variants.size(), " variants)"));
+}
+
+namespace {
+
+std::string_view DeviceKeyName(int32_t device_type) {
+  return device_type == kDeviceTypeCpu ? "cpu" : "cuda";
+}
+
+}  // namespace
+
+std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
+                          std::string_view so_blob_key) {
+  const std::string_view device = DeviceKeyName(device_type);
+  if (absl::StartsWith(internal::Sv(fqn), internal::Sv(kLibraryConstantPrefix))) {
+    return absl::StrCat(internal::Sv(kCudaWeightKeyPrefix), internal::Sv(device), ":",
+                        internal::Sv(so_blob_key), ":", internal::Sv(fqn));
+  }
+  return absl::StrCat(internal::Sv(kCudaWeightKeyPrefix), internal::Sv(device), ":",
+                      internal::Sv(fqn));
+}
+
+bool IsLibraryConstantKeyOf(std::string_view key, std::string_view so_blob_key) {
+  for (const int32_t device : {kDeviceTypeCuda, kDeviceTypeCpu}) {
+    const std::string prefix =
+        absl::StrCat(internal::Sv(kCudaWeightKeyPrefix), internal::Sv(DeviceKeyName(device)),
+                     ":", internal::Sv(so_blob_key), ":");
+    if (absl::StartsWith(internal::Sv(key), prefix)) return true;
+  }
+  return false;
 }
 
 }  // namespace ptd

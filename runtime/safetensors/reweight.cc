@@ -26,10 +26,10 @@
 #include "ptd/safetensors.h"
 #include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
-#include "ptd/status_macros.h"
 #include "ptd/view_digest.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/ext_header.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "schema/flat_tensor_generated.h"
 
@@ -81,7 +81,7 @@ absl::StatusOr<ProgramManifests> LoadProgramManifests(const BundlePaths& paths) 
     }
     PTD_ASSIGN_OR_RETURN(Bytes bytes, ReadBytes(*src, 0, src->size()));
     PTD_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes.span(), src->name()));
-    out.manifests.push_back({"manifest", std::move(m), src->name()});
+    out.manifests.push_back({std::string(kStandaloneManifestSource), std::move(m), src->name()});
   }
   if (paths.pte) {
     PTD_ASSIGN_OR_RETURN(std::shared_ptr<const FileSource> src,

@@ -150,7 +150,7 @@ class Resolver {
     const auto& named = container_->named_data();
     for (size_t k = 0; k < named.size(); ++k) {
       const NamedDataEntry& nd = named[k];
-      if (!referenced[k] && nd.key.starts_with(kCudaWeightKeyPrefix)) {
+      if (!referenced[k] && IsCudaWeightKey(nd.key)) {
         report_->Warning("X3",
                          absl::StrCat("storage key '", internal::Sv(nd.key),
                                       "' is referenced by no manifest"),

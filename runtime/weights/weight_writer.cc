@@ -3,32 +3,21 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "ptd/scalar_type.h"
-#include "runtime/internal/strings.h"
-#include "ptd/status_macros.h"
-#include "ptd/view_geometry.h"
 #include "ptd/atomic_file.h"
+#include "ptd/scalar_type.h"
+#include "ptd/view_geometry.h"
+#include "runtime/internal/status_macros.h"
+#include "runtime/internal/strings.h"
 
 namespace ptd {
 namespace {
 
-constexpr std::string_view kLibraryConstantPrefix = "_tensor_constant";
 
 absl::Status Reject(std::string message, std::string_view rule) {
   return absl::InvalidArgumentError(absl::StrCat(message, " (", internal::Sv(rule), ")"));
 }
 
 }  // namespace
-
-std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
-                          std::string_view so_blob_key) {
-  const std::string_view device = device_type == 0 ? "cpu" : "cuda";
-  if (absl::StartsWith(internal::Sv(fqn), internal::Sv(kLibraryConstantPrefix))) {
-    return absl::StrCat("cuda_fqn_weight:", internal::Sv(device), ":", internal::Sv(so_blob_key), ":",
-                        internal::Sv(fqn));
-  }
-  return absl::StrCat("cuda_fqn_weight:", internal::Sv(device), ":", internal::Sv(fqn));
-}
 
 CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
                                    std::vector<Variant> variants,

@@ -46,7 +46,7 @@ class ManifestBytes {
     bytes_.insert(bytes_.end(), s.begin(), s.end());
     return *this;
   }
-  ManifestBytes& Magic() { return Raw(kManifestMagic); }
+  ManifestBytes& Magic() { return Raw(kManifestMagicFqn0); }
   template <typename T>
   ManifestBytes& Int(T v) {
     uint8_t b[sizeof(T)];
