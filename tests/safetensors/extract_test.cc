@@ -17,6 +17,7 @@
 #include "ptd/safetensors.h"
 #include "ptd/sha256.h"
 #include "ptd/view_digest.h"
+#include "tests/testing/checkpoint_testing.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -30,75 +31,11 @@ using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::WriteFileBytes;
 using ::testing::HasSubstr;
-
-struct W {
-  std::string fqn;
-  std::string key;
-  int32_t dtype = 6;
-  int64_t offset = 0;
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
-};
-
-// Writes NAME.ptd (the storages) and NAME.manifest (the weights).
-BundlePaths WriteModel(const TempDir& dir,
-                       const std::vector<std::pair<std::string, std::vector<uint8_t>>>& storages,
-                       const std::vector<W>& weights, const std::string& name = "model") {
-  PtdWriter writer;
-  for (const auto& [key, bytes] : storages) EXPECT_TRUE(writer.Add(key, bytes).ok());
-  const std::string ptd = dir.File(name + ".ptd");
-  EXPECT_TRUE(writer.Write(ptd).ok());
-  Manifest m;
-  m.variants = {Variant{.so_blob_key = "so"}};
-  for (const W& w : weights) {
-    WeightEntry e;
-    e.fqn = m.KeepName(w.fqn);
-    e.storage_key = m.KeepName(w.key);
-    for (const auto& [key, bytes] : storages) {
-      if (key == w.key) e.storage_nbytes = bytes.size();
-    }
-    e.dtype = w.dtype;
-    e.storage_offset = w.offset;
-    e.sizes.assign(w.sizes.begin(), w.sizes.end());
-    e.strides.assign(w.strides.begin(), w.strides.end());
-    m.entries.push_back(e);
-  }
-  auto encoded = EncodeManifest(m);
-  EXPECT_TRUE(encoded.ok()) << encoded.status();
-  const std::string manifest = dir.File(name + ".manifest");
-  WriteFileBytes(manifest, *encoded);
-  return BundlePaths{.ptd = ptd, .manifest = manifest};
-}
-
-std::vector<uint8_t> Iota(size_t n, uint8_t start = 0) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(start + i * 7);
-  return v;
-}
-
-std::vector<uint8_t> Gather(const std::vector<uint8_t>& storage, const W& w, uint32_t e) {
-  std::vector<uint8_t> out;
-  const ViewSpec spec{e, w.offset, w.sizes, w.strides};
-  EXPECT_TRUE(GatherView(absl::MakeConstSpan(storage), spec, [&](absl::Span<const uint8_t> b) {
-                out.insert(out.end(), b.begin(), b.end());
-              }).ok());
-  return out;
-}
-
-std::vector<uint8_t> TensorBytes(const SafetensorsFile& f, const std::string& name) {
-  const SafetensorsTensor* t = f.Find(name);
-  EXPECT_NE(t, nullptr) << name;
-  if (t == nullptr) return {};
-  std::vector<uint8_t> out(t->nbytes());
-  EXPECT_TRUE(f.Read(*t, 0, absl::MakeSpan(out)).ok());
-  return out;
-}
-
-absl::StatusOr<SafetensorsFile> OpenSt(const std::string& path) {
-  auto src = OpenFile(path, false);
-  if (!src.ok()) return src.status();
-  return SafetensorsFile::Open(*src);
-}
+using W = ::ptd::testing::ModelWeight;
+using ::ptd::testing::Gather;
+using ::ptd::testing::Iota;
+using ::ptd::testing::TensorBytes;
+using ::ptd::testing::WriteModel;
 
 std::string MetadataValue(const SafetensorsFile& f, const std::string& key) {
   for (const auto& [k, v] : f.metadata()) {
@@ -127,7 +64,7 @@ TEST(ExtractTest, WritesEachViewRowMajorWithSourceDigests) {
   EXPECT_EQ(r->tensors[2].scalar_type, 15);
   EXPECT_EQ(r->files, std::vector<std::string>{out});
 
-  auto f = OpenSt(out);
+  auto f = ::ptd::testing::OpenSafetensors(out);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(TensorBytes(*f, "w.t"), Gather(a, weights[0], 4));
   EXPECT_EQ(TensorBytes(*f, "w.rows"), Gather(a, weights[1], 4));
@@ -143,7 +80,7 @@ TEST(ExtractTest, KeyModeWritesEachKeyAsBytes) {
   const std::string ptd = DataPath("executorch/mlp_xnnpack.ptd");
   auto r = ExtractWeights(BundlePaths{.ptd = ptd}, dir.File("x.safetensors"));
   ASSERT_TRUE(r.ok()) << r.status();
-  auto f = OpenSt(dir.File("x.safetensors"));
+  auto f = ::ptd::testing::OpenSafetensors(dir.File("x.safetensors"));
   ASSERT_TRUE(f.ok()) << f.status();
   auto src = OpenFile(ptd, false);
   auto c = Container::Open(*src);
@@ -190,7 +127,7 @@ TEST(ExtractTest, ListsRuntimeOwnedWeightsWithoutWritingThem) {
   auto r = ExtractWeights(paths, dir.File("o.safetensors"));
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_FALSE(r->runtime_owned.empty());
-  auto f = OpenSt(dir.File("o.safetensors"));
+  auto f = ::ptd::testing::OpenSafetensors(dir.File("o.safetensors"));
   ASSERT_TRUE(f.ok());
   for (const std::string& fqn : r->runtime_owned) {
     EXPECT_TRUE(IsRuntimeOwnedFqn(fqn));
@@ -277,7 +214,7 @@ TEST(ExtractTest, EveryOkConformanceCaseMatchesItsDigests) {
                       .manifest = ConformancePath(tc["manifest"])};
     auto r = ExtractWeights(paths, dir.File("o.safetensors"));
     ASSERT_TRUE(r.ok()) << r.status();
-    auto f = OpenSt(dir.File("o.safetensors"));
+    auto f = ::ptd::testing::OpenSafetensors(dir.File("o.safetensors"));
     ASSERT_TRUE(f.ok()) << f.status();
     for (const auto& w : tc["weights"]) {
       if (w["sha256"].is_null()) continue;
@@ -295,7 +232,7 @@ TEST(ExtractTest, FqnInSeveralManifestsIsWrittenOnceOrRefused) {
   auto r = ExtractWeights(paths, dir.File("o.safetensors"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->tensors.size(), tc["weights"].size());
-  auto f = OpenSt(dir.File("o.safetensors"));
+  auto f = ::ptd::testing::OpenSafetensors(dir.File("o.safetensors"));
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(MetadataValue(*f, "pte.sha256"), Sha256Hex(ReadFileBytes(*paths.pte)));
 

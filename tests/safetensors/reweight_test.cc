@@ -25,6 +25,7 @@
 #include "ptd/sha256.h"
 #include "ptd/view_digest.h"
 #include "ptd/weight_bundle.h"
+#include "tests/testing/checkpoint_testing.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -37,82 +38,13 @@ using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::WriteFileBytes;
 using ::testing::HasSubstr;
-
-struct W {
-  std::string fqn;
-  std::string key;
-  int32_t dtype = 6;
-  int64_t offset = 0;
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
-};
-
-using Storages = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
-
-// Writes NAME.ptd (the storages) and NAME.manifest (the weights).
-BundlePaths WriteModel(const TempDir& dir, const Storages& storages, const std::vector<W>& weights,
-                       const std::string& name = "model") {
-  PtdWriter writer;
-  for (const auto& [key, bytes] : storages) EXPECT_TRUE(writer.Add(key, bytes).ok());
-  const std::string ptd = dir.File(name + ".ptd");
-  EXPECT_TRUE(writer.Write(ptd).ok());
-  Manifest m;
-  m.variants = {Variant{.so_blob_key = "so"}};
-  for (const W& w : weights) {
-    WeightEntry e;
-    e.fqn = m.KeepName(w.fqn);
-    e.storage_key = m.KeepName(w.key);
-    for (const auto& [key, bytes] : storages) {
-      if (key == w.key) e.storage_nbytes = bytes.size();
-    }
-    e.dtype = w.dtype;
-    e.storage_offset = w.offset;
-    e.sizes.assign(w.sizes.begin(), w.sizes.end());
-    e.strides.assign(w.strides.begin(), w.strides.end());
-    m.entries.push_back(e);
-  }
-  auto encoded = EncodeManifest(m);
-  EXPECT_TRUE(encoded.ok()) << encoded.status();
-  const std::string manifest = dir.File(name + ".manifest");
-  WriteFileBytes(manifest, *encoded);
-  return BundlePaths{.ptd = ptd, .manifest = manifest};
-}
-
-struct T {
-  std::string name;
-  std::string dtype;
-  std::vector<uint64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-void WriteCheckpoint(const std::string& path, const std::vector<T>& tensors) {
-  std::vector<SafetensorsTensorSpec> specs;
-  for (const T& t : tensors) specs.push_back({t.name, FindSafetensorsDtype(t.dtype), t.shape});
-  auto layout = PlanSafetensors(specs, {});
-  ASSERT_TRUE(layout.ok()) << layout.status();
-  ASSERT_TRUE(
-      WriteSafetensors(path, *layout, [&](const SafetensorsTensor& st, const WriteFn& write) {
-        for (const T& t : tensors) {
-          if (t.name == st.name) return write(t.bytes);
-        }
-        return absl::InternalError("no such tensor");
-      }).ok());
-}
-
-std::vector<uint8_t> Iota(size_t n, uint8_t start = 0, uint8_t step = 7) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(start + i * step);
-  return v;
-}
-
-std::vector<uint8_t> Gather(const std::vector<uint8_t>& storage, const W& w, uint32_t e) {
-  std::vector<uint8_t> out;
-  const ViewSpec spec{e, w.offset, w.sizes, w.strides};
-  EXPECT_TRUE(GatherView(absl::MakeConstSpan(storage), spec, [&](absl::Span<const uint8_t> b) {
-                out.insert(out.end(), b.begin(), b.end());
-              }).ok());
-  return out;
-}
+using W = ::ptd::testing::ModelWeight;
+using T = ::ptd::testing::CheckpointTensor;
+using ::ptd::testing::Gather;
+using ::ptd::testing::Iota;
+using ::ptd::testing::Storages;
+using ::ptd::testing::WriteCheckpoint;
+using ::ptd::testing::WriteModel;
 
 // The digest of each weight's view in the bundle, by fqn.
 std::map<std::string, std::string> ViewDigests(const BundlePaths& paths) {
