@@ -21,10 +21,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ptd/cuda_device.h"
-#include "ptd/fault_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/sha256.h"
+#include "ptd/testing/fault_device.h"
 #include "ptd/view_materialize.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/loader_testing.h"
@@ -40,6 +40,7 @@ using ::ptd::testing::ConformanceCase;
 using ::ptd::testing::ConformanceCases;
 using ::ptd::testing::ConformancePath;
 using ::ptd::testing::ConformanceRoutes;
+using ::ptd::testing::ExpectLoadedAsCase;
 using ::ptd::testing::OkConformanceCases;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::TestModel;
@@ -100,39 +101,21 @@ TEST_P(CudaLoaderConformanceTest, ViewsAndDenseCopiesHaveExpectedDigests) {
       ASSERT_TRUE(w.ok()) << w.status();
       // One arena (one cudaMalloc) for every storage on the GPU.
       EXPECT_LE(device_->stats().allocations - before.allocations, 1u);
-      if (tc.contains("named_data")) {
-        for (const auto& nd : tc["named_data"]) {
-          const std::string key = nd["key"];
-          const LoadedStorage* s = w->FindStorage(key);
-          ASSERT_NE(s, nullptr) << key;
-          EXPECT_EQ(s->device, DeviceKind::kCuda) << key;
-          EXPECT_FALSE(s->host_accessible);
-          auto d = DigestLoadedStorage(*w, *s);
-          ASSERT_TRUE(d.ok()) << d.status();
-          EXPECT_EQ(*d, nd["sha256"].get<std::string>()) << key;
-        }
+      // Every storage and weight as cases.json says, read back from the GPU.
+      for (const std::string& fqn : ExpectLoadedAsCase(tc, *w, DeviceKind::kCuda)) {
+        // And each weight's dense copy made on the GPU.
+        auto dense = MaterializedDigest(*device_, *w, *w->Find(fqn));
+        ASSERT_TRUE(dense.ok()) << fqn << ": " << dense.status();
+        auto gathered = DigestLoadedWeight(*w, *w->Find(fqn));
+        ASSERT_TRUE(gathered.ok()) << fqn << ": " << gathered.status();
+        EXPECT_EQ(*dense, *gathered) << fqn << " (materialized)";
       }
-      if (tc.contains("weights")) {
-        // Runtime-owned entries (no digest in cases.json) are listed, never
-        // loaded.
-        ASSERT_EQ(w->weights().size() + w->runtime_owned().size(), tc["weights"].size());
-        for (const auto& want : tc["weights"]) {
-          const std::string fqn = want["fqn"];
-          if (want["sha256"].is_null()) {
-            EXPECT_EQ(w->Find(fqn), nullptr) << fqn;
-            continue;
-          }
-          const LoadedWeight* lw = w->Find(fqn);
-          ASSERT_NE(lw, nullptr) << fqn;
-          EXPECT_EQ(lw->device, want["device_type"] == 0 ? DeviceKind::kHost : DeviceKind::kCuda)
-              << fqn;
-          auto gathered = DigestLoadedWeight(*w, *lw);  // CopyToHost + gather.
-          ASSERT_TRUE(gathered.ok()) << fqn << ": " << gathered.status();
-          EXPECT_EQ(*gathered, want["sha256"].get<std::string>()) << fqn;
-          auto dense = MaterializedDigest(*device_, *w, *lw);
-          ASSERT_TRUE(dense.ok()) << fqn << ": " << dense.status();
-          EXPECT_EQ(*dense, want["sha256"].get<std::string>()) << fqn << " (materialized)";
-        }
+      // A container's keys all go to the GPU.
+      for (const auto& nd : tc.value("named_data", json::array())) {
+        const LoadedStorage* s = w->FindStorage(nd["key"].get<std::string>());
+        ASSERT_NE(s, nullptr) << nd["key"];
+        EXPECT_EQ(s->device, DeviceKind::kCuda) << nd["key"];
+        EXPECT_FALSE(s->host_accessible) << nd["key"];
       }
     }
     const DeviceStats after = device_->stats();

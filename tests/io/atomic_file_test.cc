@@ -18,19 +18,12 @@
 namespace ptd {
 namespace {
 
+using ::ptd::testing::ByteVector;
+using ::ptd::testing::CountEntries;
 using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::TempDir;
 using ::testing::HasSubstr;
 
-std::vector<uint8_t> Bytes(std::initializer_list<int> v) {
-  return std::vector<uint8_t>(v.begin(), v.end());
-}
-
-int CountEntries(const std::string& dir) {
-  int n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
-  return n;
-}
 
 mode_t ModeOf(const std::string& path) {
   struct stat st {};
@@ -51,8 +44,8 @@ class ScopedUmask {
 TEST(AtomicFileTest, WritesTheBytes) {
   TempDir dir;
   const std::string path = dir.File("x.bin");
-  ASSERT_TRUE(WriteFileAtomically(path, Bytes({1, 2, 3})).ok());
-  EXPECT_EQ(ReadFileBytes(path), Bytes({1, 2, 3}));
+  ASSERT_TRUE(WriteFileAtomically(path, ByteVector({1, 2, 3})).ok());
+  EXPECT_EQ(ReadFileBytes(path), ByteVector({1, 2, 3}));
   EXPECT_EQ(CountEntries(dir.path()), 1);
 }
 
@@ -61,7 +54,7 @@ TEST(AtomicFileTest, StreamsManyChunks) {
   const std::string path = dir.File("x.bin");
   ASSERT_TRUE(WriteFileAtomically(path, [](const WriteFn& write) {
                 for (int i = 0; i < 100; ++i) {
-                  if (absl::Status s = write(Bytes({i})); !s.ok()) return s;
+                  if (absl::Status s = write(ByteVector({i})); !s.ok()) return s;
                 }
                 return absl::OkStatus();
               }).ok());
@@ -78,7 +71,7 @@ TEST(AtomicFileTest, NewFileModeFollowsTheUmaskWhichStaysUnchanged) {
     TempDir dir;
     ScopedUmask scoped(mask);
     const std::string path = dir.File("m.bin");
-    ASSERT_TRUE(WriteFileAtomically(path, Bytes({1})).ok());
+    ASSERT_TRUE(WriteFileAtomically(path, ByteVector({1})).ok());
     EXPECT_EQ(ModeOf(path), want) << std::oct << mask;
     // The process umask is what it was before the write.
     const mode_t now = ::umask(mask);
@@ -89,20 +82,20 @@ TEST(AtomicFileTest, NewFileModeFollowsTheUmaskWhichStaysUnchanged) {
 TEST(AtomicFileTest, ProducerFailureLeavesTargetUntouchedAndNoTemporary) {
   TempDir dir;
   const std::string path = dir.File("keep.bin");
-  ::ptd::testing::WriteFileBytes(path, Bytes({7, 7, 7}));
+  ::ptd::testing::WriteFileBytes(path, ByteVector({7, 7, 7}));
   const absl::Status s = WriteFileAtomically(path, [](const WriteFn& write) {
-    if (absl::Status st = write(Bytes({1, 2})); !st.ok()) return st;
+    if (absl::Status st = write(ByteVector({1, 2})); !st.ok()) return st;
     return absl::DataLossError("producer failed half way");
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ReadFileBytes(path), Bytes({7, 7, 7}));
+  EXPECT_EQ(ReadFileBytes(path), ByteVector({7, 7, 7}));
   EXPECT_EQ(CountEntries(dir.path()), 1);
 }
 
 TEST(AtomicFileTest, FailedWriteLeavesTargetUntouchedAndNoTemporary) {
   TempDir dir;
   const std::string path = dir.File("keep.bin");
-  ::ptd::testing::WriteFileBytes(path, Bytes({7, 7, 7}));
+  ::ptd::testing::WriteFileBytes(path, ByteVector({7, 7, 7}));
   // write(2) fails with EFBIG past a 16-byte file size limit.
   struct rlimit old {};
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
@@ -115,13 +108,13 @@ TEST(AtomicFileTest, FailedWriteLeavesTargetUntouchedAndNoTemporary) {
   std::signal(SIGXFSZ, old_handler);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr("write failed"));
-  EXPECT_EQ(ReadFileBytes(path), Bytes({7, 7, 7}));
+  EXPECT_EQ(ReadFileBytes(path), ByteVector({7, 7, 7}));
   EXPECT_EQ(CountEntries(dir.path()), 1);
 }
 
 TEST(AtomicFileTest, MissingDirectoryIsNotFound) {
   TempDir dir;
-  const absl::Status s = WriteFileAtomically(dir.File("no/such/x.ptd"), Bytes({1}));
+  const absl::Status s = WriteFileAtomically(dir.File("no/such/x.ptd"), ByteVector({1}));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
 }
 
@@ -130,21 +123,21 @@ TEST(AtomicFileTest, FailedRenameLeavesNoTemporary) {
   // The target is a non-empty directory: rename(2) fails at the last step.
   const std::string target = dir.File("model.ptd");
   std::filesystem::create_directory(target);
-  ::ptd::testing::WriteFileBytes(target + "/inside", Bytes({5}));
-  const absl::Status s = WriteFileAtomically(target, Bytes({1, 2, 3}));
+  ::ptd::testing::WriteFileBytes(target + "/inside", ByteVector({5}));
+  const absl::Status s = WriteFileAtomically(target, ByteVector({1, 2, 3}));
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr("model.ptd"));
   EXPECT_TRUE(std::filesystem::is_directory(target));
-  EXPECT_EQ(ReadFileBytes(target + "/inside"), Bytes({5}));
+  EXPECT_EQ(ReadFileBytes(target + "/inside"), ByteVector({5}));
   EXPECT_EQ(CountEntries(dir.path()), 1);
 }
 
 TEST(AtomicFileTest, ReplacesExistingTarget) {
   TempDir dir;
   const std::string path = dir.File("x.bin");
-  ::ptd::testing::WriteFileBytes(path, Bytes({5}));
-  ASSERT_TRUE(WriteFileAtomically(path, Bytes({1, 2})).ok());
-  EXPECT_EQ(ReadFileBytes(path), Bytes({1, 2}));
+  ::ptd::testing::WriteFileBytes(path, ByteVector({5}));
+  ASSERT_TRUE(WriteFileAtomically(path, ByteVector({1, 2})).ok());
+  EXPECT_EQ(ReadFileBytes(path), ByteVector({1, 2}));
 }
 
 }  // namespace

@@ -15,19 +15,12 @@ namespace {
 
 using ::ptd::testing::ConformanceCases;
 using ::ptd::testing::ConformancePath;
+using ::ptd::testing::ByteVector;
+using ::ptd::testing::CountEntries;
 using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::TempDir;
 using ::testing::HasSubstr;
 
-std::vector<uint8_t> Bytes(std::initializer_list<int> v) {
-  return std::vector<uint8_t>(v.begin(), v.end());
-}
-
-int CountEntries(const std::string& dir) {
-  int n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
-  return n;
-}
 
 absl::StatusOr<std::unique_ptr<Container>> OpenBytes(std::vector<uint8_t> b) {
   return Container::Open(MemorySource(std::move(b), "written.ptd"));
@@ -35,9 +28,9 @@ absl::StatusOr<std::unique_ptr<Container>> OpenBytes(std::vector<uint8_t> b) {
 
 TEST(PtdWriterTest, IdenticalBytesShareOneSegmentWithLcmAlignment) {
   PtdWriter w;
-  ASSERT_TRUE(w.Add("x", Bytes({1, 2, 3}), 1).ok());
-  ASSERT_TRUE(w.Add("pad", Bytes({9}), 1).ok());
-  ASSERT_TRUE(w.Add("y", Bytes({1, 2, 3}), 256).ok());
+  ASSERT_TRUE(w.Add("x", ByteVector({1, 2, 3}), 1).ok());
+  ASSERT_TRUE(w.Add("pad", ByteVector({9}), 1).ok());
+  ASSERT_TRUE(w.Add("y", ByteVector({1, 2, 3}), 256).ok());
   EXPECT_EQ(w.num_keys(), 3u);
   EXPECT_EQ(w.num_segments(), 2u);
   auto bytes = w.Serialize();
@@ -73,12 +66,12 @@ TEST(PtdWriterTest, LayoutOfWrittenFileMatchesUpstream) {
 
 TEST(PtdWriterTest, RejectsBadInput) {
   PtdWriter w;
-  EXPECT_EQ(w.Add("", Bytes({1})).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.Add("k\xFF", Bytes({1})).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.Add("k", Bytes({1}), 3).code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(w.Add("k", Bytes({1})).ok());
-  EXPECT_TRUE(w.Add("k", Bytes({1})).ok());  // The same again is a no-op.
-  EXPECT_EQ(w.Add("k", Bytes({2})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.Add("", ByteVector({1})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.Add("k\xFF", ByteVector({1})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.Add("k", ByteVector({1}), 3).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(w.Add("k", ByteVector({1})).ok());
+  EXPECT_TRUE(w.Add("k", ByteVector({1})).ok());  // The same again is a no-op.
+  EXPECT_EQ(w.Add("k", ByteVector({2})).code(), absl::StatusCode::kInvalidArgument);
   const absl::Status bad_layout =
       w.Add("t", std::vector<uint8_t>(8), 1,
             TensorLayout{.scalar_type = 6, .sizes = {3}, .dim_order = {0}});
@@ -195,7 +188,7 @@ TEST(PtdWriterTest, WritesAtomically) {
   TempDir dir;
   const std::string path = dir.File("model.ptd");
   PtdWriter w;
-  ASSERT_TRUE(w.Add("k", Bytes({1, 2, 3})).ok());
+  ASSERT_TRUE(w.Add("k", ByteVector({1, 2, 3})).ok());
   ASSERT_TRUE(w.Write(path).ok());
   auto c = Container::Open(std::shared_ptr<const FileSource>(*OpenMmapFile(path)));
   ASSERT_TRUE(c.ok()) << c.status();

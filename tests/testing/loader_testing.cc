@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "ptd/weight_writer.h"
 #include "tests/testing/test_util.h"
 
@@ -57,6 +58,52 @@ std::vector<BundlePaths> ConformanceRoutes(const nlohmann::json& tc) {
     if (tc.contains("pte")) routes.push_back({.ptd = ptd, .pte = ConformancePath(tc["pte"])});
   }
   return routes;
+}
+
+std::vector<std::string> ExpectLoadedAsCase(const nlohmann::json& tc, const LoadedWeights& w,
+                                            DeviceKind device) {
+  std::vector<std::string> checked;
+  if (tc.contains("named_data")) {
+    for (const auto& nd : tc["named_data"]) {
+      const std::string key = nd["key"];
+      const LoadedStorage* s = w.FindStorage(key);
+      EXPECT_NE(s, nullptr) << key;
+      if (s == nullptr) continue;
+      EXPECT_EQ(s->nbytes, nd["size"].get<uint64_t>()) << key;
+      auto d = DigestLoadedStorage(w, *s);
+      EXPECT_TRUE(d.ok()) << key << ": " << d.status();
+      if (d.ok()) {
+        EXPECT_EQ(*d, nd["sha256"].get<std::string>()) << key;
+      }
+    }
+  }
+  if (!tc.contains("weights")) return checked;
+  // Runtime-owned entries (no digest in cases.json) are listed, never loaded
+  // (SPEC section 2).
+  EXPECT_EQ(w.weights().size() + w.runtime_owned().size(), tc["weights"].size());
+  for (const auto& want : tc["weights"]) {
+    const std::string fqn = want["fqn"];
+    if (want["sha256"].is_null()) {
+      EXPECT_EQ(w.Find(fqn), nullptr) << fqn;
+      EXPECT_EQ(w.FindStorage(want["storage_key"].get<std::string>()), nullptr) << fqn;
+      continue;
+    }
+    const LoadedWeight* lw = w.Find(fqn);
+    EXPECT_NE(lw, nullptr) << fqn;
+    if (lw == nullptr) continue;
+    EXPECT_EQ(lw->sizes, want["sizes"].get<std::vector<int64_t>>()) << fqn;
+    EXPECT_EQ(lw->strides, want["strides"].get<std::vector<int64_t>>()) << fqn;
+    EXPECT_EQ(lw->storage_offset, want["storage_offset"].get<int64_t>()) << fqn;
+    EXPECT_EQ(lw->device, want["device_type"] == kDeviceTypeCpu ? DeviceKind::kHost : device)
+        << fqn;
+    auto d = DigestLoadedWeight(w, *lw);  // Read back and gathered.
+    EXPECT_TRUE(d.ok()) << fqn << ": " << d.status();
+    if (d.ok()) {
+      EXPECT_EQ(*d, want["sha256"].get<std::string>()) << fqn;
+    }
+    checked.push_back(fqn);
+  }
+  return checked;
 }
 
 }  // namespace ptd::testing

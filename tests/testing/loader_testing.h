@@ -14,6 +14,7 @@
 #include "ptd/device.h"
 #include "ptd/file_source.h"
 #include "ptd/host_device.h"
+#include "ptd/loader.h"
 #include "ptd/manifest.h"
 #include "ptd/weight_bundle.h"
 #include "nlohmann/json.hpp"
@@ -161,6 +162,15 @@ TestModel WriteTestModel(const std::string& dir, const std::vector<uint64_t>& si
 // The routes a conformance case (an entry of cases.json) is loaded by: the
 // container alone, its manifest, its .pte.
 std::vector<BundlePaths> ConformanceRoutes(const nlohmann::json& tc);
+
+// Checks `w`, loaded from conformance case `tc`, against cases.json: every
+// key's storage (size and sha256 of the loaded bytes), every stored weight
+// (sizes, strides, offset, where it lives, sha256 of its view gathered from
+// the loaded memory), and every runtime-owned weight listed but not loaded.
+// `device` is where a weight of device_type 1 lives (0: the host). Adds
+// gtest failures; returns the fqns of the loaded weights it checked.
+std::vector<std::string> ExpectLoadedAsCase(const nlohmann::json& tc, const LoadedWeights& w,
+                                            DeviceKind device);
 
 }  // namespace ptd::testing
 

@@ -57,6 +57,16 @@ std::vector<std::string> OkConformanceCases() {
   return names;
 }
 
+std::vector<uint8_t> ByteVector(std::initializer_list<int> bytes) {
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
+int CountEntries(const std::string& dir) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
 std::vector<uint8_t> ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open " + path);

@@ -3,6 +3,7 @@
 #define PTD_TESTS_TESTING_TEST_UTIL_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,7 @@ namespace ptd::testing {
 // Where a test finds a file or tool: `$env` when that variable is set and not
 // empty; else `compiled` (the compile definition) when it is absolute; else
 // `compiled` relative to the folder of the running executable
-// (/proc/self/exe), as in the relocatable GPU bundle (scripts/gpu-bundle.sh).
+// (/proc/self/exe), as in the relocatable GPU bundle (scripts/gpu_bundle.sh).
 std::string TestPath(const char* env, const char* compiled);
 
 // Path of `rel` under tests/data (TestPath("PTD_TEST_DATA_DIR", PTD_TEST_DATA_DIR)).
@@ -29,6 +30,10 @@ const nlohmann::json& ConformanceCase(const std::string& name);
 std::vector<std::string> OkConformanceCases();
 
 std::vector<uint8_t> ReadFileBytes(const std::string& path);
+// The bytes of a list: ByteVector({1, 2, 3}).
+std::vector<uint8_t> ByteVector(std::initializer_list<int> bytes);
+// How many entries folder `dir` holds (that no temporary file is left).
+int CountEntries(const std::string& dir);
 void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes);
 
 // A fresh directory, removed with its contents on destruction.
