@@ -176,7 +176,7 @@ BENCHMARK(BM_Upstream_CudaMallocPerStorage)->UseRealTime()->Unit(benchmark::kMil
 void BM_CudaDevice_CopyPipeline(benchmark::State& state) {
   if (NoGpu(state)) return;
   const Workload& w = GetWorkload();
-  auto device = OpenCudaDevice(0);
+  auto device = CudaDevice::Open(0);
   if (!device.ok()) {
     state.SkipWithError(std::string(device.status().message()).c_str());
     return;
@@ -506,7 +506,7 @@ void BM_Loader_Cuda(benchmark::State& state) {
   if (NoGpu(state)) return;
   const LoaderFile* f = LoaderFileFor(state);
   if (f == nullptr) return;
-  auto device = OpenCudaDevice(0);
+  auto device = CudaDevice::Open(0);
   if (!device.ok()) {
     state.SkipWithError(std::string(device.status().message()).c_str());
     return;

@@ -230,14 +230,15 @@ BENCHMARK(BM_Loader_Host)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMilli
 // beyond verification (and the file's own open).
 void BM_Loader_HostPreverified(benchmark::State& state) {
   const LoaderModel& m = ModelFor(state);
-  auto bundle = WeightBundle::Open(
+  auto opened = WeightBundle::Open(
       BundlePaths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false});
-  CheckOk(bundle.status(), "WeightBundle::Open");
+  CheckOk(opened.status(), "WeightBundle::Open");
+  const auto bundle = std::make_shared<const WeightBundle>(*std::move(opened));
   auto device = std::make_shared<HostDevice>();
   WarmPageCache(m.ptd);
   LoopRate rate;
   for (auto _ : state) {
-    auto w = LoadWeights(*bundle, device);
+    auto w = LoadWeights(bundle, device);
     CheckOk(w.status(), "LoadWeights");
     benchmark::DoNotOptimize(w->weights().data());
   }

@@ -1,5 +1,6 @@
 #include "verifier/cli_util.h"
 
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <gnu/libc-version.h>
 #include <malloc.h>
@@ -21,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ptd/verify_json.h"
 
 namespace ptd::cli {
 
@@ -244,6 +246,60 @@ bool ParseByteSize(const std::string& text, uint64_t* out) {
   if (n > (~uint64_t{0} >> shift)) return false;
   *out = n << shift;
   return true;
+}
+
+InputNames ToolInputNames() {
+  return InputNames{.ptd = "as the FILE.ptd argument",
+                    .manifest = "with --manifest",
+                    .pte = "with --pte",
+                    .all_rows = "--all lists them"};
+}
+
+TextOptions ReportTextOptions(bool all_rows) {
+  return TextOptions{.max_rows = all_rows ? 0 : kReportRows, .names = ToolInputNames()};
+}
+
+int PrintVerifyOutcome(const char* program, const VerifyOutcome& outcome,
+                       const nlohmann::ordered_json* json, bool all_rows) {
+  // An unreadable input is said once: on stderr, beside the JSON object
+  // (which carries it too), or instead of the readable report.
+  const InputError* io = outcome.io_error();
+  if (json != nullptr) {
+    WriteOut(DumpJson(*json));
+    if (io != nullptr) std::cerr << program << ": " << io->status.message() << "\n";
+  } else if (io != nullptr) {
+    std::cerr << program << ": " << FormatText(outcome);
+  } else {
+    WriteOut(FormatText(outcome, ReportTextOptions(all_rows)));
+  }
+  return outcome.exit_code();
+}
+
+namespace {
+
+char g_fault_message[1280];
+size_t g_fault_message_len = 0;
+
+void OnSigbus(int /*sig*/) {
+  // Only async-signal-safe calls here.
+  ssize_t ignored = ::write(STDERR_FILENO, g_fault_message, g_fault_message_len);
+  (void)ignored;
+  ::_exit(2);
+}
+
+}  // namespace
+
+void ExitOnMappedFileFault(const char* program, const std::string& what) {
+  const std::string msg = absl::StrCat(
+      program, ": a mapped input file shrank while it was being read (SIGBUS): ",
+      what.substr(0, 1024), "; the file changed during verification (run without --mmap "
+      "to read it with pread)\n");
+  g_fault_message_len = std::min(msg.size(), sizeof(g_fault_message));
+  std::memcpy(g_fault_message, msg.data(), g_fault_message_len);
+  struct sigaction sa {};
+  sa.sa_handler = OnSigbus;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGBUS, &sa, nullptr);
 }
 
 std::string NearestOption(const CLI::App& app, const std::string& arg) {

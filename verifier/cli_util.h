@@ -14,6 +14,8 @@
 #include <utility>
 
 #include "CLI/CLI.hpp"
+#include "ptd/verify.h"
+#include "ptd/verify_json.h"
 
 namespace ptd::cli {
 
@@ -65,6 +67,29 @@ std::string MallocPagesLine();
 // Rows of each table in a readable report unless --all is given; the
 // verification builds no more than it prints (VerifyOptions::list_limit).
 inline constexpr size_t kReportRows = 50;
+
+// How the tools name where an input goes (hints: "pass it with
+// --manifest") and how every row is listed ("--all lists them").
+InputNames ToolInputNames();
+
+// The readable report's options: kReportRows rows of each table unless
+// --all (`all_rows`).
+TextOptions ReportTextOptions(bool all_rows);
+
+// Prints a verify outcome as the tools do. With `json` (the object to print:
+// VerifyJson of `outcome`, which ptd-load extends), that object on stdout,
+// and an unreadable input said once more on stderr; without, the readable
+// report on stdout, or for an unreadable input one line on stderr
+// ("PROGRAM: cannot read input: ... (I1)"). Returns outcome.exit_code().
+int PrintVerifyOutcome(const char* program, const VerifyOutcome& outcome,
+                       const nlohmann::ordered_json* json, bool all_rows);
+
+// Makes SIGBUS (a mapped file that shrank under a read) end the process
+// with exit code 2 and one line on stderr, "PROGRAM: a mapped input file
+// shrank ...: <what> ...", instead of a crash. Process-wide; for a tool that
+// reads through a mapping (ptd-verify --mmap). The handler only writes and
+// exits (async-signal-safe); `what` (the files read) is copied, up to 1 KiB.
+void ExitOnMappedFileFault(const char* program, const std::string& what);
 
 // Moves `value` to the heap and never frees it: a report of 100,000 weights
 // takes about as long to take apart node by node as to build, and the tool

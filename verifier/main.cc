@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <iostream>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "ptd/verify.h"
+#include "ptd/verify_json.h"
 #include "verifier/cli_util.h"
 
 #ifndef PTD_VERSION
@@ -21,12 +23,18 @@
 
 namespace {
 
-int Main(int argc, char** argv) {
+// What the command line asks for.
+struct Args {
   ptd::VerifyOptions options;
   bool json_out = false;
-  bool use_pread = false;
-  bool use_mmap = false;
   bool all_rows = false;
+};
+
+// Parses the command line into `args`; nullopt to go on, else the exit code
+// (help, version, a usage error).
+std::optional<int> Parse(int argc, char** argv, Args* args) {
+  ptd::VerifyOptions& options = args->options;
+  bool use_pread = false;
   uint32_t sm = 0;
   std::string digest_limit;
 
@@ -51,8 +59,9 @@ int Main(int argc, char** argv) {
                                 "compute capability (e.g. 90): report which "
                                 "variant each manifest would run (needs --manifest or --pte)")
                      ->type_name("N");
-  app.add_flag("--json", json_out, "print one JSON object on stdout (always complete)");
-  app.add_flag("--all", all_rows, "list every key and weight (default: the first 50 of each)");
+  app.add_flag("--json", args->json_out, "print one JSON object on stdout (always complete)");
+  app.add_flag("--all", args->all_rows,
+               "list every key and weight (default: the first 50 of each)");
   app.add_flag("--digest", options.digest,
                "add sha256 of each key's bytes and each view's elements");
   app.add_flag("--stats", options.stats,
@@ -73,7 +82,7 @@ int Main(int argc, char** argv) {
               ""));
   auto* pread_flag = app.add_flag(
       "--pread", use_pread, "read with pread(2) (the default; a file that shrinks is exit 2)");
-  app.add_flag("--mmap", use_mmap,
+  app.add_flag("--mmap", options.use_mmap,
                "read through a memory mapping (a file truncated while it is read "
                "ends the run with exit 2)")
       ->excludes(pread_flag);
@@ -94,41 +103,41 @@ int Main(int argc, char** argv) {
   if (!sm_opt->empty() && !options.manifest_path && !options.pte_path) {
     std::cerr << "ptd-verify: note: --sm has no effect without --manifest or --pte\n";
   }
-  options.use_mmap = use_mmap;
-  if (use_mmap) {
+  // The readable report prints kReportRows of each table: no more is built.
+  if (!args->json_out && !args->all_rows) options.list_limit = ptd::cli::kReportRows;
+  return std::nullopt;
+}
+
+// Runs the verification, with a progress bar for the digests on a terminal
+// and, with --mmap, SIGBUS turned into exit code 2.
+const ptd::VerifyOutcome& Verify(ptd::VerifyOptions& options) {
+  if (options.use_mmap) {
     std::string files = options.ptd_path;
     if (options.manifest_path) files += ", " + *options.manifest_path;
     if (options.pte_path) files += ", " + *options.pte_path;
-    ptd::ExitOnMappedFileFault(files);
+    ptd::cli::ExitOnMappedFileFault("ptd-verify", files);
   }
-
   // Digests are the slow part of a verification: a bar on a terminal.
   ptd::cli::ProgressBar bar;
   if (options.digest && ::isatty(STDERR_FILENO)) {
     bar.Start("digests", ptd::cli::ProgressBar::kItems);
     options.digest_progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
   }
-  // The readable report prints kReportRows of each table: no more is built.
-  if (!json_out && !all_rows) options.list_limit = ptd::cli::kReportRows;
   const ptd::VerifyOutcome& outcome = ptd::cli::KeepUntilExit(ptd::RunVerify(options));
   bar.Erase();
-  // An unreadable input is said once: on stderr, beside the JSON object (which
-  // carries it too), or instead of the readable report.
-  if (json_out) {
-    // Keys and fqns come from the file and need not be UTF-8: invalid bytes
-    // become U+FFFD in JSON (the readable report does the same).
-    ptd::cli::WriteOut(outcome.json.dump(2, ' ', false,
-                                         nlohmann::ordered_json::error_handler_t::replace) +
-                       "\n");
-    if (outcome.io_error) std::cerr << "ptd-verify: " << *outcome.io_error << "\n";
-  } else if (outcome.io_error) {
-    std::cerr << "ptd-verify: " << ptd::FormatText(outcome);
-  } else {
-    ptd::cli::WriteOut(
-        ptd::FormatText(outcome, ptd::TextOptions{
-                                 .max_rows = all_rows ? 0 : ptd::cli::kReportRows}));
+  return outcome;
+}
+
+int Main(int argc, char** argv) {
+  Args args;
+  if (const std::optional<int> rc = Parse(argc, argv, &args)) return *rc;
+  const ptd::VerifyOutcome& outcome = Verify(args.options);
+  if (!args.json_out) {
+    return ptd::cli::PrintVerifyOutcome("ptd-verify", outcome, nullptr, args.all_rows);
   }
-  return outcome.exit_code();
+  const nlohmann::ordered_json& json = ptd::cli::KeepUntilExit(
+      ptd::VerifyJson(outcome, ptd::JsonExtras{.names = ptd::cli::ToolInputNames()}));
+  return ptd::cli::PrintVerifyOutcome("ptd-verify", outcome, &json, args.all_rows);
 }
 
 }  // namespace

@@ -11,6 +11,15 @@
 //   Container::Verify()  for diagnosis: every error and warning in a Report,
 //                        and the container when its structure was readable.
 //
+// Example:
+//   absl::StatusOr<std::shared_ptr<const FileSource>> file = OpenFile("model.ptd");
+//   if (!file.ok()) return file.status();         // NotFound naming the path.
+//   absl::StatusOr<std::unique_ptr<Container>> c = Container::Open(*file);
+//   if (!c.ok()) return c.status();               // DataLoss "... (C4)".
+//   for (const NamedDataEntry& e : (*c)->named_data()) {
+//     absl::StatusOr<Bytes> bytes = (*c)->Get(e.key);  // A view of the mapping.
+//   }
+//
 // Lifetime: the FileSource is shared and kept alive by the Container; spans
 // returned by SegmentData() live as long as the Container.
 // Thread-safety: const methods are safe to call concurrently.

@@ -2,8 +2,15 @@
 // built when the CUDA toolkit is found (PTD_WITH_CUDA). This header does not
 // include CUDA headers: streams and events live behind a pimpl.
 //
-//   absl::StatusOr<std::shared_ptr<ptd::CudaDevice>> gpu = ptd::OpenCudaDevice(0);
+// Opening one: CudaDevice::Open(N) is the way. OpenDevice("cuda:N")
+// (ptd/open_device.h) is only for a device named at run time (a --device
+// flag, a Python string); it reaches this same Open through the factory that
+// RegisterCudaDevice() installs.
+//
+// Example:
+//   absl::StatusOr<std::shared_ptr<ptd::CudaDevice>> gpu = ptd::CudaDevice::Open(0);
 //   if (!gpu.ok()) ...  // Unavailable "no CUDA device: ..." on a machine without one.
+//   auto weights = ptd::LoadWeights(paths, *gpu);
 //
 // What it does beyond the Device contract (ptd/device.h):
 // - AllocateMany makes one cudaMalloc (an arena) and hands out 256-byte
@@ -86,7 +93,8 @@ struct CudaDeviceOptions {
 
 class CudaDevice final : public Device {
  public:
-  // Opens cuda:`index`. Unavailable when CUDA reports no device (no GPU, no
+  // Opens cuda:`index`: the one way to open a CUDA device (OpenDevice
+  // ("cuda:N") calls it). Unavailable when CUDA reports no device (no GPU, no
   // driver); InvalidArgument when `index` is not a visible device.
   static absl::StatusOr<std::shared_ptr<CudaDevice>> Open(int index,
                                                           const CudaDeviceOptions& options = {});
@@ -144,7 +152,8 @@ class CudaDevice final : public Device {
   //   for (const LoadedWeight& w : weights.weights()) {
   //     auto plan = PlanMaterialize(w.view(), weights.storage(w).nbytes);
   //     if (scratch.size() < plan->output_nbytes) scratch = *gpu.Allocate(plan->output_nbytes);
-  //     PTD_RETURN_IF_ERROR(gpu.MaterializeInto(weights.storage(w).buffer, w.view(), scratch));
+  //     absl::Status s = gpu.MaterializeInto(weights.storage(w).buffer, w.view(), scratch);
+  //     if (!s.ok()) return s;
   //   }
   //
   // InvalidArgument when `out` is smaller than that, when `storage` is
@@ -169,9 +178,6 @@ class CudaDevice final : public Device {
   explicit CudaDevice(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// CudaDevice::Open(index) with default options.
-absl::StatusOr<std::shared_ptr<CudaDevice>> OpenCudaDevice(int index);
 
 }  // namespace ptd
 

@@ -1,7 +1,17 @@
 // Device: where loaded weights live. The seam between the loader and the
-// memory it fills: host memory (HostDevice), a CUDA GPU (CudaDevice, in
-// ptd::cuda), or a fault-injecting wrapper for tests (FaultDevice).
-// HostDevice and FaultDevice: ptd/host_device.h, ptd/fault_device.h.
+// memory it fills: host memory (HostDevice, ptd/host_device.h) or a CUDA GPU
+// (CudaDevice, ptd/cuda_device.h, in ptd::cuda). A device named at run time
+// ("host", "cuda:0"): OpenDevice (ptd/open_device.h). Test doubles of the
+// seam (FaultDevice, AsyncDevice) are in ptd::testing, <ptd/testing/...>.
+//
+// Example:
+//   std::shared_ptr<Device> device = std::make_shared<HostDevice>();
+//   absl::StatusOr<DeviceBuffer> buf = device->Allocate(1 << 20);
+//   if (!buf.ok()) return buf.status();  // ResourceExhausted when out of memory.
+//   absl::StatusOr<CopyTicket> t = device->CopyToDeviceAsync(buf->data(), src, n);
+//   if (!t.ok()) return t.status();
+//   absl::Status done = device->Wait(*t);  // `src` must stay put until then.
+//   // Most callers never do this by hand: LoadWeights (ptd/loader.h) does.
 //
 // The shape follows ExecuTorch's executorch::runtime::DeviceAllocator
 // (allocate, deallocate, copy host-to-device, copy device-to-host, device

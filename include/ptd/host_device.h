@@ -24,20 +24,9 @@
 // order (/proc/buddyinfo, read at each allocation), which its faults take
 // as they are.
 //
-// Measured on this project's VMs (Intel Xeon, 2 cores, defrag "madvise",
-// free page reporting at order 9 through virtio_balloon), 1 GiB in 256 x
-// 4 MiB storages, `ptd-load --device host` as one process, the file warm:
-// with huge pages the read phase took 1.4-2.2 s after 3 s idle and
-// 0.27-1.8 s back to back; in 4 KiB pages 0.43-0.55 s and 0.35-0.36 s
-// (the first touch of reported memory waits for the hypervisor). In one
-// process loading again and again, which reuses memory it has just freed,
-// huge pages won (p50 182 ms against 269 ms) with a worse tail (p90 617
-// against 309 ms). So kAuto keeps 4 KiB pages there; HugePages::kOn asks
-// anyway. On a machine that reports nothing, a huge page takes one fault
-// where 4 KiB pages take 512. An earlier measurement on a fragmented
-// machine took 0.6-2.6 s to populate 1 GiB with huge pages against
-// 0.37-0.46 s with 4 KiB pages: the case the free-list check is there to
-// keep out.
+// kAuto's rules come from measurements on this project's VMs (huge pages
+// against 4 KiB pages, with and without free page reporting):
+// bench/results/notes.md.
 //
 // Thread-safety: every method may be called concurrently.
 #ifndef PTD_HOST_DEVICE_H_

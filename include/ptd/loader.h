@@ -1,9 +1,8 @@
 // The loader: verified weights into device memory, each stored storage once,
 // each weight handed out as a strided view over its storage.
 //
-//   auto bundle = WeightBundle::Open(BundlePaths{.ptd = "m.ptd", .manifest = "m.manifest"});
 //   auto device = std::make_shared<HostDevice>();
-//   auto weights = LoadWeights(*bundle, device);
+//   auto weights = LoadWeights(BundlePaths{.ptd = "m.ptd", .manifest = "m.manifest"}, device);
 //   const LoadedWeight* w = weights->Find("layers.0.attn.q_proj.weight");
 //   // w->data, w->sizes, w->strides, w->dtype: a tensor over device memory.
 //
@@ -242,7 +241,7 @@ struct LoadedWeight {
   // memory as `residency` says).
   void* data = nullptr;
   uint32_t storage = 0;  // Index into LoadedWeights::storages().
-  DeviceKind device = DeviceKind::kHost;  // Beside `storage`: 112 bytes a weight, not 120.
+  DeviceKind device = DeviceKind::kHost;  // Beside `storage` (packing: bench/results/notes.md).
 
   // The view relative to its storage (storage_offset included).
   ViewSpec view() const {
@@ -327,21 +326,26 @@ class LoadedWeights {
   std::unique_ptr<Impl> impl_;
 };
 
-// Loads a bundle opened with WeightBundle::Open (a bundle that holds errors
-// is FailedPrecondition). Without manifests, every key's bytes are loaded
-// (one storage per distinct segment) and found with FindStorage. Reads go
-// through a pread source: the bundle's own when it has no mapping, else the
-// file reopened by path (DataLoss when its size changed since verification).
-absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
-                                          std::shared_ptr<Device> device,
-                                          const LoadOptions& options = {});
+// Three ways in, by what the caller holds (never by memory footprint):
+//   paths            LoadWeights(BundlePaths{...}, device): opens, verifies
+//                    and loads;
+//   a bundle         LoadWeights(bundle, device): one already verified
+//                    (WeightBundle::Open, or VerifyOutcome::bundle);
+//   manifest bytes   LoadWeights(manifest, source, device): the ExecuTorch
+//                    backend's entry point, over any ByteSource.
 
-// As above, but the result shares `bundle`: its weights' names and dims and
-// its storages' keys are views into the bundle's manifests and container
-// instead of copies (at 100,000 weights, 16 MB less while both are held).
-// For a caller that keeps the bundle anyway; one that drops it after the
-// load holds less with the overload above. A bundle without manifests is
-// loaded as above (its keys are copied).
+// Loads a bundle opened with WeightBundle::Open (a bundle that holds errors
+// is FailedPrecondition). The result shares `bundle` (it keeps it alive): its
+// weights' names and dims and its storages' keys are views into the bundle's
+// manifests and container. Without manifests, every key's bytes are loaded
+// (one storage per distinct segment), found with FindStorage, their keys
+// copied. Reads go through a pread source: the bundle's own when it has no
+// mapping, else the file reopened by path (DataLoss when its size changed
+// since verification). InvalidArgument for a null bundle.
+//
+//   auto opened = WeightBundle::Open(paths);
+//   auto bundle = std::make_shared<const WeightBundle>(*std::move(opened));
+//   auto weights = LoadWeights(bundle, device);
 absl::StatusOr<LoadedWeights> LoadWeights(std::shared_ptr<const WeightBundle> bundle,
                                           std::shared_ptr<Device> device,
                                           const LoadOptions& options = {});
@@ -358,11 +362,6 @@ absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
 // LoadWeightsFromNamedDataMap (ptd/executorch/named_data_map_source.h).
 absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
                                           const ByteSource& source,
-                                          std::shared_ptr<Device> device,
-                                          const LoadOptions& options = {});
-
-// Every key of `source`, without a manifest.
-absl::StatusOr<LoadedWeights> LoadAllKeys(const ByteSource& source,
                                           std::shared_ptr<Device> device,
                                           const LoadOptions& options = {});
 

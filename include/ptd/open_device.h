@@ -1,11 +1,22 @@
-// OpenDevice: a device by name ("host", "cuda:1"), the factory behind
-// `ptd-load --device`, and the hook through which the CUDA library plugs in
-// CudaDevice without the core targets depending on CUDA.
+// OpenDevice: a device by name ("host", "cuda:1"), for a device chosen at run
+// time by a string (`ptd-load --device`, the Python module's device=), and
+// the hook through which the CUDA library plugs in CudaDevice without the
+// core targets depending on CUDA.
 //
-// Plugging in CUDA: ptd::cuda defines RegisterCudaDevice() as
-//   void RegisterCudaDevice() { RegisterDeviceFactory("cuda", &OpenCudaDevice); }
-// and a tool linked with ptd::cuda (PTD_HAVE_CUDA defined) calls it once at
-// start-up; ptd-load does.
+// Code that knows it wants a GPU opens it with CudaDevice::Open(N)
+// (ptd/cuda_device.h): that is the one way; OpenDevice("cuda:N") calls it
+// through the registered factory.
+//
+// Plugging in CUDA: linking ptd::cuda defines PTD_HAVE_CUDA (a usage
+// requirement of the target), which declares RegisterCudaDevice() below;
+// call it once at start-up. Without ptd::cuda the call does not compile.
+//
+// Example:
+//   #ifdef PTD_HAVE_CUDA
+//     ptd::RegisterCudaDevice();
+//   #endif
+//   absl::StatusOr<std::shared_ptr<ptd::Device>> device = ptd::OpenDevice(flag);
+//   // "cuda:0" without ptd::cuda: Unavailable "built without CUDA".
 //
 // Thread-safety: every function may be called concurrently.
 #ifndef PTD_OPEN_DEVICE_H_
@@ -26,14 +37,16 @@ using DeviceFactory =
     std::function<absl::StatusOr<std::shared_ptr<Device>>(int index)>;
 
 // Registers `factory` for `kind` ("cuda"), replacing an earlier one. The CUDA
-// library (ptd::cuda) does this in RegisterCudaDevice(); call it once before
-// OpenDevice (ptd-load does when built with CUDA). An empty `factory`
+// library (ptd::cuda) does this in RegisterCudaDevice(). An empty `factory`
 // unregisters `kind`. Returns true.
 bool RegisterDeviceFactory(std::string kind, DeviceFactory factory);
 
-// Defined by ptd::cuda only (runtime/cuda): registers the "cuda" factory.
-// Callers guard the call with PTD_HAVE_CUDA.
+#ifdef PTD_HAVE_CUDA
+// Defined by ptd::cuda (runtime/cuda), and declared only where it is linked
+// (PTD_HAVE_CUDA): registers the "cuda" factory, CudaDevice::Open(N). Call it
+// once before OpenDevice (ptd-load and the Python module do).
 void RegisterCudaDevice();
+#endif
 
 // Opens a device from a spec:
 //   "host"              a HostDevice;

@@ -1,16 +1,32 @@
 // The verification session behind ptd-verify: runs every check the library
 // has over a .ptd and, optionally, a standalone manifest and/or a .pte, and
-// builds the report of docs/SPEC.md section 6 (JSON and readable text).
+// returns what it found as a typed VerifyOutcome. Two renderers read it:
+// FormatText below (the readable report) and VerifyJson in
+// ptd/verify_json.h (the object of docs/SPEC.md section 6).
+//
+// Example:
+//   VerifyOutcome out = RunVerify(VerifyOptions{.ptd_path = "m.ptd",
+//                                               .manifest_path = "m.manifest"});
+//   std::cout << FormatText(out);
+//   if (out.exit_code() == 0) auto weights = LoadWeights(out.bundle, device);
+//
+// Lifetime: the outcome's keys and weights point into `bundle`, which the
+// outcome (and every copy of it) holds. Thread-safety: RunVerify may run
+// concurrently; an outcome is immutable after return.
 #ifndef PTD_VERIFY_H_
 #define PTD_VERIFY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
-#include "nlohmann/json.hpp"
+#include "absl/status/status.h"
+#include "ptd/checkpoint.h"
 #include "ptd/report.h"
 #include "ptd/weight_bundle.h"
 
@@ -26,46 +42,142 @@ struct VerifyOptions {
   bool digest = false;
   uint64_t digest_limit = kDefaultDigestLimit;
   // The health scan (docs/SPEC.md section 7, N1): each weight of a floating
-  // dtype gets "stats" (NaN and Inf counts, finite min and max), computed
-  // in the same pass over its elements as its digest, and a weight holding
+  // dtype gets stats (NaN and Inf counts, finite min and max), computed in
+  // the same pass over its elements as its digest, and a weight holding
   // NaN or Inf draws warning N1. Views past digest_limit are skipped (D1).
   bool stats = false;
   // true: read through a memory mapping (the same results, fewer copies).
   // A mapped file that another process truncates while it is read raises
   // SIGBUS, which no Status can report; so the default is pread(2), where a
-  // file that shrinks is a read error (exit code 2) naming the file. With
-  // use_mmap, a CLI calls ExitOnMappedFileFault() first.
+  // file that shrinks is a read error (exit code 2) naming the file. A
+  // command-line tool that sets it installs a SIGBUS handler first.
   bool use_mmap = false;
   // With digest: called after each key's and each weight's digest with the
   // number done and the total (keys plus weights), for a progress bar.
   std::function<void(uint64_t done, uint64_t total)> digest_progress;
-  // 0: the report lists every key and every weight. N > 0: it lists the
+  // 0: the outcome lists every key and every weight. N > 0: it lists the
   // first N of the container's segments and keys and of each manifest's
-  // weights, and gives the totals as "segment_count" and "named_data_count"
-  // (in "ptd") and "weight_count" (in each manifest) where a list is cut
-  // short. Each listed key then carries its segment's "file_offset", and
-  // each listed weight the "segment_size" behind its key. For a readable
-  // report that prints N rows: the rest is never built. Verification, its
-  // errors and warnings, and any digests are the same either way.
+  // weights; the totals stay known (VerifiedContainer::segment_count,
+  // key_count, VerifiedManifest::weight_count). For a readable report that
+  // prints N rows: the rest is never built. Verification, its errors and
+  // warnings, and any digests are the same either way.
   size_t list_limit = 0;
 };
 
+// The rule ID of an input that cannot be opened or read (docs/SPEC.md
+// section 6): its error carries rule "I1", the Status code and the file.
+inline constexpr const char* kInputRule = "I1";
+
+// An input that could not be opened or read (exit code 2), and which one.
+struct InputError {
+  absl::Status status;
+  std::string file;
+};
+
+// One key of the container (named data) as verified.
+struct VerifiedKey {
+  const NamedDataEntry* entry = nullptr;  // In bundle->container().
+  // The size of its segment; nullopt when the segment index is bad (C7).
+  std::optional<uint64_t> size;
+  // Where its segment starts in the file (segment_base_offset plus the
+  // segment's offset); nullopt when the segment index is bad.
+  std::optional<uint64_t> file_offset;
+  // With VerifyOptions::digest: the sha256 of its segment's bytes; nullopt
+  // when the segment is out of bounds or could not be read.
+  std::optional<std::string> sha256;
+};
+
+// The container as verified. `container` is null when the .ptd could not be
+// opened or decoded: then nothing below it is known.
+struct VerifiedContainer {
+  std::string path;
+  std::optional<uint64_t> size;  // nullopt: the file could not be opened.
+  const Container* container = nullptr;  // In bundle.
+  size_t segment_count = 0;   // Every segment; the first listed_segments are listed.
+  size_t listed_segments = 0;
+  size_t key_count = 0;       // Every key; `keys` holds the listed ones.
+  std::vector<VerifiedKey> keys;
+};
+
+// One weight of a manifest as verified: the entry, its resolution, and what
+// the digest pass found.
+struct VerifiedWeight {
+  const WeightEntry* entry = nullptr;        // In bundle's manifest.
+  const ResolvedWeight* resolved = nullptr;  // Null when none was resolved.
+  std::optional<uint64_t> required_nbytes;   // The bytes its view reaches.
+  // The key behind it (null when X1 failed, for a malformed or runtime-owned
+  // entry, or without a container) and its segment's size (nullopt for a
+  // bad segment index, C7).
+  const NamedDataEntry* key = nullptr;
+  std::optional<uint64_t> segment_size;
+  bool runtime_owned = false;  // SPEC section 2: no stored bytes.
+  // With VerifyOptions::digest: the sha256 of the view's elements gathered
+  // in row-major order; nullopt when it could not be taken (an invalid
+  // weight, a runtime-owned one, over the digest limit: D1, a read error).
+  std::optional<std::string> sha256;
+  // With VerifyOptions::stats, for a floating dtype: its health (N1); when
+  // it could not be taken as for sha256.
+  std::optional<WeightStats> stats;
+  bool stats_dtype = false;  // The dtype is one the health scan covers.
+};
+
+// The variant a manifest runs on VerifyOptions::sm.
+struct VerifiedSelection {
+  uint32_t sm = 0;
+  std::optional<VariantChoice> choice;  // nullopt: none fits.
+  std::string message;                  // Why none fits.
+};
+
+struct VerifiedManifest {
+  const SourcedManifest* manifest = nullptr;  // In bundle.
+  std::optional<VerifiedSelection> selection;  // With VerifyOptions::sm.
+  size_t weight_count = 0;  // Every weight; `weights` holds the listed ones.
+  std::vector<VerifiedWeight> weights;
+};
+
+// Where an input given in the wrong place belongs.
+enum class InputRole { kPtd, kManifest, kPte };
+
+// A file that looks like another kind of input than where it was given: the
+// first error about it carries this hint.
+struct InputHint {
+  size_t error = 0;  // Index into VerifyOutcome::Errors().
+  std::string what;  // "this is a CUDA weight manifest ('ETCUDAFQN0')".
+  InputRole belongs = InputRole::kPtd;
+};
+
 struct VerifyOutcome {
-  nlohmann::ordered_json json;  // The SPEC section 6 object.
+  // What it was run with (digest_progress left out).
+  VerifyOptions options;
+  VerifiedContainer ptd;
+  std::vector<VerifiedManifest> manifests;
+  // The rules' errors and warnings, each with its file.
   Report report;
-  // Set when an input file could not be opened or read (exit code 2).
-  std::optional<std::string> io_error;
+  // Each input that could not be opened or read (I1), in the order found;
+  // the first decides exit code 2. Their errors follow the report's.
+  std::vector<InputError> io_errors;
+  std::vector<InputHint> hints;
   // The bundle that was verified (null when the inputs could not be
-  // opened): a caller that goes on to load uses it (LoadWeights(*bundle,
+  // opened): a caller that goes on to load uses it (LoadWeights(bundle,
   // ...)) instead of opening and verifying the files again.
   std::shared_ptr<const WeightBundle> bundle;
 
+  // The first input error, or null.
+  const InputError* io_error() const { return io_errors.empty() ? nullptr : &io_errors.front(); }
+  // No rule broken and every input read.
+  bool ok() const { return report.ok() && io_errors.empty(); }
   // 0: no errors; 1: some rule broken; 2: an input could not be read.
   int exit_code() const {
-    if (io_error) return 2;
+    if (!io_errors.empty()) return 2;
     return report.ok() ? 0 : 1;
   }
+  // Every error as reported: the rules', then one I1 per input error.
+  std::vector<Diagnostic> Errors() const;
 };
+
+// The I1 diagnostic of an input error: rule "I1", its code, its message
+// ending " (I1)", its file.
+Diagnostic InputDiagnostic(const InputError& e);
 
 VerifyOutcome RunVerify(const VerifyOptions& options);
 
@@ -74,31 +186,31 @@ VerifyOutcome RunVerify(const VerifyOptions& options);
 // for callers with their own FileSource.
 VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sources);
 
-// Makes SIGBUS (a mapped file that shrank under a read) end the process
-// with exit code 2 and one line on stderr naming `what` (the files read),
-// instead of a crash. Process-wide; for command-line tools that read through
-// a mapping (ptd-verify --mmap). The handler only writes and exits
-// (async-signal-safe); `what` is copied (up to 1 KiB).
-void ExitOnMappedFileFault(const std::string& what);
+// How a renderer names where an input goes: the library speaks of its own
+// parameters; a command-line tool passes its flags.
+struct InputNames {
+  std::string ptd = "as ptd_path";
+  std::string manifest = "as manifest_path";
+  std::string pte = "as pte_path";
+  // How every row is listed (after "; "): a tool names its flag.
+  std::string all_rows = "max_rows 0 lists them";
+};
 
-// The rule ID of an input that cannot be opened or read (docs/SPEC.md
-// section 6): its JSON error carries rule "I1", the Status code and the file.
-inline constexpr const char* kInputRule = "I1";
+// "this is ...: pass it with --manifest": a hint in `names`' words.
+std::string HintText(const InputHint& hint, const InputNames& names = {});
 
 struct TextOptions {
   // Rows of the key table and of each weight table; past it, one summary
-  // row ("... and N more keys; --all lists them") and the verdict repeated
+  // row ("... and N more keys; <names.all_rows>") and the verdict repeated
   // last. 0: every row.
   size_t max_rows = 0;
+  InputNames names;
 };
 
 // The readable report: verdict, errors first, then warnings, the container,
 // and a table of weights per manifest. For an unreadable input, one line:
 // "cannot read input: <message> (I1)" (a CLI prefixes its name).
 std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text = {});
-
-// One diagnostic as the JSON object of SPEC section 6.
-nlohmann::ordered_json DiagnosticJson(const Diagnostic& d);
 
 }  // namespace ptd
 

@@ -14,6 +14,21 @@
 //   WeightBundle::Open()    for use: the first error as a Status; a returned
 //                           bundle is fully verified and every weight is ok.
 //
+// Both take the inputs as paths (BundlePaths) or as sources already opened
+// (BundleSources).
+//
+// Example:
+//   const BundlePaths paths{.ptd = "model.ptd", .pte = "model.pte"};
+//   absl::StatusOr<WeightBundle> bundle = WeightBundle::Open(paths);
+//   if (!bundle.ok()) return bundle.status();  // DataLoss "... (G2)"
+//   for (const SourcedManifest& m : bundle->manifests()) ...  // "pte:forward:0"
+//
+//   Report report;                               // Or every finding:
+//   WeightBundle checked = WeightBundle::Verify(paths, &report);
+//   for (const Diagnostic& d : report.errors()) ...
+//
+// To load it: LoadWeights (ptd/loader.h).
+//
 // Lifetime: the bundle owns its container, program and manifests; the
 // WeightSet points into them. Movable, not copyable.
 // Thread-safety: const methods are safe to call concurrently.
@@ -73,6 +88,10 @@ class WeightBundle {
   // errors are in the report. An input that could not be read at all (an
   // I/O error, not a rule) is in io_error().
   static WeightBundle Verify(const BundleSources& sources, Report* report);
+  // The same from paths (OpenBundleSources). A file that cannot be opened
+  // is io_error() (NotFound, PermissionDenied, ...) and nothing is checked:
+  // the bundle is empty and `report` unchanged.
+  static WeightBundle Verify(const BundlePaths& paths, Report* report);
 
   // For use: the first error (rule or I/O) as a Status, naming the file,
   // the rule and both numbers.

@@ -2,8 +2,8 @@
 // is the public surface). A thin binding: it converts types, releases the
 // GIL around verification, loading, writing, extracting and re-weighting,
 // and maps absl::Status codes to Python's exceptions. Every rule, message
-// and byte decision stays in runtime/ (RunVerify builds the same JSON object
-// as `ptd-verify --json`).
+// and byte decision stays in runtime/ (RunVerify's outcome, rendered by
+// VerifyJson, is the object `ptd-verify --json` prints).
 #include <Python.h>
 
 #include <cerrno>
@@ -35,6 +35,7 @@
 #include "ptd/safetensors.h"
 #include "ptd/scalar_type.h"
 #include "ptd/verify.h"
+#include "ptd/verify_json.h"
 #include "ptd/weight_bundle.h"
 #include "ptd/weight_writer.h"
 
@@ -167,6 +168,24 @@ nb::object ToPython(const nlohmann::ordered_json& j) {
 
 // ---- verify ------------------------------------------------------------------
 
+// A file that could be opened but not read (it shrank, an I/O error) is
+// OSError; one that cannot be opened too.
+void RaiseIfUnreadable(const ptd::VerifyOutcome& outcome) {
+  if (const ptd::InputError* e = outcome.io_error()) {
+    if (outcome.bundle == nullptr) RaiseOSError(e->status);
+    RaiseOSError(absl::DataLossError(e->status.message()));
+  }
+}
+
+// The report of a verification as `ptd-verify --json` prints it.
+nb::object ReportDict(const ptd::VerifyOutcome& outcome) {
+  ptd::JsonExtras extras;
+  extras.names = ptd::InputNames{.ptd = "as the FILE.ptd argument",
+                                 .manifest = "with --manifest",
+                                 .pte = "with --pte"};
+  return ToPython(ptd::VerifyJson(outcome, extras));
+}
+
 nb::object Verify(std::string ptd_path, std::optional<std::string> manifest,
                   std::optional<std::string> pte, std::optional<uint32_t> sm, bool digest,
                   uint64_t digest_limit) {
@@ -177,18 +196,13 @@ nb::object Verify(std::string ptd_path, std::optional<std::string> manifest,
   options.sm = sm;
   options.digest = digest;
   options.digest_limit = digest_limit;
-  absl::StatusOr<ptd::BundleSources> sources;
   ptd::VerifyOutcome outcome;
   {
     nb::gil_scoped_release release;
-    sources = ptd::OpenBundleSources(
-        ptd::BundlePaths{.ptd = ptd_path, .manifest = manifest, .pte = pte});
-    if (sources.ok()) outcome = ptd::RunVerify(options, *sources);
+    outcome = ptd::RunVerify(options);
   }
-  if (!sources.ok()) RaiseOSError(sources.status());
-  // A file that could be opened but not read (it shrank, an I/O error).
-  if (outcome.io_error) RaiseOSError(absl::DataLossError(*outcome.io_error));
-  return ToPython(outcome.json);
+  RaiseIfUnreadable(outcome);
+  return ReportDict(outcome);
 }
 
 // ---- loaded weights ------------------------------------------------------------
@@ -403,6 +417,37 @@ struct ProgressState {
   bool stopped = false;
 };
 
+// The device of `spec`; a placed load on the host is InvalidArgument, in
+// the caller's words (LoadWeights would name LoadOptions' fields), as
+// ptd-load does for --device-budget and --host-fqn.
+absl::StatusOr<std::shared_ptr<ptd::Device>> OpenPlacedDevice(
+    const std::string& spec, const std::optional<uint64_t>& device_budget,
+    const std::vector<std::string>& host_fqns) {
+  auto device = ptd::OpenDevice(spec);
+  const bool placing = device_budget.has_value() || !host_fqns.empty();
+  if (device.ok() && placing && (*device)->kind() == ptd::DeviceKind::kHost) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        device_budget ? "device_budget" : "host_fqns", " applies to a CUDA device; device=\"",
+        spec, "\" is the host (every storage is in host memory already)"));
+  }
+  return device;
+}
+
+// A load that failed after verification, as Python's exception.
+[[noreturn]] void RaiseLoadError(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kCancelled) {
+    nb::object cancelled = nb::module_::import_("ptd").attr("CancelledError");
+    PyErr_SetString(cancelled.ptr(), std::string(s.message()).c_str());
+    throw nb::python_error();
+  }
+  if (s.code() == absl::StatusCode::kNotFound) {
+    // An fqn in no manifest: the files were all opened above.
+    PyErr_SetString(PyExc_KeyError, std::string(s.message()).c_str());
+    throw nb::python_error();
+  }
+  RaiseStatus(s);
+}
+
 nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
                 std::optional<std::string> pte, std::string device_spec,
                 std::optional<std::vector<std::string>> fqns, std::optional<uint32_t> sm,
@@ -412,7 +457,6 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
   lo.map_file = map_file;
   lo.device_budget_bytes = device_budget;
   lo.host_fqns = host_fqns;
-  const bool placing = device_budget.has_value() || !host_fqns.empty();
   if (fqns) lo.fqns = *fqns;
   lo.sm = sm;
   if (threads) lo.threads = *threads;
@@ -443,37 +487,18 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
     return true;
   };
 
-  const ptd::BundlePaths paths{.ptd = ptd_path, .manifest = manifest, .pte = pte};
   absl::StatusOr<std::shared_ptr<ptd::Device>> device;
-  absl::StatusOr<ptd::BundleSources> sources;
-  std::optional<absl::StatusOr<ptd::WeightBundle>> bundle;
-  std::optional<ptd::VerifyOutcome> failed;
+  std::optional<ptd::VerifyOutcome> outcome;
   absl::StatusOr<LoadedWeights> loaded = absl::UnknownError("not loaded");
   {
     nb::gil_scoped_release release;
-    device = ptd::OpenDevice(device_spec);
-    if (device.ok() && placing && (*device)->kind() == ptd::DeviceKind::kHost) {
-      // In the caller's words (LoadWeights would name LoadOptions' fields),
-      // as ptd-load does for --device-budget and --host-fqn.
-      device = absl::InvalidArgumentError(absl::StrCat(
-          device_budget ? "device_budget" : "host_fqns",
-          " applies to a CUDA device; device=\"", device_spec,
-          "\" is the host (every storage is in host memory already)"));
-    }
-    if (device.ok()) sources = ptd::OpenBundleSources(paths);
-    if (device.ok() && sources.ok()) {
-      bundle = ptd::WeightBundle::Open(*sources);
-      if (!bundle->ok()) {
-        // The report of what is wrong, the same as `ptd-verify --json`.
-        ptd::VerifyOptions vo;
-        vo.ptd_path = ptd_path;
-        vo.manifest_path = manifest;
-        vo.pte_path = pte;
-        vo.sm = sm;
-        failed = ptd::RunVerify(vo, *sources);
-      } else {
-        loaded = ptd::LoadWeights(**bundle, *device, lo);
-      }
+    device = OpenPlacedDevice(device_spec, device_budget, host_fqns);
+    if (device.ok()) {
+      // Verified once: a file that breaks a rule returns its report; one
+      // that passes is loaded from the bundle verified here.
+      outcome = ptd::RunVerify(ptd::VerifyOptions{
+          .ptd_path = ptd_path, .manifest_path = manifest, .pte_path = pte, .sm = sm});
+      if (outcome->exit_code() == 0) loaded = ptd::LoadWeights(outcome->bundle, *device, lo);
     }
   }
   if (!device.ok()) {
@@ -483,30 +508,14 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
     PyErr_SetString(PyExc_RuntimeError, std::string(device.status().message()).c_str());
     throw nb::python_error();
   }
-  if (!sources.ok()) RaiseOSError(sources.status());
-  if (failed) {
-    if (failed->io_error) RaiseOSError(absl::DataLossError(*failed->io_error));
-    if (!failed->report.ok()) return ToPython(failed->json);
-    RaiseStatus(bundle->status());  // Not a rule: should not happen.
-  }
+  RaiseIfUnreadable(*outcome);
+  if (!outcome->report.ok()) return ReportDict(*outcome);
   if (state.error) {
     state.error->restore();
     throw nb::python_error();
   }
-  if (!loaded.ok()) {
-    if (loaded.status().code() == absl::StatusCode::kCancelled) {
-      nb::object cancelled = nb::module_::import_("ptd").attr("CancelledError");
-      PyErr_SetString(cancelled.ptr(), std::string(loaded.status().message()).c_str());
-      throw nb::python_error();
-    }
-    if (loaded.status().code() == absl::StatusCode::kNotFound) {
-      // An fqn in no manifest: the files were all opened above.
-      PyErr_SetString(PyExc_KeyError, std::string(loaded.status().message()).c_str());
-      throw nb::python_error();
-    }
-    RaiseStatus(loaded.status());
-  }
-  const bool by_key = (*bundle)->manifests().empty();
+  if (!loaded.ok()) RaiseLoadError(loaded.status());
+  const bool by_key = outcome->bundle->manifests().empty();
   auto shared = std::make_shared<const LoadedWeights>(*std::move(loaded));
   std::string name = shared->device()->name();
   return nb::cast(Weights(std::move(shared), by_key, std::move(name)));

@@ -20,12 +20,12 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "ptd/open_device.h"
-#include "ptd/status_macros.h"
 #include "ptd/view_materialize.h"
 #include "runtime/cuda/internal/cuda_status.h"
 #include "runtime/cuda/internal/gather_kernels.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/collapsed_view.h"
+#include "runtime/internal/status_macros.h"
 
 namespace ptd {
 
@@ -445,10 +445,6 @@ int CudaDeviceCount() {
     return 0;
   }
   return count;
-}
-
-absl::StatusOr<std::shared_ptr<CudaDevice>> OpenCudaDevice(int index) {
-  return CudaDevice::Open(index);
 }
 
 void RegisterCudaDevice() {

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "ptd/scalar_type.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 
 namespace ptd {
 namespace {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ptd/status_macros.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/status_macros.h"
 
 namespace ptd {
 

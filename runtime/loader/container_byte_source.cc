@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "ptd/byte_source.h"
-#include "ptd/status_macros.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 
 namespace ptd {

@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "ptd/loader.h"
 #include "ptd/sha256.h"
-#include "ptd/status_macros.h"
 #include "ptd/view_digest.h"
 #include "ptd/view_geometry.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/status_macros.h"
 
 namespace ptd {
 namespace {

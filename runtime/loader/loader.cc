@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/loader/assemble.h"
 #include "runtime/loader/place.h"
@@ -132,12 +132,6 @@ absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle,
 
 }  // namespace
 
-absl::StatusOr<LoadedWeights> LoadWeights(const WeightBundle& bundle,
-                                          std::shared_ptr<Device> device,
-                                          const LoadOptions& options) {
-  return LoadBundle(bundle, std::move(device), options, nullptr, Clock::now(), 0);
-}
-
 absl::StatusOr<LoadedWeights> LoadWeights(std::shared_ptr<const WeightBundle> bundle,
                                           std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
@@ -163,7 +157,7 @@ absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
                                           std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
   const auto start = Clock::now();
-  PTD_ASSIGN_OR_RETURN(const Manifest m, ParseManifest(manifest, "manifest"));
+  PTD_ASSIGN_OR_RETURN(const Manifest m, ParseManifest(manifest, kStandaloneManifestSource));
   const ManifestInput input{"manifest", &m};
   Report report;
   const WeightSet resolved = WeightSet::ResolveSizes(
@@ -181,12 +175,6 @@ absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
   const ManifestRef ref{"manifest", &m, &resolved.manifests().front().weights};
   return Load(absl::MakeConstSpan(&ref, 1), false, source, nullptr, std::move(device), options,
               start, Since(start));
-}
-
-absl::StatusOr<LoadedWeights> LoadAllKeys(const ByteSource& source,
-                                          std::shared_ptr<Device> device,
-                                          const LoadOptions& options) {
-  return Load({}, true, source, nullptr, std::move(device), options, Clock::now(), 0);
 }
 
 }  // namespace ptd

@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ptd/host_device.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/loader/placement.h"
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 
 namespace ptd::internal {

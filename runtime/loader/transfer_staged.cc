@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/loader/transfer.h"
 
 namespace ptd::internal {

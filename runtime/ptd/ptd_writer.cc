@@ -7,11 +7,11 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "flatbuffers/flatbuffers.h"
-#include "runtime/internal/strings.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/ext_header.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
+#include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
 #include "schema/flat_tensor_generated.h"
 

@@ -20,9 +20,9 @@
 #include "ptd/safetensors.h"
 #include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
-#include "ptd/status_macros.h"
 #include "ptd/view_digest.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 
 namespace ptd {

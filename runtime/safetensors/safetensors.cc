@@ -16,9 +16,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "ptd/status_macros.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
 

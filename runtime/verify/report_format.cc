@@ -1,7 +1,10 @@
-// The readable form of a verification report, built from its JSON object so
-// that both forms always say the same thing.
+// The readable form of a verification: FormatText, rendered from the typed
+// VerifyOutcome (as the JSON form is, in verify_json.cc), so that both forms
+// always say the same thing.
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -9,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ptd/manifest.h"
 #include "ptd/scalar_type.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
@@ -17,27 +21,24 @@
 namespace ptd {
 namespace {
 
-using json = nlohmann::ordered_json;
-
 // A string of the report, printable: keys, fqns and messages come from the
 // file and need not be UTF-8 (the JSON output replaces bad bytes the same way).
-std::string Str(const json& v) {
-  return internal::PrintableUtf8(v.get<std::string>());
-}
+std::string Str(std::string_view v) { return internal::PrintableUtf8(v); }
 
-std::string Num(const json& v) {
-  if (v.is_null()) return "-";
-  return v.dump();
+// A number, or "-" for one that is not known.
+template <typename T>
+std::string Num(const std::optional<T>& v) {
+  return v ? absl::StrCat(*v) : "-";
 }
 
 std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
   return absl::StrCat(n, " ", internal::Sv(n == 1 ? one : many));
 }
 
-// "107374182400 bytes (100 GiB)"; "48 bytes"; "unknown size" for null.
-std::string ByteSize(const json& v) {
-  if (v.is_null()) return "unknown size";
-  const uint64_t n = v.get<uint64_t>();
+// "107374182400 bytes (100 GiB)"; "48 bytes"; "unknown size" for nullopt.
+std::string ByteSize(std::optional<uint64_t> v) {
+  if (!v) return "unknown size";
+  const uint64_t n = *v;
   std::string out = Plural(n, "byte", "bytes");
   if (n >= 1024) {
     static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -54,9 +55,10 @@ std::string ByteSize(const json& v) {
   return out;
 }
 
-std::string Dims(const json& v) {
+template <typename Seq>
+std::string Dims(const Seq& v) {
   std::vector<std::string> parts;
-  for (const auto& x : v) parts.push_back(x.dump());
+  for (const auto& x : v) parts.push_back(absl::StrCat(static_cast<int64_t>(x)));
   return absl::StrCat("(", absl::StrJoin(parts, ","), ")");
 }
 
@@ -112,28 +114,29 @@ std::string WithoutRule(const std::string& message, const std::string& rule) {
   return message;
 }
 
-void Diagnostics(const json& list, std::string_view one, std::string_view many,
-                 std::string* out) {
+// One list of diagnostics; `hints[i]` is the hint of the i-th (or empty).
+void Diagnostics(const std::vector<Diagnostic>& list, const std::vector<std::string>& hints,
+                 std::string_view one, std::string_view many, std::string* out) {
   if (list.empty()) return;
   absl::StrAppend(out, Plural(list.size(), one, many), ":\n");
-  for (const auto& d : list) {
-    std::string where;
-    if (d.contains("file")) where = Str(d["file"]);
-    if (d.contains("source")) absl::StrAppend(&where, " [", Str(d["source"]), "]");
-    const std::string rule = Str(d["rule"]);
-    absl::StrAppend(out, "  ", rule, "  ", WithoutRule(Str(d["message"]), rule));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Diagnostic& d = list[i];
+    std::string where = Str(d.file);
+    if (d.source) absl::StrAppend(&where, " [", Str(*d.source), "]");
+    const std::string rule = Str(d.rule);
+    absl::StrAppend(out, "  ", rule, "  ", WithoutRule(Str(d.message), rule));
     if (!where.empty()) absl::StrAppend(out, "\n      in ", where);
-    if (d.contains("hint")) absl::StrAppend(out, "\n      hint: ", Str(d["hint"]));
+    if (i < hints.size() && !hints[i].empty()) {
+      absl::StrAppend(out, "\n      hint: ", Str(hints[i]));
+    }
     absl::StrAppend(out, "\n");
   }
-  // Per-rule summary lines (e.g. how many weights one rule marked) go here.
 }
 
-std::string Verdict(const json& j) {
-  const size_t ne = j["errors"].size(), nw = j["warnings"].size();
-  return absl::StrCat(Str(j["ptd"]["path"]), ": ", j["ok"].get<bool>() ? "OK" : "FAILED",
-                      " (", Plural(ne, "error", "errors"), ", ",
-                      Plural(nw, "warning", "warnings"), ")\n");
+std::string Verdict(const VerifyOutcome& o, size_t errors) {
+  return absl::StrCat(Str(o.ptd.path), ": ", o.ok() ? "OK" : "FAILED", " (",
+                      Plural(errors, "error", "errors"), ", ",
+                      Plural(o.report.warnings().size(), "warning", "warnings"), ")\n");
 }
 
 // How many rows to print of `n`, and the summary row for the rest.
@@ -141,183 +144,178 @@ size_t Shown(size_t n, const TextOptions& text) {
   return text.max_rows == 0 ? n : std::min(n, text.max_rows);
 }
 
-void MoreRow(size_t n, size_t shown, std::string_view what, std::string* out) {
+void MoreRow(size_t n, size_t shown, std::string_view what, const TextOptions& text,
+             std::string* out) {
   if (shown >= n) return;
-  absl::StrAppend(out, "    ... and ", n - shown, " more ", internal::Sv(what),
-                  "; --all lists them\n");
+  absl::StrAppend(out, "    ... and ", n - shown, " more ", internal::Sv(what), "; ",
+                  text.names.all_rows, "\n");
 }
 
-// Each key's segment size, by key (the first entry of a duplicated key, as
-// the container's lookup does): one pass, so a table of every weight is
-// linear in the weights, not quadratic.
-absl::flat_hash_map<std::string, const json*> SegmentSizes(const json& named_data) {
-  absl::flat_hash_map<std::string, const json*> sizes;
-  if (!named_data.is_array()) return sizes;
-  sizes.reserve(named_data.size());
-  for (const auto& n : named_data) {
-    if (n["key"].is_string()) sizes.try_emplace(n["key"].get_ref<const std::string&>(), &n["size"]);
-  }
+// Each listed key's segment size, by key (the first entry of a duplicated
+// key, as the container's lookup does): one pass, so a table of every
+// weight is linear in the weights, not quadratic.
+absl::flat_hash_map<std::string_view, std::optional<uint64_t>> SegmentSizes(
+    const std::vector<VerifiedKey>& keys) {
+  absl::flat_hash_map<std::string_view, std::optional<uint64_t>> sizes;
+  sizes.reserve(keys.size());
+  for (const VerifiedKey& k : keys) sizes.try_emplace(k.entry->key, k.size);
   return sizes;
 }
 
-// The size of the segment that holds `key` (null when the key is absent or
-// its size unknown).
-json SegmentSizeOf(const absl::flat_hash_map<std::string, const json*>& sizes, const json& key) {
-  if (!key.is_string()) return nullptr;
-  const auto it = sizes.find(key.get_ref<const std::string&>());
-  return it == sizes.end() ? json(nullptr) : *it->second;
-}
-
-// How many keys or weights there are: the total a report cut short gives
-// (VerifyOptions::list_limit), else the length of the list.
-size_t Count(const json& object, const char* total, const char* list) {
-  if (object.contains(total)) return object[total].get<size_t>();
-  return object[list].size();
-}
-
 // Marks for a weight's notes column.
-std::string WeightNotes(const json& weight) {
-  std::string notes = weight.value("runtime_owned", false) ? "runtime-owned" : "";
+std::string WeightNotes(const VerifiedWeight& w, bool stats) {
+  std::string notes = w.runtime_owned ? "runtime-owned" : "";
   // --stats: "NaN 2, Inf 0, min -1.5, max 3" (N1 warns about the first two).
-  if (const auto it = weight.find("stats"); it != weight.end() && it->is_object()) {
-    const json& st = *it;
-    absl::StrAppend(&notes, notes.empty() ? "" : "; ", "NaN ", Num(st["nan"]), ", Inf ",
-                    Num(st["inf"]));
-    if (!st["min"].is_null()) {
-      absl::StrAppend(&notes, ", min ", absl::StrFormat("%.6g", st["min"].get<double>()),
-                      ", max ", absl::StrFormat("%.6g", st["max"].get<double>()));
+  if (stats && w.stats) {
+    const WeightStats& st = *w.stats;
+    absl::StrAppend(&notes, notes.empty() ? "" : "; ", "NaN ", st.nan, ", Inf ", st.inf);
+    if (st.min) {
+      absl::StrAppend(&notes, ", min ", absl::StrFormat("%.6g", *st.min), ", max ",
+                      absl::StrFormat("%.6g", st.max.value_or(0)));
     }
   }
   return notes;
 }
 
-}  // namespace
+std::string DigestCell(bool digest, const std::optional<std::string>& sha) {
+  if (!digest) return "";
+  return sha ? Str(*sha) : "-";
+}
 
-std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text) {
-  const json& j = outcome.json;
-  std::string out;
-  if (outcome.io_error) {
-    return absl::StrCat("cannot read input: ", *outcome.io_error, " (", kInputRule, ")\n");
-  }
-  bool truncated = false;
-  absl::StrAppend(&out, Verdict(j));
-  Diagnostics(j["errors"], "error", "errors", &out);
-  Diagnostics(j["warnings"], "warning", "warnings", &out);
+void Diagnoses(const VerifyOutcome& o, const std::vector<Diagnostic>& errors,
+               const TextOptions& text, std::string* out) {
+  std::vector<std::string> hints(errors.size());
+  for (const InputHint& h : o.hints) hints[h.error] = HintText(h, text.names);
+  Diagnostics(errors, hints, "error", "errors", out);
+  Diagnostics(o.report.warnings(), {}, "warning", "warnings", out);
   size_t refused = 0;  // U1: what upstream's CUDA runtime would not load.
-  for (const auto& d : j["warnings"]) refused += d["rule"] == "U1" ? 1 : 0;
+  for (const Diagnostic& d : o.report.warnings()) refused += d.rule == "U1" ? 1 : 0;
   if (refused > 0) {
-    absl::StrAppend(&out, "U1: upstream's CUDA runtime would refuse this file: ", refused,
+    absl::StrAppend(out, "U1: upstream's CUDA runtime would refuse this file: ", refused,
                     refused == 1 ? " weight has a dtype" : " weights have dtypes",
                     " it does not load\n");
   }
+}
 
-  const json& p = j["ptd"];
-  absl::StrAppend(&out, "\ncontainer ", Str(p["path"]), ": ", ByteSize(p["size"]));
-  if (p["segments"].is_null()) {
-    absl::StrAppend(&out, ", not parsed (see the errors above)\n");
-  } else {
-    absl::StrAppend(&out, ", version ", Num(p["version"]), ", segment base ",
-                    Num(p["segment_base_offset"]), ", ", ByteSize(p["segment_data_size"]),
-                    " of segment data, ", Plural(Count(p, "segment_count", "segments"), "segment", "segments"),
-                    ", ", Plural(Count(p, "named_data_count", "named_data"), "key", "keys"));
-    if (p.contains("segment_alignment_observed")) {
-      absl::StrAppend(&out, ", segment alignment ", Num(p["segment_alignment_observed"]));
-    }
-    absl::StrAppend(&out, "\n");
+void ContainerLine(const VerifiedContainer& p, std::string* out) {
+  absl::StrAppend(out, "\ncontainer ", Str(p.path), ": ", ByteSize(p.size));
+  const Container* c = p.container;
+  if (c == nullptr) {
+    absl::StrAppend(out, ", not parsed (see the errors above)\n");
+    return;
   }
-  if (p["named_data"].is_array() && !p["named_data"].empty()) {
-    const std::vector<Column> columns = {{"key"},         {"segment", true},
-                                         {"file offset", true}, {"bytes", true},
-                                         {"layout"},      {"sha256"}};
-    std::vector<std::vector<std::string>> rows;
-    const size_t n = Count(p, "named_data_count", "named_data");
-    const size_t shown = std::min(Shown(n, text), p["named_data"].size());
-    for (size_t i = 0; i < shown; ++i) {
-      const auto& nd = p["named_data"][i];
-      std::string layout = "-";
-      if (!nd["layout"].is_null()) {
-        layout = absl::StrCat(internal::Sv(ScalarTypeName(nd["layout"]["scalar_type"].get<int>())),
-                              Dims(nd["layout"]["sizes"]), " order",
-                              Dims(nd["layout"]["dim_order"]));
-      }
-      const auto seg = nd["segment_index"].get<uint64_t>();
-      // The segment's offset in the file: the base plus its offset in the data.
-      std::string offset = "-";
-      if (nd.contains("file_offset")) {
-        offset = Num(nd["file_offset"]);
-      } else if (seg < p["segments"].size() && p["segment_base_offset"].is_number_unsigned()) {
-        offset = absl::StrCat(p["segment_base_offset"].get<uint64_t>() +
-                              p["segments"][seg]["offset"].get<uint64_t>());
-      }
-      rows.push_back({Str(nd["key"]), Num(nd["segment_index"]), offset, Num(nd["size"]), layout,
-                      nd.contains("sha256")
-                          ? (nd["sha256"].is_null() ? "-" : Str(nd["sha256"]))
-                          : ""});
-    }
-    Table(columns, rows, &out);
-    MoreRow(n, shown, "keys", &out);
-    truncated |= shown < n;
-  }
+  absl::StrAppend(out, ", version ", c->version(), ", segment base ",
+                  c->header().segment_base_offset, ", ",
+                  ByteSize(c->header().segment_data_size), " of segment data, ",
+                  Plural(p.segment_count, "segment", "segments"), ", ",
+                  Plural(p.key_count, "key", "keys"), ", segment alignment ",
+                  c->ObservedSegmentAlignment(), "\n");
+}
 
-  const auto segment_sizes = SegmentSizes(p["named_data"]);
-  for (const auto& m : j["manifests"]) {
-    std::string name = Str(m["source"]);
-    if (m.contains("file")) {
-      name = m["source"] == "manifest" ? Str(m["file"])
-                                       : absl::StrCat(Str(m["source"]), " in ", Str(m["file"]));
+// The key table; true when it was cut short.
+bool KeyTable(const VerifyOutcome& o, const TextOptions& text, std::string* out) {
+  const VerifiedContainer& p = o.ptd;
+  if (p.keys.empty()) return false;
+  const std::vector<Column> columns = {{"key"},         {"segment", true},
+                                       {"file offset", true}, {"bytes", true},
+                                       {"layout"},      {"sha256"}};
+  std::vector<std::vector<std::string>> rows;
+  const size_t shown = std::min(Shown(p.key_count, text), p.keys.size());
+  for (size_t i = 0; i < shown; ++i) {
+    const VerifiedKey& k = p.keys[i];
+    std::string layout = "-";
+    if (const TensorLayout* l = k.entry->layout) {
+      layout = absl::StrCat(internal::Sv(ScalarTypeName(l->scalar_type)), Dims(l->sizes),
+                            " order", Dims(l->dim_order));
     }
-    absl::StrAppend(&out, "\nmanifest ", name,
-                    m.contains("format") ? absl::StrCat(" (", Str(m["format"]), ")")
-                                         : std::string(),
-                    ": ", Plural(m["variants"].size(), "variant", "variants"), ", ",
-                    Plural(Count(m, "weight_count", "weights"), "weight", "weights"), "\n");
-    for (size_t i = 0; i < m["variants"].size(); ++i) {
-      const auto& v = m["variants"][i];
-      absl::StrAppend(&out, "    variant ", i, ": target_sm ", Num(v["target_sm"]),
-                      ", ptx_compute ", Num(v["ptx_compute"]),
-                      v["fallback_only"].get<bool>() ? ", fallback only" : "",
-                      ", library '", Str(v["so_blob_key"]), "'\n");
+    rows.push_back({Str(k.entry->key), absl::StrCat(k.entry->segment_index), Num(k.file_offset),
+                    Num(k.size), layout, DigestCell(o.options.digest, k.sha256)});
+  }
+  Table(columns, rows, out);
+  MoreRow(p.key_count, shown, "keys", text, out);
+  return shown < p.key_count;
+}
+
+void ManifestHeading(const VerifiedManifest& vm, std::string* out) {
+  const SourcedManifest& s = *vm.manifest;
+  std::string name = Str(s.source);
+  if (!s.file.empty()) {
+    name = s.source == "manifest" ? Str(s.file) : absl::StrCat(Str(s.source), " in ", Str(s.file));
+  }
+  absl::StrAppend(out, "\nmanifest ", name, " (", Str(ManifestFormatName(s.manifest.format)),
+                  "): ", Plural(s.manifest.variants.size(), "variant", "variants"), ", ",
+                  Plural(vm.weight_count, "weight", "weights"), "\n");
+  for (size_t i = 0; i < s.manifest.variants.size(); ++i) {
+    const Variant& v = s.manifest.variants[i];
+    absl::StrAppend(out, "    variant ", i, ": target_sm ", v.target_sm, ", ptx_compute ",
+                    v.ptx_compute, v.fallback_only() ? ", fallback only" : "", ", library '",
+                    Str(v.so_blob_key), "'\n");
+  }
+  if (vm.selection) {
+    const VerifiedSelection& sel = *vm.selection;
+    if (!sel.choice) {
+      absl::StrAppend(out, "    on sm ", sel.sm, ": ", Str(sel.message), "\n");
+    } else {
+      absl::StrAppend(out, "    on sm ", sel.sm, ": runs variant ", sel.choice->index,
+                      sel.choice->via_ptx ? " (through PTX)" : "", "\n");
     }
-    if (m.contains("selection")) {
-      const auto& s = m["selection"];
-      if (s["variant"].is_null()) {
-        absl::StrAppend(&out, "    on sm ", Num(s["sm"]), ": ",
-                        Str(s["message"]), "\n");
-      } else {
-        absl::StrAppend(&out, "    on sm ", Num(s["sm"]), ": runs variant ",
-                        Num(s["variant"]),
-                        s["via_ptx"].get<bool>() ? " (through PTX)" : "", "\n");
-      }
+  }
+}
+
+// One manifest's heading and weight table; true when the table was cut
+// short.
+bool ManifestTable(const VerifyOutcome& o, const VerifiedManifest& vm,
+                   const absl::flat_hash_map<std::string_view, std::optional<uint64_t>>& sizes,
+                   const TextOptions& text, std::string* out) {
+  ManifestHeading(vm, out);
+  if (vm.weights.empty()) return false;
+  // "required": the bytes the view reaches; "segment": the bytes the .ptd
+  // holds for the storage; "manifest": the manifest's storage_nbytes.
+  const std::vector<Column> columns = {
+      {"fqn"},          {"dtype"},         {"sizes"},           {"strides"},
+      {"offset (elements)", true},         {"storage"},         {"required", true},
+      {"segment", true}, {"manifest", true}, {"sha256"},        {"notes"}};
+  const bool keys_cut = o.ptd.keys.size() < o.ptd.key_count;
+  std::vector<std::vector<std::string>> rows;
+  const size_t shown = std::min(Shown(vm.weight_count, text), vm.weights.size());
+  for (size_t i = 0; i < shown; ++i) {
+    const VerifiedWeight& w = vm.weights[i];
+    const WeightEntry& e = *w.entry;
+    std::optional<uint64_t> segment;
+    if (keys_cut && w.key != nullptr) {
+      segment = w.segment_size;
+    } else if (const auto it = sizes.find(e.storage_key); it != sizes.end()) {
+      segment = it->second;
     }
-    if (m["weights"].empty()) continue;
-    // "required": the bytes the view reaches; "segment": the bytes the .ptd
-    // holds for the storage; "manifest": the manifest's storage_nbytes.
-    const std::vector<Column> columns = {
-        {"fqn"},          {"dtype"},         {"sizes"},           {"strides"},
-        {"offset (elements)", true},         {"storage"},         {"required", true},
-        {"segment", true}, {"manifest", true}, {"sha256"},        {"notes"}};
-    std::vector<std::vector<std::string>> rows;
-    const size_t n = Count(m, "weight_count", "weights");
-    const size_t shown = std::min(Shown(n, text), m["weights"].size());
-    for (size_t i = 0; i < shown; ++i) {
-      const auto& w = m["weights"][i];
-      rows.push_back(
-          {Str(w["fqn"]), std::string(ScalarTypeName(w["dtype"].get<int64_t>())),
-           Dims(w["sizes"]), Dims(w["strides"]), Num(w["storage_offset"]),
-           Str(w["storage_key"]), Num(w["required_nbytes"]),
-           Num(w.contains("segment_size") ? w["segment_size"]
-                                          : SegmentSizeOf(segment_sizes, w["storage_key"])),
-           Num(w["storage_nbytes"]),
-           w.contains("sha256") ? (w["sha256"].is_null() ? "-" : Str(w["sha256"])) : "",
-           WeightNotes(w)});
-    }
-    Table(columns, rows, &out);
-    MoreRow(n, shown, "weights", &out);
-    truncated |= shown < n;
+    rows.push_back({Str(e.fqn), std::string(ScalarTypeName(e.dtype)), Dims(e.sizes),
+                    Dims(e.strides), absl::StrCat(e.storage_offset), Str(e.storage_key),
+                    Num(w.required_nbytes), Num(segment), absl::StrCat(e.storage_nbytes),
+                    DigestCell(o.options.digest, w.sha256),
+                    WeightNotes(w, o.options.stats && w.stats_dtype)});
+  }
+  Table(columns, rows, out);
+  MoreRow(vm.weight_count, shown, "weights", text, out);
+  return shown < vm.weight_count;
+}
+
+}  // namespace
+
+std::string FormatText(const VerifyOutcome& o, const TextOptions& text) {
+  if (const InputError* e = o.io_error()) {
+    return absl::StrCat("cannot read input: ", e->status.message(), " (", kInputRule, ")\n");
+  }
+  const std::vector<Diagnostic> errors = o.Errors();
+  std::string out = Verdict(o, errors.size());
+  Diagnoses(o, errors, text, &out);
+  ContainerLine(o.ptd, &out);
+  bool truncated = KeyTable(o, text, &out);
+  const auto sizes = SegmentSizes(o.ptd.keys);
+  for (const VerifiedManifest& vm : o.manifests) {
+    truncated |= ManifestTable(o, vm, sizes, text, &out);
   }
   // A long report ends where a reader looks: the verdict again.
-  if (truncated || j["errors"].size() + j["warnings"].size() > 20) {
-    absl::StrAppend(&out, "\n", Verdict(j));
+  if (truncated || errors.size() + o.report.warnings().size() > 20) {
+    absl::StrAppend(&out, "\n", Verdict(o, errors.size()));
   }
   return out;
 }

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/internal/checked_math.h"
 #include "ptd/sha256.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/checked_math.h"
+#include "runtime/internal/status_macros.h"
 
 namespace ptd {
 namespace {

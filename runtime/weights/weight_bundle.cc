@@ -7,7 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 
 namespace ptd {
 namespace {
@@ -22,7 +22,7 @@ constexpr uint64_t kDecodeManifestOnAThreadBytes = uint64_t{256} << 10;
 
 bool IsSupportedManifestMagic(absl::Span<const uint8_t> head) {
   const std::string_view magic(reinterpret_cast<const char*>(head.data()), head.size());
-  return magic == kManifestMagic || magic == kManifestMagicFqn3;
+  return magic == kManifestMagicFqn0 || magic == kManifestMagicFqn3;
 }
 
 }  // namespace
@@ -40,10 +40,10 @@ absl::StatusOr<BundleSources> OpenBundleSources(const BundlePaths& paths) {
 }
 
 void WeightBundle::ReadManifestFile(const FileSource& source, Report* report) {
-  const Where where{.file = source.name(), .source = "manifest"};
+  const Where where{.file = source.name(), .source = std::string(kStandaloneManifestSource)};
   // The magic first: a file that is no manifest (a 100 GiB sparse file, a
   // .ptd) is M1/M2 from its first bytes, never read whole.
-  auto head = ReadBytes(source, 0, std::min<uint64_t>(source.size(), kManifestMagic.size()));
+  auto head = ReadBytes(source, 0, std::min<uint64_t>(source.size(), kManifestMagicFqn0.size()));
   if (!head.ok()) {
     if (!io_error_) io_error_ = head.status();
     return;
@@ -72,7 +72,7 @@ void WeightBundle::ReadManifestFile(const FileSource& source, Report* report) {
   std::shared_ptr<const Bytes> owner;
   if (!bytes->borrowed()) owner = std::make_shared<const Bytes>(*std::move(bytes));
   if (auto m = DecodeManifest(span, owner, where, report)) {
-    manifests_->push_back({"manifest", std::move(*m), source.name()});
+    manifests_->push_back({std::string(kStandaloneManifestSource), std::move(*m), source.name()});
   }
 }
 
@@ -95,7 +95,7 @@ void WeightBundle::CheckLibraryKeys(Report* report) const {
   const absl::flat_hash_set<std::string_view> pte_keys(
       program_->named_data_keys().begin(), program_->named_data_keys().end());
   for (const SourcedManifest& s : *manifests_) {
-    if (s.source == "manifest") continue;
+    if (s.source == kStandaloneManifestSource) continue;
     for (size_t i = 0; i < s.manifest.variants.size(); ++i) {
       const std::string& key = s.manifest.variants[i].so_blob_key;
       if (key.empty() || pte_keys.contains(key) ||
@@ -151,6 +151,16 @@ WeightBundle WeightBundle::Verify(const BundleSources& sources, Report* report) 
                               : WeightSet::CheckWithoutContainer(inputs, report);
   }
   return b;
+}
+
+WeightBundle WeightBundle::Verify(const BundlePaths& paths, Report* report) {
+  absl::StatusOr<BundleSources> sources = OpenBundleSources(paths);
+  if (!sources.ok()) {
+    WeightBundle b;
+    b.io_error_ = sources.status();
+    return b;
+  }
+  return Verify(*sources, report);
 }
 
 absl::StatusOr<WeightBundle> WeightBundle::Open(const BundleSources& sources) {

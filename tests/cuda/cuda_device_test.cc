@@ -25,7 +25,7 @@ constexpr size_t kMiB = size_t{1} << 20;
 TEST(CudaOpenTest, MissingDeviceIsACleanError) {
   const int count = CudaDeviceCount();
   ASSERT_GE(count, 0);
-  const auto device = OpenCudaDevice(count);  // One past the last.
+  const auto device = CudaDevice::Open(count);  // One past the last.
   ASSERT_FALSE(device.ok());
   if (count == 0) {
     EXPECT_EQ(device.status().code(), absl::StatusCode::kUnavailable) << device.status();
@@ -34,7 +34,7 @@ TEST(CudaOpenTest, MissingDeviceIsACleanError) {
     EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument) << device.status();
     EXPECT_THAT(device.status().message(), HasSubstr("does not exist"));
   }
-  EXPECT_FALSE(OpenCudaDevice(-1).ok());
+  EXPECT_FALSE(CudaDevice::Open(-1).ok());
 }
 
 TEST_F(CudaTest, Identity) {

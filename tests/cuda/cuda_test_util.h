@@ -13,7 +13,7 @@ class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    auto device = OpenCudaDevice(0);
+    auto device = CudaDevice::Open(0);
     ASSERT_TRUE(device.ok()) << device.status();
     device_ = *std::move(device);
   }

@@ -14,10 +14,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ptd/cuda_device.h"
-#include "ptd/fault_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/sha256.h"
+#include "ptd/testing/fault_device.h"
 #include "ptd/view_materialize.h"
 #include "tests/cudasim/cudasim.h"
 #include "tests/cudasim/sim_devices.h"
@@ -88,7 +88,7 @@ TEST_F(CudaBudgetSimTest, A48MiBBudgetLoads200MiBOnA64MiBDevice) {
   cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
   {
-    auto gpu = OpenCudaDevice(0);
+    auto gpu = CudaDevice::Open(0);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     auto w = LoadWeights(paths(), *gpu, LoadOptions{.device_budget_bytes = 48 * kMiB});
     ASSERT_TRUE(w.ok()) << w.status();
@@ -157,7 +157,7 @@ TEST_F(CudaBudgetSimTest, A48MiBBudgetLoads200MiBOnA64MiBDevice) {
 TEST_F(CudaBudgetSimTest, ABudgetOverTheFreeMemoryFailsBeforeAnyAllocation) {
   cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const uint64_t mallocs = cudasim::CallCount("cudaMalloc");
   const uint64_t host_allocs = cudasim::CallCount("cudaHostAlloc");
@@ -175,7 +175,7 @@ TEST_F(CudaBudgetSimTest, ABudgetOverTheFreeMemoryFailsBeforeAnyAllocation) {
 TEST_F(CudaBudgetSimTest, WithoutABudgetTheLoadRunsOutOfMemoryCleanly) {
   cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const uint64_t mem_info = cudasim::CallCount("cudaMemGetInfo");
   auto w = LoadWeights(paths(), *gpu);
@@ -192,7 +192,7 @@ TEST_F(CudaBudgetSimTest, WithoutABudgetTheLoadRunsOutOfMemoryCleanly) {
 TEST_F(CudaBudgetSimTest, AMappedShareOverThePinnableMemoryFailsBeforeAnyAllocation) {
   cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   // The host says 100 MiB can be pinned; 152 MiB would be.
   auto dev = std::make_shared<FaultDevice>(
@@ -216,7 +216,7 @@ TEST_F(CudaBudgetSimTest, AMappedShareOverThePinnableMemoryFailsBeforeAnyAllocat
 TEST_F(CudaBudgetSimTest, MemoryInfoReportsFreeDeviceMemoryAndMemAvailable) {
   cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   auto info = (*gpu)->MemoryInfo();
   ASSERT_TRUE(info.ok()) << info.status();
@@ -230,7 +230,7 @@ TEST_F(CudaBudgetSimTest, MemoryInfoReportsFreeDeviceMemoryAndMemAvailable) {
 TEST_F(CudaBudgetSimTest, HostFqnPatternsGoToMappedMemoryBeforeTheBudgetIsCounted) {
   cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   auto w = LoadWeights(paths(), *gpu,
                        LoadOptions{.device_budget_bytes = 48 * kMiB, .host_fqns = {"w1?"}});
@@ -252,7 +252,7 @@ TEST_F(CudaBudgetSimTest, HostFqnPatternsGoToMappedMemoryBeforeTheBudgetIsCounte
 // view on it reads mapped memory, the transposed one through the kernel.
 TEST(CudaBudgetConformanceTest, ASharedStorageIsPlacedOnce) {
   const json& tc = ConformanceCase("k02_one_storage_key_many_views");
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   auto w = LoadWeights(
       BundlePaths{.ptd = ConformancePath(tc["ptd"]), .manifest = ConformancePath(tc["manifest"])},
@@ -281,7 +281,7 @@ class CudaBudgetConformanceCaseTest : public ::testing::TestWithParam<std::strin
 // memory and from the dense copy made on the GPU.
 TEST_P(CudaBudgetConformanceCaseTest, BudgetZeroAndUnlimitedGiveTheSameDigests) {
   const json& tc = ConformanceCase(GetParam());
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   for (const BundlePaths& paths : ConformanceRoutes(tc)) {
     for (const std::optional<uint64_t> budget : {std::optional<uint64_t>(0),

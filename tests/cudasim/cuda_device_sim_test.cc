@@ -60,8 +60,8 @@ TEST(CudaSimTest, MoveAssigningALoadFreesItsStoragesBeforeItsDevice) {
     want = Digests(*host, model);
   }
   // Two devices, each held only by its load.
-  auto a = LoadWeights(paths, *OpenCudaDevice(0));
-  auto b = LoadWeights(paths, *OpenCudaDevice(0));
+  auto a = LoadWeights(paths, *CudaDevice::Open(0));
+  auto b = LoadWeights(paths, *CudaDevice::Open(0));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_GT(cudasim::DeviceBytesInUse(0), 0u);
@@ -85,7 +85,7 @@ TEST(CudaSimTest, ALoadOnCuda1NeverTouchesCuda0) {
   std::vector<std::string> got;
   std::thread worker([&] {
     worker_id = std::this_thread::get_id();
-    auto gpu = OpenCudaDevice(1);
+    auto gpu = CudaDevice::Open(1);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     auto w = LoadWeights(paths, *gpu);
     ASSERT_TRUE(w.ok()) << w.status();
@@ -108,7 +108,7 @@ TEST(CudaSimTest, TheCallersDeviceIsRestored) {
   ASSERT_TRUE(sim.ok());
   std::thread worker([] {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    auto gpu = OpenCudaDevice(1);
+    auto gpu = CudaDevice::Open(1);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     auto block = (*gpu)->Allocate(4096);
     ASSERT_TRUE(block.ok()) << block.status();
@@ -127,7 +127,7 @@ TEST(CudaSimTest, AnIgnoredFailureIsNotReportedByALaterLaunch) {
   ASSERT_TRUE(sim.ok());
   std::thread worker([] {
     ASSERT_EQ(cudaSetDevice(1), cudaSuccess);  // The caller's device, with a context.
-    auto gpu = OpenCudaDevice(0);
+    auto gpu = CudaDevice::Open(0);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     // Allocate sets cuda:0 (1st call) and restores cuda:1 (2nd), which fails.
     cudasim::FailNthCall("cudaSetDevice", 2, cudaErrorInvalidDevice);
@@ -153,7 +153,7 @@ TEST(CudaSimTest, AnIgnoredFailureIsNotReportedByALaterLaunch) {
 // The defect: Materialize launched its kernel on whatever pointer it got; a
 // kernel reading host memory kills a real GPU context (here: the process).
 TEST(CudaSimTest, MaterializeOfHostMemoryIsInvalidArgument) {
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok());
   auto host = std::make_shared<HostDevice>()->Allocate(4096);
   ASSERT_TRUE(host.ok());
@@ -168,7 +168,7 @@ TEST(CudaSimTest, MaterializeOfHostMemoryIsInvalidArgument) {
 // Materialize into a caller's buffer: no cudaMalloc (nor the device-wide
 // synchronization of a cudaFree) per call.
 TEST(CudaSimTest, MaterializeIntoReusesTheCallersBuffer) {
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok());
   auto storage = (*gpu)->Allocate(64 * 64 * 2);
   ASSERT_TRUE(storage.ok());
@@ -198,7 +198,7 @@ TEST(CudaSimTest, MaterializeIntoReusesTheCallersBuffer) {
 // a copy from it was still in flight; its next owner overwrote the bytes
 // that copy had yet to read.
 TEST(CudaSimTest, TheStagingCacheWaitsForCopiesFromABlock) {
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok());
   constexpr size_t kBytes = 1 << 20;
   auto dst = (*gpu)->Allocate(kBytes);
@@ -236,7 +236,7 @@ TEST(CudaSimTest, PackedPiecesAreCoalescedIntoOneCopyPerSlot) {
   TempDir dir;
   const TestModel model = WriteTestModel(dir.path(), std::vector<uint64_t>(65536, 1024));
   const BundlePaths paths{.ptd = model.ptd, .manifest = model.manifest};
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok());
   const uint64_t copies = cudasim::CallCount("cudaMemcpyAsync");
   const uint64_t records = cudasim::CallCount("cudaEventRecord");
@@ -268,7 +268,7 @@ TEST(CudaSimTest, ALoadPastTheCapacityFailsCleanly) {
   ASSERT_TRUE(sim.ok());
   TempDir dir;
   const TestModel model = WriteTestModel(dir.path(), std::vector<uint64_t>(12, 1 << 20));
-  auto gpu = OpenCudaDevice(0);
+  auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok());
   auto w = LoadWeights({.ptd = model.ptd, .manifest = model.manifest}, *gpu);
   ASSERT_FALSE(w.ok());

@@ -3,7 +3,7 @@
 // a stream's earlier copies; CopyToHost and Synchronize see every copy
 // issued before them; foreign tickets and host pointers are refused; a
 // staging block dropped with a copy in flight completes it and is counted.
-#include "ptd/async_device.h"
+#include "ptd/testing/async_device.h"
 
 #include <cstdint>
 #include <cstring>

@@ -10,9 +10,9 @@
 #include "absl/strings/cord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ptd/fault_device.h"
 #include "ptd/host_device.h"
 #include "ptd/open_device.h"
+#include "ptd/testing/fault_device.h"
 
 namespace ptd {
 namespace {

@@ -28,11 +28,11 @@
 
 #include "ptd/byte_source.h"
 #include "ptd/container.h"
-#include "ptd/fault_device.h"
 #include "ptd/file_source.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/sha256.h"
+#include "ptd/testing/fault_device.h"
 #include "ptd/view_digest.h"
 #include "ptd/weight_bundle.h"
 #include "runtime/internal/bytes_le.h"
@@ -141,10 +141,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         !bundle->manifests()[0].manifest.entries.empty()) {
       options.fqns.emplace_back(bundle->manifests()[0].manifest.entries[0].fqn);
     }
-    loaded = LoadWeights(*bundle, device, options);
+    loaded = LoadWeights(std::make_shared<const WeightBundle>(*std::move(bundle)), device,
+                         options);
     if (loaded->ok()) {
-      // Reopen the same bytes for the checks: the bundle dies here, the
-      // loaded weights do not depend on it.
+      // Reopen the same bytes for the checks: the checks read the container
+      // of their own, not the bundle the loaded weights hold.
       auto reopened = Container::Open(sources.ptd);
       FUZZ_CHECK(reopened.ok());
       container = std::move(*reopened);

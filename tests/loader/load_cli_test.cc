@@ -227,7 +227,7 @@ TEST(LoadCliTest, CudaWithoutCudaSaysSo) {
   const auto r = RunCommand(
       Load("--device cuda " + ConformancePath("files/c01_layouts_and_shared_segment.ptd") +
            " 2>&1"));
-#ifndef PTD_HAVE_CUDA
+#ifndef PTD_LOAD_HAS_CUDA
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.out, HasSubstr("built without CUDA"));
 #else

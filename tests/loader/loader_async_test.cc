@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ptd/async_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
+#include "ptd/testing/async_device.h"
 #include "ptd/view_digest.h"
 #include "ptd/weight_writer.h"
 #include "tests/testing/loader_testing.h"

@@ -15,10 +15,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ptd/async_device.h"
-#include "ptd/fault_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
+#include "ptd/testing/async_device.h"
+#include "ptd/testing/fault_device.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 
@@ -76,7 +76,7 @@ class LoaderFaultTest : public ::testing::TestWithParam<Path> {
     auto b = WeightBundle::Open(BundlePaths{.ptd = model_.ptd, .manifest = model_.manifest,
                                             .use_mmap = false});
     ASSERT_TRUE(b.ok()) << b.status();
-    bundle_ = std::make_unique<WeightBundle>(*std::move(b));
+    bundle_ = std::make_shared<const WeightBundle>(*std::move(b));
     source_ = MakeContainerByteSource(*bundle_->container());
   }
   bool staged() const { return GetParam() != Path::kDirect; }
@@ -105,7 +105,7 @@ class LoaderFaultTest : public ::testing::TestWithParam<Path> {
 
   TempDir dir_;
   TestModel model_;
-  std::unique_ptr<WeightBundle> bundle_;
+  std::shared_ptr<const WeightBundle> bundle_;
   std::unique_ptr<ByteSource> source_;
 };
 
@@ -186,7 +186,7 @@ TEST_P(LoaderFaultTest, CancelStopsTheLoadAndFreesEverything) {
   int calls = 0;
   o.progress = [&](uint64_t, uint64_t) { return ++calls < 3; };
   {
-    auto w = LoadWeights(*bundle_, device, o);
+    auto w = LoadWeights(bundle_, device, o);
     ASSERT_FALSE(w.ok());
     EXPECT_EQ(w.status().code(), absl::StatusCode::kCancelled);
     EXPECT_THAT(w.status().message(), HasSubstr("storage '"));
@@ -208,7 +208,7 @@ TEST_P(LoaderFaultTest, FileShrinkingDuringTheLoadIsDataLoss) {
     return true;
   };
   {
-    auto w = LoadWeights(*bundle_, device, o);
+    auto w = LoadWeights(bundle_, device, o);
     ASSERT_FALSE(w.ok());
     EXPECT_EQ(w.status().code(), absl::StatusCode::kDataLoss) << w.status();
     EXPECT_THAT(w.status().message(), HasSubstr("storage '"));
@@ -228,7 +228,7 @@ TEST(LoaderShrinkTest, MappedBundleOfAShrunkFileIsDataLossNotSigbus) {
   ASSERT_TRUE(b->container()->source().View(0, 0).has_value());  // A mapping.
   ASSERT_EQ(::truncate(m.ptd.c_str(), 8192), 0);
   auto device = std::make_shared<HostDevice>();
-  auto w = LoadWeights(*b, device);
+  auto w = LoadWeights(std::make_shared<const WeightBundle>(*std::move(b)), device);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(w.status().message(), AnyOf(HasSubstr("when verified"), HasSubstr("storage '")));

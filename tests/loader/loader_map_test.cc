@@ -167,13 +167,14 @@ TEST(LoaderMapTest, ASourceThatCannotMapIsRead) {
       .manifest = std::shared_ptr<const FileSource>(
           MemorySource(ReadFileBytes(m.manifest), "<manifest>"))});
   ASSERT_TRUE(bundle.ok()) << bundle.status();
+  const auto shared = std::make_shared<const WeightBundle>(*std::move(bundle));
   auto device = std::make_shared<HostDevice>();
-  auto w = LoadWeights(*bundle, device, Mapped());
+  auto w = LoadWeights(shared, device, Mapped());
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->stats().mapped, 0u);
   EXPECT_EQ(device->stats().allocations, 2u);
   EXPECT_GT(w->stats().reads, 0u);
-  auto reference = LoadWeights(*bundle, std::make_shared<HostDevice>());
+  auto reference = LoadWeights(shared, std::make_shared<HostDevice>());
   ASSERT_TRUE(reference.ok());
   ExpectSameBytes(*w, *reference, m.fqns);
 }
@@ -202,7 +203,7 @@ TEST(LoaderMapTest, AFileThatShrankAfterVerificationIsDataLoss) {
   ASSERT_EQ(::stat(m.ptd.c_str(), &st), 0);
   ASSERT_EQ(::truncate(m.ptd.c_str(), st.st_size / 2), 0);
   auto device = std::make_shared<HostDevice>();
-  auto w = LoadWeights(*bundle, device, Mapped());
+  auto w = LoadWeights(std::make_shared<const WeightBundle>(*std::move(bundle)), device, Mapped());
   ASSERT_EQ(w.status().code(), absl::StatusCode::kDataLoss) << w.status();
   EXPECT_THAT(w.status().message(), HasSubstr("map"));
   EXPECT_THAT(w.status().message(), HasSubstr("shrank"));

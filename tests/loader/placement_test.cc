@@ -11,9 +11,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ptd/fault_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
+#include "ptd/testing/fault_device.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 #include "verifier/cli_util.h"

@@ -3,7 +3,7 @@
 #   1. `cmake --install` the build tree into a temporary prefix;
 #   2. configure, build and run examples/consumer against it with
 #      find_package(ptd), and check that the consumer's link line has no
-#      OpenSSL, nlohmann-json or CLI11;
+#      OpenSSL, nlohmann-json or CLI11; run its use of ptd::testing;
 #   3. the same consumer with add_subdirectory() of the source tree.
 # Usage: consumer_test.sh SOURCE_DIR BUILD_DIR PTD_FILE PTD_VERIFY
 set -euo pipefail
@@ -15,7 +15,9 @@ cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 test -f "$tmp/prefix/lib/cmake/ptd/ptdConfig.cmake"
 test -f "$tmp/prefix/lib/cmake/ptd/ptdConfigVersion.cmake"
 test -f "$tmp/prefix/include/ptd/container.h"
+test -f "$tmp/prefix/include/ptd/testing/fault_device.h"
 test ! -e "$tmp/prefix/include/ptd/internal"
+test ! -e "$tmp/prefix/include/ptd/status_macros.h"
 
 
 check_consumer() {  # BUILD_DIR
@@ -23,6 +25,7 @@ check_consumer() {  # BUILD_DIR
   out=$("$1/ptd-keys" "$ptd")
   echo "$out"
   [[ -n $out ]] || { echo "consumer printed no keys" >&2; exit 1; }
+  "$1/ptd-fault-check" >/dev/null || { echo "ptd-fault-check failed" >&2; exit 1; }
   # The link line of ptd::format alone: no crypto, JSON or CLI libraries.
   local link
   link=$(find "$1" -name link.txt -path '*ptd-keys*' -exec cat {} +)

@@ -231,7 +231,7 @@ TEST(CliAuditTest, UnreadableInputIsSaidOnceOnStderrWithTheRightName) {
 }
 
 TEST(CliAuditTest, NoDriverIsSaidPlainly) {
-#ifndef PTD_HAVE_CUDA
+#ifndef PTD_LOAD_HAS_CUDA
   GTEST_SKIP() << "built without CUDA: --device cuda is a usage error here";
 #else
   void* libcuda = ::dlopen("libcuda.so.1", RTLD_LAZY);

@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/testing/test_util.h"
 #include "ptd/verify.h"
+#include "ptd/verify_json.h"
 
 namespace ptd {
 namespace {
@@ -96,8 +97,9 @@ TEST_P(ConformanceTest, GivesExpectedVerdictRulesAndDigests) {
   for (const std::string& route : Routes(tc)) {
     SCOPED_TRACE("route " + route);
     const VerifyOutcome out = RunVerify(OptionsFor(tc, route));
-    ASSERT_FALSE(out.io_error) << *out.io_error;
-    const auto& j = out.json;
+    const nlohmann::ordered_json out_json = VerifyJson(out);
+    ASSERT_EQ(out.io_error(), nullptr) << out.io_error()->status;
+    const auto& j = out_json;
     ExpectRuntimeOwned(tc, j);
     ExpectWarnings(tc, j);
     if (tc["expect"] == "reject") {
@@ -195,12 +197,14 @@ TEST(ConformanceCrossTest, PteAndManifestAgree) {
   for (const auto& tc : ConformanceCases()) {
     if (!tc.contains("pte") || tc.contains("via")) continue;
     const VerifyOutcome a = RunVerify(OptionsFor(tc, "manifest"));
+    const nlohmann::ordered_json a_json = VerifyJson(a);
     const VerifyOutcome b = RunVerify(OptionsFor(tc, "pte"));
+    const nlohmann::ordered_json b_json = VerifyJson(b);
     EXPECT_EQ(a.exit_code(), b.exit_code());
-    ASSERT_EQ(a.json["manifests"].size(), 1u);
-    ASSERT_EQ(b.json["manifests"].size(), 1u);
-    EXPECT_EQ(a.json["manifests"][0]["weights"], b.json["manifests"][0]["weights"]);
-    EXPECT_EQ(a.json["manifests"][0]["variants"], b.json["manifests"][0]["variants"]);
+    ASSERT_EQ(a_json["manifests"].size(), 1u);
+    ASSERT_EQ(b_json["manifests"].size(), 1u);
+    EXPECT_EQ(a_json["manifests"][0]["weights"], b_json["manifests"][0]["weights"]);
+    EXPECT_EQ(a_json["manifests"][0]["variants"], b_json["manifests"][0]["variants"]);
     ++compared;
   }
   EXPECT_GE(compared, 1);

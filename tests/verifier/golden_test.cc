@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ptd/verify.h"
+#include "ptd/verify_json.h"
+#include "verifier/cli_util.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -56,15 +58,16 @@ std::vector<Golden> GoldensOf(const nlohmann::json& tc) {
       const std::string stem =
           tc["name"].get<std::string>() + "." + route + (digest ? ".digest" : "");
       const VerifyOutcome full = RunVerify(o);
+      const nlohmann::ordered_json full_json = VerifyJson(full);
       out.push_back({stem + ".json",
-                     Normalized(full.json.dump(2, ' ', false,
+                     Normalized(full_json.dump(2, ' ', false,
                                                nlohmann::ordered_json::error_handler_t::replace) +
                                 "\n")});
       out.push_back({stem + ".txt", Normalized(FormatText(full))});
       // The readable report as ptd-verify builds it: the first rows only.
       o.list_limit = 2;
       const VerifyOutcome cut = RunVerify(o);
-      out.push_back({stem + ".rows2.txt", Normalized(FormatText(cut, TextOptions{.max_rows = 2}))});
+      out.push_back({stem + ".rows2.txt", Normalized(FormatText(cut, TextOptions{.max_rows = 2, .names = cli::ToolInputNames()}))});
     }
   }
   return out;

@@ -11,6 +11,7 @@
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/test_util.h"
 #include "ptd/verify.h"
+#include "ptd/verify_json.h"
 
 namespace ptd {
 namespace {
@@ -78,13 +79,14 @@ TEST(PteVerifyTest, TwoMethodsShareWeights) {
   VerifyOptions o{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 32),
                   .digest = true};
   const VerifyOutcome out = RunVerify(o);
-  ASSERT_EQ(out.exit_code(), 0) << out.json.dump(1);
-  ASSERT_EQ(out.json["manifests"].size(), 2u);
-  EXPECT_EQ(out.json["manifests"][0]["source"], "pte:forward:0");
-  EXPECT_EQ(out.json["manifests"][1]["source"], "pte:decode:1");
+  const nlohmann::ordered_json out_json = VerifyJson(out);
+  ASSERT_EQ(out.exit_code(), 0) << out_json.dump(1);
+  ASSERT_EQ(out_json["manifests"].size(), 2u);
+  EXPECT_EQ(out_json["manifests"][0]["source"], "pte:forward:0");
+  EXPECT_EQ(out_json["manifests"][1]["source"], "pte:decode:1");
   // The same view of the same storage digests the same through both.
-  EXPECT_EQ(out.json["manifests"][0]["weights"][0]["sha256"],
-            out.json["manifests"][1]["weights"][0]["sha256"]);
+  EXPECT_EQ(out_json["manifests"][0]["weights"][0]["sha256"],
+            out_json["manifests"][1]["weights"][0]["sha256"]);
   EXPECT_TRUE(out.report.warnings().empty());  // Nothing orphaned.
 }
 
@@ -92,6 +94,7 @@ TEST(PteVerifyTest, G4AcrossMethodsThatDisagree) {
   TempDir dir;
   const VerifyOutcome out = RunVerify(
       VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 40)});
+  const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
   EXPECT_THAT(out.report,
               HasError("G4", ::testing::AllOf(MessageHas("40"), MessageHas("32"),
@@ -103,6 +106,7 @@ TEST(PteVerifyTest, P3LibraryMissingFromPteAndPtd) {
   TempDir dir;
   const VerifyOutcome out = RunVerify(
       VerifyOptions{.ptd_path = WritePtd(dir, false), .pte_path = WritePte(dir, 32)});
+  const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
   ASSERT_TRUE(out.report.HasError("P3"));
   EXPECT_THAT(out.report.errors()[0].message,
@@ -114,7 +118,8 @@ TEST(PteVerifyTest, P3SatisfiedByThePtesOwnNamedData) {
   TempDir dir;
   const VerifyOutcome out = RunVerify(VerifyOptions{
       .ptd_path = WritePtd(dir, false), .pte_path = WritePte(dir, 32, {{"lib_so", 0}})});
-  EXPECT_EQ(out.exit_code(), 0) << out.json["errors"].dump(1);
+  const nlohmann::ordered_json out_json = VerifyJson(out);
+  EXPECT_EQ(out.exit_code(), 0) << out_json["errors"].dump(1);
   EXPECT_FALSE(out.report.HasError("P3"));
 }
 
@@ -127,9 +132,10 @@ TEST(PteVerifyTest, LegacyPayloadIsWarningP4AndNoManifest) {
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
       RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+  const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 0);
   EXPECT_TRUE(out.report.HasWarning("P4"));
-  EXPECT_TRUE(out.json["manifests"].empty());
+  EXPECT_TRUE(out_json["manifests"].empty());
 }
 
 TEST(PteVerifyTest, UnsupportedManifestVersionIsM1Unimplemented) {
@@ -143,6 +149,7 @@ TEST(PteVerifyTest, UnsupportedManifestVersionIsM1Unimplemented) {
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
       RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+  const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
   EXPECT_THAT(out.report,
               HasError("M1", ::testing::AllOf(
@@ -159,10 +166,11 @@ TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateIsVerified) {
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
       RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
-  EXPECT_EQ(out.exit_code(), 0) << out.json["errors"].dump(1);
-  ASSERT_EQ(out.json["manifests"].size(), 1u);
-  EXPECT_EQ(out.json["manifests"][0]["format"], "ETCUDAFQN3");
-  EXPECT_EQ(out.json["manifests"][0]["variants"][0]["so_blob_key"], "lib_so");
+  const nlohmann::ordered_json out_json = VerifyJson(out);
+  EXPECT_EQ(out.exit_code(), 0) << out_json["errors"].dump(1);
+  ASSERT_EQ(out_json["manifests"].size(), 1u);
+  EXPECT_EQ(out_json["manifests"][0]["format"], "ETCUDAFQN3");
+  EXPECT_EQ(out_json["manifests"][0]["variants"][0]["so_blob_key"], "lib_so");
 }
 
 TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateGetsGeometryRules) {
@@ -175,8 +183,9 @@ TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateGetsGeometryRules) {
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
       RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+  const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
-  EXPECT_TRUE(out.report.HasError("G3")) << out.json["errors"].dump(1);
+  EXPECT_TRUE(out.report.HasError("G3")) << out_json["errors"].dump(1);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "ptd/file_source.h"
 #include "ptd/safetensors.h"
 #include "ptd/verify.h"
+#include "ptd/verify_json.h"
 #include "ptd/weight_writer.h"
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/rule_files.h"
@@ -191,8 +192,9 @@ void RunWriterCase(const std::string& rule, const std::string& path) {
     options.ptd_path = ptd;
     options.manifest_path = manifest;
     const VerifyOutcome out = RunVerify(options);
+    const nlohmann::ordered_json out_json = VerifyJson(out);
     EXPECT_EQ(out.exit_code(), 0) << Describe(out.report);
-    for (const auto& n : out.json["ptd"]["named_data"]) {
+    for (const auto& n : out_json["ptd"]["named_data"]) {
       EXPECT_EQ(owned_keys.count(n["key"].get<std::string>()), 0u) << n["key"];
     }
     return;
@@ -282,8 +284,9 @@ TEST_P(RuleCaseTest, AssertsItsRule) {
   for (bool mmap : {false, true}) {
     options.use_mmap = mmap;
     const VerifyOutcome out = RunVerify(options);
+    const nlohmann::ordered_json out_json = VerifyJson(out);
     SCOPED_TRACE(std::string(mmap ? "mmap" : "pread") + "\n" + Describe(out.report));
-    ASSERT_FALSE(out.io_error.has_value()) << *out.io_error;
+    ASSERT_EQ(out.io_error(), nullptr) << out.io_error()->status;
     if (::ptd::testing::IsWarningRule(rule)) {
       EXPECT_THAT(out.report, HasWarning(rule));
       EXPECT_TRUE(out.report.ok()) << "a warning-only case has errors";
@@ -300,8 +303,8 @@ TEST_P(RuleCaseTest, AssertsItsRule) {
       EXPECT_EQ(out.exit_code(), 1);
     }
     // The JSON names the rule too (what CI and users read).
-    const auto& list = ::ptd::testing::IsWarningRule(rule) ? out.json["warnings"]
-                                                           : out.json["errors"];
+    const auto& list = ::ptd::testing::IsWarningRule(rule) ? out_json["warnings"]
+                                                           : out_json["errors"];
     if (rule != "X2") {
       EXPECT_TRUE(std::any_of(list.begin(), list.end(),
                               [&](const auto& d) { return d["rule"] == rule; }));

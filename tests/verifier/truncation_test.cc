@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "ptd/file_source.h"
 #include "ptd/verify.h"
+#include "ptd/verify_json.h"
+#include "verifier/cli_util.h"
 #include "ptd/weight_bundle.h"
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/test_util.h"
@@ -79,7 +81,7 @@ class TruncationTest : public ::testing::Test {
     WriteFileBytes(manifest_, ReadFileBytes(ConformancePath("files/k01_view_geometry.manifest")));
   }
   void Restore() { WriteFileBytes(ptd_, original_); }
-  void ArmMappedFault() { ExitOnMappedFileFault(ptd_); }
+  void ArmMappedFault() { cli::ExitOnMappedFileFault("ptd-verify", ptd_); }
 
   // Opens the inputs (pread, or mmap) with the .ptd wrapped.
   std::pair<BundleSources, std::shared_ptr<TruncatingSource>> Open(bool mmap, int at,
@@ -140,14 +142,16 @@ TEST_F(TruncationTest, TruncationAtEveryReadIsAnErrorNamingTheFile) {
     Restore();
     auto [sources, src] = Open(false, at, 64);
     const VerifyOutcome out = RunVerify(Options(false), sources);
+    const nlohmann::ordered_json out_json = VerifyJson(out);
     ASSERT_TRUE(src->truncated());
     EXPECT_NE(out.exit_code(), 0) << Describe(out.report);
-    if (out.io_error) {
+    if (out.io_error()) {
       // Read after verification (a digest): exit code 2, the file named.
       EXPECT_EQ(out.exit_code(), 2);
-      EXPECT_THAT(*out.io_error, HasSubstr(ptd_));
-      EXPECT_THAT(*out.io_error, HasSubstr("shrank"));
-      EXPECT_FALSE(out.json["ok"].get<bool>());
+      EXPECT_THAT(std::string(out.io_error()->status.message()), HasSubstr(ptd_));
+      EXPECT_EQ(out.io_error()->file, ptd_);
+      EXPECT_THAT(std::string(out.io_error()->status.message()), HasSubstr("shrank"));
+      EXPECT_FALSE(out_json["ok"].get<bool>());
     } else {
       // Read for a rule: that rule's error, DataLoss, naming the file.
       EXPECT_THAT(out.report.errors(),
@@ -198,6 +202,7 @@ void VerifyMappedAndTruncate(TruncationTest* t) {
   }
   auto opened = t->Open(/*mmap=*/true, total - 1, 0);
   const VerifyOutcome out = RunVerify(t->Options(true), opened.first);
+  const nlohmann::ordered_json out_json = VerifyJson(out);
   _exit(out.exit_code() == 0 ? 0 : 5);
 }
 

@@ -131,6 +131,38 @@ TEST(WeightBundleTest, OpenFailsWithTheFirstRuleAndVerifyCollectsIt) {
   EXPECT_FALSE(v.io_error().has_value());
 }
 
+TEST(WeightBundleTest, VerifyFromPathsCollectsWhatVerifyFromSourcesDoes) {
+  const BundlePaths paths{
+      .ptd = ConformancePath("files/k11_truncated_clone.ptd"),
+      .manifest = ConformancePath("files/k11_truncated_clone.manifest")};
+  Report by_path;
+  const WeightBundle b = WeightBundle::Verify(paths, &by_path);
+  EXPECT_TRUE(by_path.HasError("G2"));
+  ASSERT_NE(b.container(), nullptr);
+  ASSERT_TRUE(b.weights().has_value());
+  EXPECT_FALSE(b.io_error().has_value());
+
+  absl::StatusOr<BundleSources> sources = OpenBundleSources(paths);
+  ASSERT_TRUE(sources.ok());
+  Report by_sources;
+  (void)WeightBundle::Verify(*sources, &by_sources);
+  EXPECT_EQ(by_path.errors().size(), by_sources.errors().size());
+  EXPECT_EQ(by_path.warnings().size(), by_sources.warnings().size());
+}
+
+TEST(WeightBundleTest, VerifyFromPathsPutsAFileThatCannotBeOpenedInIoError) {
+  BundlePaths paths = K01();
+  paths.manifest = "/nonexistent/weights.manifest";
+  Report report;
+  const WeightBundle b = WeightBundle::Verify(paths, &report);
+  ASSERT_TRUE(b.io_error().has_value());
+  EXPECT_EQ(b.io_error()->code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(b.io_error()->message(), HasSubstr("/nonexistent/weights.manifest"));
+  EXPECT_EQ(b.container(), nullptr);
+  EXPECT_TRUE(b.manifests().empty());
+  EXPECT_TRUE(report.ok());
+}
+
 TEST(WeightBundleTest, MissingFileIsNotFoundNamingThePath) {
   BundlePaths paths = K01();
   paths.manifest = "/nonexistent/weights.manifest";

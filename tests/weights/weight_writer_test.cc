@@ -22,6 +22,7 @@
 #include "ptd/view_digest.h"
 #include "ptd/weight_set.h"
 #include "ptd/verify.h"
+#include "ptd/verify_json.h"
 
 namespace ptd {
 namespace {
@@ -425,10 +426,11 @@ TEST(WeightWriterTest, WrittenFilesPassTheVerifier) {
     options.digest = true;
     options.use_mmap = use_mmap;
     const VerifyOutcome outcome = RunVerify(options);
+    const nlohmann::ordered_json outcome_json = VerifyJson(outcome);
     EXPECT_EQ(outcome.exit_code(), 0) << ::ptd::testing::Describe(outcome.report);
-    EXPECT_EQ(outcome.json["ok"], true);
+    EXPECT_EQ(outcome_json["ok"], true);
     const auto expected = model.Expected();
-    const auto& weights = outcome.json["manifests"][0]["weights"];
+    const auto& weights = outcome_json["manifests"][0]["weights"];
     ASSERT_EQ(weights.size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
       EXPECT_EQ(weights[i]["sha256"], Sha256Hex(expected[i])) << i;

@@ -3,7 +3,7 @@
 // so the ExecuTorch runtime can allocate and copy through the same device
 // object the loader filled.
 //
-//   auto gpu = ptd::OpenCudaDevice(0);
+//   auto gpu = ptd::CudaDevice::Open(0);
 //   static ptd::DeviceAllocatorAdapter adapter(*gpu);
 //   executorch::runtime::register_device_allocator(&adapter);
 //

@@ -1,9 +1,9 @@
-#include "ptd/fault_device.h"
+#include "ptd/testing/fault_device.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "ptd/status_macros.h"
+#include "runtime/internal/status_macros.h"
 
 namespace ptd {
 

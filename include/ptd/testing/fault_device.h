@@ -2,6 +2,14 @@
 // asked of it, and fails the Nth allocation, staging allocation, copy or wait
 // with a chosen status.
 //
+// Test support: target ptd::testing (with AsyncDevice, ptd/testing/
+// async_device.h), not part of ptd::device. Link it into tests only. It is
+// installed with the package so that a program built on ptd can test its
+// own handling of load failures (out of device memory, a failed copy or
+// wait) and run the staging path without a GPU, over any Device, without
+// writing a wrapper of the whole seam itself. Being test support, its API
+// may change between minor versions.
+//
 // It can also pose as a device the host cannot address (host_accessible
 // false) while using host memory underneath, so that the loader's staging
 // path runs without a GPU; and it can defer copies until Wait() (as a real
@@ -14,12 +22,12 @@
 // Example:
 //   auto dev = std::make_shared<FaultDevice>(std::make_shared<HostDevice>(),
 //       FaultPlan{.fail_copy = 3, .host_accessible = false});
-//   auto w = LoadWeights(bundle, dev, {});   // Fails at the third copy.
+//   auto w = LoadWeights(bundle, dev);   // Fails at the third copy.
 //   dev->counts().peak_live_staging_bytes;
 //
 // Thread-safety: every method may be called concurrently.
-#ifndef PTD_FAULT_DEVICE_H_
-#define PTD_FAULT_DEVICE_H_
+#ifndef PTD_TESTING_FAULT_DEVICE_H_
+#define PTD_TESTING_FAULT_DEVICE_H_
 
 #include <cstdint>
 #include <deque>
@@ -124,4 +132,4 @@ class FaultDevice final : public Device {
 
 }  // namespace ptd
 
-#endif  // PTD_FAULT_DEVICE_H_
+#endif  // PTD_TESTING_FAULT_DEVICE_H_

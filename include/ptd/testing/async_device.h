@@ -7,9 +7,13 @@
 // buffer before Wait() on its copies returned therefore loads the wrong
 // bytes, and a digest of the loaded storage catches it.
 //
+// Test support: target ptd::testing (with FaultDevice, ptd/testing/
+// fault_device.h), not part of ptd::device; installed for the reason given
+// there (a consumer's own tests of the asynchronous path, without a GPU).
+//
 // Example:
 //   auto dev = std::make_shared<AsyncDevice>(AsyncDeviceOptions{.seed = 7});
-//   auto w = LoadWeights(bundle, dev, {});
+//   auto w = LoadWeights(bundle, dev);
 //   DigestLoadedWeight(*w, *w->Find("layer.weight"));  // Through CopyToHost.
 //   dev->counts().out_of_order;                        // > 0: it was async.
 //
@@ -22,8 +26,8 @@
 //
 // Thread-safety: every method may be called concurrently. The device must
 // outlive every buffer it hands out; its destructor completes queued copies.
-#ifndef PTD_ASYNC_DEVICE_H_
-#define PTD_ASYNC_DEVICE_H_
+#ifndef PTD_TESTING_ASYNC_DEVICE_H_
+#define PTD_TESTING_ASYNC_DEVICE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -106,4 +110,4 @@ class AsyncDevice final : public Device {
 
 }  // namespace ptd
 
-#endif  // PTD_ASYNC_DEVICE_H_
+#endif  // PTD_TESTING_ASYNC_DEVICE_H_

@@ -1,7 +1,8 @@
 // Small local status macros. The Debian abseil (20220623) predates abseil's
 // own PTD_RETURN_IF_ERROR / PTD_ASSIGN_OR_RETURN, so the project carries these.
-#ifndef PTD_STATUS_MACROS_H_
-#define PTD_STATUS_MACROS_H_
+// Private to the libraries (runtime/): not installed, not part of the interface.
+#ifndef PTD_INTERNAL_STATUS_MACROS_H_
+#define PTD_INTERNAL_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,4 +28,4 @@
   if (!statusor.ok()) return statusor.status();     \
   lhs = std::move(statusor).value()
 
-#endif  // PTD_STATUS_MACROS_H_
+#endif  // PTD_INTERNAL_STATUS_MACROS_H_

@@ -1,4 +1,4 @@
-#include "ptd/async_device.h"
+#include "ptd/testing/async_device.h"
 
 #include <algorithm>
 #include <chrono>
