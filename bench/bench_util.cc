@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+
 #include "ptd/ptd_writer.h"
 #include "ptd/weight_writer.h"
 
@@ -32,11 +33,10 @@ struct ModelHolder {
 
 std::string MakeTempDir() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string templ = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                                   "/ptd_bench.XXXXXX");
+  std::string templ =
+      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/ptd_bench.XXXXXX");
   if (::mkdtemp(templ.data()) == nullptr) {
-    CheckOk(absl::UnavailableError(absl::StrCat("mkdtemp ", templ, ": ",
-                                                std::strerror(errno))),
+    CheckOk(absl::UnavailableError(absl::StrCat("mkdtemp ", templ, ": ", std::strerror(errno))),
             "temporary directory");
   }
   return templ;
@@ -82,8 +82,8 @@ void Build(ModelHolder* h) {
 
 void CheckOk(const absl::Status& status, std::string_view what) {
   if (status.ok()) return;
-  std::fprintf(stderr, "ptd_bench: %.*s: %s\n", static_cast<int>(what.size()),
-               what.data(), status.ToString().c_str());
+  std::fprintf(stderr, "ptd_bench: %.*s: %s\n", static_cast<int>(what.size()), what.data(),
+               status.ToString().c_str());
   std::abort();
 }
 
@@ -105,13 +105,11 @@ const SyntheticModel& Model() {
   return holder.model;
 }
 
-double LoopRate::BytesPerSecond(uint64_t bytes_per_iteration,
-                                int64_t iterations) const {
-  const std::chrono::duration<double> elapsed =
-      std::chrono::steady_clock::now() - start_;
+double LoopRate::BytesPerSecond(uint64_t bytes_per_iteration, int64_t iterations) const {
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
   if (elapsed.count() <= 0) return 0;
-  return static_cast<double>(bytes_per_iteration) *
-         static_cast<double>(iterations) / elapsed.count();
+  return static_cast<double>(bytes_per_iteration) * static_cast<double>(iterations) /
+         elapsed.count();
 }
 
 void WarmPageCache(const std::string& path) {
@@ -156,19 +154,17 @@ WeightSetFixture MakeWeightSet(int64_t n) {
   std::vector<uint8_t> storage(64);
   for (int64_t i = 0; i < n; ++i) {
     FillPattern(static_cast<uint64_t>(i) + 1, storage.data(), storage.size());
-    WeightSpec w{.fqn = absl::StrCat("model.layers.", i / 8, ".proj", i % 8,
-                                     ".weight"),
-                 .dtype = 6,  // float32
-                 .device_type = 1,
-                 .value = {.storage = storage,
-                           .storage_offset = 0,
-                           .sizes = shape,
-                           .strides = stride,
-                           .is_original_storage = true},
-                 .properties = {.storage_size = storage.size(),
-                                .offset = 0,
-                                .shape = shape,
-                                .stride = stride}};
+    WeightSpec w{
+        .fqn = absl::StrCat("model.layers.", i / 8, ".proj", i % 8, ".weight"),
+        .dtype = 6,  // float32
+        .device_type = 1,
+        .value = {.storage = storage,
+                  .storage_offset = 0,
+                  .sizes = shape,
+                  .strides = stride,
+                  .is_original_storage = true},
+        .properties = {
+            .storage_size = storage.size(), .offset = 0, .shape = shape, .stride = stride}};
     CheckOk(writer.Add(w), w.fqn);
   }
   auto file = writer.ptd().Serialize();

@@ -18,15 +18,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
 
 namespace ptd::bench {
 
 struct SyntheticModel {
-  std::string path;             // The .ptd file.
-  uint64_t file_bytes = 0;      // Size of the file.
-  uint64_t data_bytes = 0;      // Sum of the storages (what a load copies).
+  std::string path;                    // The .ptd file.
+  uint64_t file_bytes = 0;             // Size of the file.
+  uint64_t data_bytes = 0;             // Sum of the storages (what a load copies).
   std::vector<std::string> keys;       // In the order a program asks for them.
   std::vector<uint64_t> sizes;         // Bytes of each key's storage.
   std::vector<uint64_t> dest_offsets;  // Where each key goes in the arena.

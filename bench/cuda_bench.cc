@@ -40,7 +40,8 @@
 // Counters of BM_Loader_Cuda: GBps, vs_ceiling (over the lower of the two
 // ceilings, target >= 0.85), vs_upstream (target >= 4), meets_targets (1 or
 // 0), p50_ms / p90_ms of one load and first_weight_p50_ms (time to the first
-// complete storage) over the iterations. Freeing a load's memory is outside the timed region everywhere.
+// complete storage) over the iterations. Freeing a load's memory is outside the timed region
+// everywhere.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -60,8 +61,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
+
+#include "bench/bench_util.h"
 #include "ptd/container.h"
 #include "ptd/cuda_device.h"
 #include "ptd/loader.h"
@@ -156,8 +158,10 @@ void BM_Upstream_CudaMallocPerStorage(benchmark::State& state) {
   for (auto _ : state) {
     for (size_t i = 0; i < w.sizes.size(); ++i) {
       if (Failed(state, cudaMalloc(&blocks[i], w.sizes[i]), "cudaMalloc") ||
-          Failed(state, cudaMemcpy(blocks[i], w.host.get() + w.offsets[i], w.sizes[i],
-                                   cudaMemcpyHostToDevice), "cudaMemcpy")) {
+          Failed(state,
+                 cudaMemcpy(blocks[i], w.host.get() + w.offsets[i], w.sizes[i],
+                            cudaMemcpyHostToDevice),
+                 "cudaMemcpy")) {
         break;
       }
     }
@@ -258,7 +262,7 @@ const LoaderFile* GetLoaderFile(std::string* error) {
   const char* tmp = std::getenv("TMPDIR");
   const std::string dir = dir_env != nullptr && *dir_env != '\0' ? dir_env
                           : tmp != nullptr && *tmp != '\0'       ? tmp
-                                                                  : "/tmp";
+                                                                 : "/tmp";
   LoaderFile f;
   const std::string stem = absl::StrCat(dir, "/ptd_cuda_loader_", count, "x", each);
   f.ptd = stem + ".ptd";
@@ -281,7 +285,9 @@ const LoaderFile* GetLoaderFile(std::string* error) {
       WeightSpec w{.fqn = absl::StrCat("model.layers.", i, ".weight"),
                    .dtype = 6,
                    .device_type = 1,
-                   .value = {.storage = storages[i], .sizes = shape, .strides = stride,
+                   .value = {.storage = storages[i],
+                             .sizes = shape,
+                             .strides = stride,
                              .is_original_storage = true},
                    .properties = {.offset = 0, .shape = shape, .stride = stride}};
       if (const absl::Status st = writer.Add(w); !st.ok()) return fail(st);
@@ -299,9 +305,9 @@ const LoaderFile* GetLoaderFile(std::string* error) {
     f.data_bytes += f.sizes.back();
   }
   if (f.sizes.size() != count || f.data_bytes != count * each) {
-    return fail(absl::DataLossError(absl::StrCat("holds ", f.sizes.size(), " storages of ",
-                                                 f.data_bytes, " bytes, expected ", count,
-                                                 " x ", each, "; delete it")));
+    return fail(
+        absl::DataLossError(absl::StrCat("holds ", f.sizes.size(), " storages of ", f.data_bytes,
+                                         " bytes, expected ", count, " x ", each, "; delete it")));
   }
   f.data_begin = (*c)->header().segment_base_offset;
   f.data_end = f.data_begin + (*c)->header().segment_data_size;
@@ -329,8 +335,7 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 // Bytes per second over the timed parts of the iterations.
 double Rate(uint64_t bytes, int64_t iterations, double seconds) {
-  return seconds > 0 ? static_cast<double>(bytes) * static_cast<double>(iterations) / seconds
-                     : 0;
+  return seconds > 0 ? static_cast<double>(bytes) * static_cast<double>(iterations) / seconds : 0;
 }
 
 // Rates of the same run, for the ratios (benchmarks run in file order).

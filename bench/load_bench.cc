@@ -25,10 +25,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
-#include "ptd/file_source.h"
+
+#include "bench/bench_util.h"
 #include "ptd/container.h"
+#include "ptd/file_source.h"
 
 namespace ptd::bench {
 namespace {
@@ -50,8 +51,7 @@ void SetRatios(benchmark::State& state, double rate) {
   if (g_pread_rate > 0) state.counters["vs_pread"] = rate / g_pread_rate;
 }
 
-std::shared_ptr<const FileSource> OpenOrDie(
-    absl::StatusOr<std::unique_ptr<FileSource>> source) {
+std::shared_ptr<const FileSource> OpenOrDie(absl::StatusOr<std::unique_ptr<FileSource>> source) {
   CheckOk(source.status(), "open");
   return std::shared_ptr<const FileSource>(std::move(*source));
 }

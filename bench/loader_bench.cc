@@ -20,9 +20,9 @@
 //
 // The file is read into page cache right before each timed loop
 // (WarmPageCache): these are warm-cache numbers. Counters: vs_ceiling (and
-// vs_upstream for the big model) are ratios (argument 0 is big, 1 small) of bytes/s to the benchmarks
-// above them in the same run. Targets: big >= 0.8x ceiling and >= 1.5x
-// upstream-style; small >= 0.5x ceiling.
+// vs_upstream for the big model) are ratios (argument 0 is big, 1 small) of bytes/s to the
+// benchmarks above them in the same run. Targets: big >= 0.8x ceiling and >= 1.5x upstream-style;
+// small >= 0.5x ceiling.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -34,8 +34,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
+
+#include "bench/bench_util.h"
 #include "ptd/container.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
@@ -73,19 +74,19 @@ void Build(LoaderModel* m, uint64_t count, uint64_t size, const char* name) {
   const std::vector<int64_t> stride = {1};
   for (uint64_t i = 0; i < count; ++i) {
     FillPattern(i + 1, bytes.data(), bytes.size());
-    WeightSpec w{.fqn = absl::StrCat("model.layers.", i, ".weight"),
-                 .dtype = 6,
-                 .device_type = 1,
-                 .value = {.storage = bytes, .sizes = shape, .strides = stride,
-                           .is_original_storage = true},
-                 .properties = {.offset = 0, .shape = shape, .stride = stride}};
+    WeightSpec w{
+        .fqn = absl::StrCat("model.layers.", i, ".weight"),
+        .dtype = 6,
+        .device_type = 1,
+        .value = {.storage = bytes, .sizes = shape, .strides = stride, .is_original_storage = true},
+        .properties = {.offset = 0, .shape = shape, .stride = stride}};
     CheckOk(writer.Add(w), w.fqn);
     m->keys.push_back(absl::StrCat("cuda_fqn_weight:cuda:", w.fqn));
     m->data_bytes += size;
   }
   const char* tmp = std::getenv("TMPDIR");
-  std::string templ = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                                   "/ptd_loader_bench.XXXXXX");
+  std::string templ =
+      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/ptd_loader_bench.XXXXXX");
   if (::mkdtemp(templ.data()) == nullptr) CheckOk(absl::UnavailableError("mkdtemp"), templ);
   m->dir = templ;
   m->ptd = absl::StrCat(templ, "/", name, ".ptd");
@@ -230,8 +231,8 @@ BENCHMARK(BM_Loader_Host)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMilli
 // beyond verification (and the file's own open).
 void BM_Loader_HostPreverified(benchmark::State& state) {
   const LoaderModel& m = ModelFor(state);
-  auto opened = WeightBundle::Open(
-      BundlePaths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false});
+  auto opened =
+      WeightBundle::Open(BundlePaths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false});
   CheckOk(opened.status(), "WeightBundle::Open");
   const auto bundle = std::make_shared<const WeightBundle>(*std::move(opened));
   auto device = std::make_shared<HostDevice>();

@@ -19,12 +19,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
+
+#include "bench/bench_util.h"
+#include "ptd/container.h"
+#include "ptd/manifest.h"
 #include "ptd/report.h"
 #include "ptd/sha256.h"
-#include "ptd/manifest.h"
-#include "ptd/container.h"
 #include "ptd/view_digest.h"
 #include "ptd/weight_set.h"
 
@@ -179,10 +180,8 @@ void DigestViewBench(benchmark::State& state, bool transposed) {
   const FileSource& src = Matrix();
   const std::vector<int64_t> sizes = {kMatrixDim, kMatrixDim};
   const std::vector<int64_t> strides =
-      transposed ? std::vector<int64_t>{1, kMatrixDim}
-                 : std::vector<int64_t>{kMatrixDim, 1};
-  const ViewSpec view{.element_size = 4, .storage_offset = 0, .sizes = sizes,
-                      .strides = strides};
+      transposed ? std::vector<int64_t>{1, kMatrixDim} : std::vector<int64_t>{kMatrixDim, 1};
+  const ViewSpec view{.element_size = 4, .storage_offset = 0, .sizes = sizes, .strides = strides};
   LoopRate rate;
   for (auto _ : state) {
     auto hex = DigestView(src, 0, src.size(), view);

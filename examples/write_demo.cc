@@ -28,8 +28,9 @@ std::vector<uint8_t> RandomBytes(size_t n, std::mt19937& rng) {
 
 int main(int argc, char** argv) {
   if (argc != 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr, "usage: ptd-write-demo OUT_DIR\n"
-                         "writes OUT_DIR/demo.ptd and OUT_DIR/demo.manifest\n");
+    std::fprintf(stderr,
+                 "usage: ptd-write-demo OUT_DIR\n"
+                 "writes OUT_DIR/demo.ptd and OUT_DIR/demo.manifest\n");
     return argc == 2 ? 0 : 2;
   }
   const std::string dir = argv[1];
@@ -55,52 +56,78 @@ int main(int argc, char** argv) {
   };
   ptd::CudaWeightWriter writer("aoti_sm90_so", variants);
 
-  const auto qkv = RandomBytes(3 * 64 * 64 * 2, rng);      // bf16 [192, 64]
-  const auto o_proj = RandomBytes(64 * 64 * 2, rng);       // bf16 [64, 64]
-  const auto emb_rows = RandomBytes(16 * 64 * 2, rng);     // clone of emb[8:24]
-  const auto rope = RandomBytes(32 * 4, rng);              // float [32]
-  const auto scale = RandomBytes(4, rng);                  // float scalar
-  const auto pos = RandomBytes(128 * 8, rng);              // int64 [128]
-  const auto bias_const = RandomBytes(64 * 4, rng);        // float [64]
+  const auto qkv = RandomBytes(3 * 64 * 64 * 2, rng);   // bf16 [192, 64]
+  const auto o_proj = RandomBytes(64 * 64 * 2, rng);    // bf16 [64, 64]
+  const auto emb_rows = RandomBytes(16 * 64 * 2, rng);  // clone of emb[8:24]
+  const auto rope = RandomBytes(32 * 4, rng);           // float [32]
+  const auto scale = RandomBytes(4, rng);               // float scalar
+  const auto pos = RandomBytes(128 * 8, rng);           // int64 [128]
+  const auto bias_const = RandomBytes(64 * 4, rng);     // float [64]
   const std::vector<uint8_t> empty;
 
   using ptd::WeightSpec;
   const std::vector<WeightSpec> weights = {
       // q, k, v slice the fused matrix and keep its storage.
-      {.fqn = "layers.0.attn.q_proj.weight", .dtype = 15,
-       .value = {.storage = qkv, .storage_offset = 0, .sizes = {64, 64}, .strides = {64, 1},
+      {.fqn = "layers.0.attn.q_proj.weight",
+       .dtype = 15,
+       .value = {.storage = qkv,
+                 .storage_offset = 0,
+                 .sizes = {64, 64},
+                 .strides = {64, 1},
                  .is_original_storage = true},
-       .properties = {.storage_size = qkv.size(), .offset = 0, .shape = {64, 64}, .stride = {64, 1}}},
-      {.fqn = "layers.0.attn.k_proj.weight", .dtype = 15,
-       .value = {.storage = qkv, .storage_offset = 4096, .sizes = {64, 64}, .strides = {64, 1},
+       .properties =
+           {.storage_size = qkv.size(), .offset = 0, .shape = {64, 64}, .stride = {64, 1}}},
+      {.fqn = "layers.0.attn.k_proj.weight",
+       .dtype = 15,
+       .value = {.storage = qkv,
+                 .storage_offset = 4096,
+                 .sizes = {64, 64},
+                 .strides = {64, 1},
                  .is_original_storage = true},
-       .properties = {.storage_size = qkv.size(), .offset = 4096, .shape = {64, 64}, .stride = {64, 1}}},
-      {.fqn = "layers.0.attn.v_proj.weight", .dtype = 15,
-       .value = {.storage = qkv, .storage_offset = 8192, .sizes = {64, 64}, .strides = {64, 1},
+       .properties =
+           {.storage_size = qkv.size(), .offset = 4096, .shape = {64, 64}, .stride = {64, 1}}},
+      {.fqn = "layers.0.attn.v_proj.weight",
+       .dtype = 15,
+       .value = {.storage = qkv,
+                 .storage_offset = 8192,
+                 .sizes = {64, 64},
+                 .strides = {64, 1},
                  .is_original_storage = true},
-       .properties = {.storage_size = qkv.size(), .offset = 8192, .shape = {64, 64}, .stride = {64, 1}}},
+       .properties =
+           {.storage_size = qkv.size(), .offset = 8192, .shape = {64, 64}, .stride = {64, 1}}},
       // A transposed weight (o_proj.weight.t()).
-      {.fqn = "layers.0.attn.o_proj.weight", .dtype = 15,
-       .value = {.storage = o_proj, .sizes = {64, 64}, .strides = {1, 64}, .is_original_storage = true},
+      {.fqn = "layers.0.attn.o_proj.weight",
+       .dtype = 15,
+       .value =
+           {.storage = o_proj, .sizes = {64, 64}, .strides = {1, 64}, .is_original_storage = true},
        .properties = {.offset = 0, .shape = {64, 64}, .stride = {1, 64}}},
       // A compact clone of emb[8:24]: its own 2 KiB storage, written at offset 0.
-      {.fqn = "tok_embeddings.rows", .dtype = 15,
+      {.fqn = "tok_embeddings.rows",
+       .dtype = 15,
        .value = {.storage = emb_rows, .sizes = {16, 64}, .strides = {64, 1}},
-       .properties = {.storage_size = 64 * 64 * 2, .offset = 8 * 64, .shape = {16, 64}, .stride = {64, 1}}},
+       .properties =
+           {.storage_size = 64 * 64 * 2, .offset = 8 * 64, .shape = {16, 64}, .stride = {64, 1}}},
       // rope frequencies broadcast over 8 heads.
-      {.fqn = "rope.freqs", .dtype = 6,
+      {.fqn = "rope.freqs",
+       .dtype = 6,
        .value = {.storage = rope, .sizes = {8, 32}, .strides = {0, 1}, .is_original_storage = true},
        .properties = {.offset = 0, .shape = {8, 32}, .stride = {0, 1}}},
-      {.fqn = "norm.scale", .dtype = 6,
+      {.fqn = "norm.scale",
+       .dtype = 6,
        .value = {.storage = scale, .is_original_storage = true},
        .properties = {.offset = 0}},
-      {.fqn = "layers.0.empty_cache", .dtype = 6,
-       .value = {.storage = empty, .sizes = {0, 64}, .strides = {64, 1}, .is_original_storage = true},
+      {.fqn = "layers.0.empty_cache",
+       .dtype = 6,
+       .value =
+           {.storage = empty, .sizes = {0, 64}, .strides = {64, 1}, .is_original_storage = true},
        .properties = {.offset = 0, .shape = {0, 64}, .stride = {64, 1}}},
-      {.fqn = "positions", .dtype = 4, .device_type = 0,
+      {.fqn = "positions",
+       .dtype = 4,
+       .device_type = 0,
        .value = {.storage = pos, .sizes = {128}, .strides = {1}, .is_original_storage = true},
        .properties = {.offset = 0, .shape = {128}, .stride = {1}}},
-      {.fqn = "_tensor_constant0", .dtype = 6,
+      {.fqn = "_tensor_constant0",
+       .dtype = 6,
        .value = {.storage = bias_const, .sizes = {64}, .strides = {1}, .is_original_storage = true},
        .properties = {.offset = 0, .shape = {64}, .stride = {1}}},
   };
@@ -117,7 +144,6 @@ int main(int argc, char** argv) {
     return 2;  // An I/O failure, not a broken rule.
   }
   std::printf("wrote %s (%zu weights, %zu storages) and %s\n", ptd_path.c_str(),
-              writer.manifest().entries.size(), writer.ptd().num_segments(),
-              manifest_path.c_str());
+              writer.manifest().entries.size(), writer.ptd().num_segments(), manifest_path.c_str());
   return 0;
 }

@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole test suite:
-#   1. the normal build (build/): unit, conformance, CLI and fuzz-replay tests;
-#   2. the same suite under AddressSanitizer + LeakSanitizer + UBSan
-#      (build-asan/, scripts/sanitize.sh). Skip with PTD_SKIP_SANITIZE=1.
+# Sets up, builds and runs the whole test suite, in this order:
+#   1. the format check: clang-format (.clang-format) would change no line of
+#      the C++ sources (scripts/check_format.sh). Skip with PTD_SKIP_FORMAT=1.
+#   2. the normal build (build/): unit, conformance, CLI and fuzz-replay tests;
 #   3. the Python module's tests (python/tests, pytest in .venv). Skip with
 #      PTD_SKIP_PYTHON=1.
-#   4. the C++ suite (loader, device, data-map, CLI and simulator tests among
-#      them) under ThreadSanitizer (build-tsan/, scripts/tsan.sh), the asynchronous
+#   4. the same C++ suite under AddressSanitizer + LeakSanitizer + UBSan
+#      (build-asan/, scripts/sanitize.sh). Skip with PTD_SKIP_SANITIZE=1.
+#   5. the C++ suite (loader, device, data-map, CLI and simulator tests among
+#      them) under ThreadSanitizer (build-tsan/, scripts/sanitize.sh --thread), the asynchronous
 #      test device included. Skip with PTD_SKIP_TSAN=1.
-#   5. the fuzz gate: every libFuzzer target built with clang, ASan + UBSan,
+#   6. the fuzz gate: every libFuzzer target built with clang, ASan + UBSan,
 #      run for FUZZ_SECONDS (default 30) from the checked-in corpus
 #      (build-fuzz/, scripts/fuzz.sh); any finding fails. Skip with
 #      PTD_SKIP_FUZZ=1.
 #
 # Every gpu test runs on the CUDA runtime simulator (label "cudasim") in
-# stages 1, 2 and 4; after each, a line says how many ran there, and a
+# stages 2, 4 and 5; after each, a line says how many ran there, and a
 # simulator test that skipped fails the stage.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
+
+if [[ ${PTD_SKIP_FORMAT:-0} != 1 ]]; then
+  echo "== 1/6 format (scripts/check_format.sh)"
+  "$root/scripts/check_format.sh"
+fi
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/ptd-test.XXXXXX")
 trap 'rm -rf "$logs"' EXIT
@@ -44,12 +51,12 @@ simulator_summary() {
   fi
 }
 
-echo "== tests (build/)"
+echo "== 2/6 tests (build/)"
 ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" | tee "$logs/normal.log"
 simulator_summary "tests (build/)" "$logs/normal.log"
 
 if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
-  echo "== Python tests (python/tests, .venv)"
+  echo "== 3/6 Python tests (python/tests, .venv)"
   py=$root/.venv/bin/python
   if [[ -x $py ]] && "$py" -c "import pytest, numpy" 2>/dev/null; then
     # Exit code 5 (no tests collected) fails too.
@@ -61,18 +68,18 @@ if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
 fi
 
 if [[ ${PTD_SKIP_SANITIZE:-0} != 1 ]]; then
-  echo "== tests under ASan + LSan + UBSan (build-asan/)"
+  echo "== 4/6 tests under ASan + LSan + UBSan (build-asan/)"
   "$root/scripts/sanitize.sh" | tee "$logs/asan.log"
   simulator_summary "ASan + UBSan" "$logs/asan.log"
 fi
 
 if [[ ${PTD_SKIP_TSAN:-0} != 1 ]]; then
-  echo "== loader, device, data-map, CLI and simulator tests under TSan (build-tsan/)"
-  "$root/scripts/tsan.sh" | tee "$logs/tsan.log"
+  echo "== 5/6 loader, device, data-map, CLI and simulator tests under TSan (build-tsan/)"
+  "$root/scripts/sanitize.sh" --thread | tee "$logs/tsan.log"
   simulator_summary "TSan" "$logs/tsan.log"
 fi
 
 if [[ ${PTD_SKIP_FUZZ:-0} != 1 ]]; then
-  echo "== fuzz gate: libFuzzer + ASan + UBSan, ${FUZZ_SECONDS:-30}s per target (build-fuzz/)"
+  echo "== 6/6 fuzz gate: libFuzzer + ASan + UBSan, ${FUZZ_SECONDS:-30}s per target (build-fuzz/)"
   FUZZ_SECONDS=${FUZZ_SECONDS:-30} "$root/scripts/fuzz.sh"
 fi

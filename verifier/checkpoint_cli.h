@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
+
 #include "verifier/cli_util.h"
 
 namespace ptd::cli {

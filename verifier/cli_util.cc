@@ -1,9 +1,8 @@
 #include "verifier/cli_util.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <sys/ioctl.h>
-#include <gnu/libc-version.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +21,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include <gnu/libc-version.h>
+
 #include "ptd/verify_json.h"
 
 namespace ptd::cli {
@@ -58,7 +59,8 @@ std::string FailureMessage(const CLI::App* app, const CLI::Error& e) {
     for (const std::string& arg : app->remaining()) {
       if (arg.size() < 2 || arg[0] != '-') continue;
       const std::string near = NearestOption(*app, arg.substr(0, arg.find('=')));
-      if (!near.empty()) absl::StrAppend(&msg, "Unknown flag ", arg, ": did you mean ", near, "?\n");
+      if (!near.empty())
+        absl::StrAppend(&msg, "Unknown flag ", arg, ": did you mean ", near, "?\n");
     }
   }
   absl::StrAppend(&msg, "Run with --help for more information.\n");
@@ -109,8 +111,7 @@ bool KernelAllowsThp() {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode;
   std::getline(f, mode);
-  return mode.find("[always]") != std::string::npos ||
-         mode.find("[madvise]") != std::string::npos;
+  return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
 }
 
 // Where GLIBC_TUNABLES sets `name` ("glibc.malloc.hugetlb=1:..."), or null.
@@ -235,11 +236,24 @@ bool ParseByteSize(const std::string& text, uint64_t* out) {
   if (text.empty()) return false;
   int shift = 0;
   switch (text.back()) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
-    case 'T': case 't': shift = 40; break;
-    default: break;
+    case 'K':
+    case 'k':
+      shift = 10;
+      break;
+    case 'M':
+    case 'm':
+      shift = 20;
+      break;
+    case 'G':
+    case 'g':
+      shift = 30;
+      break;
+    case 'T':
+    case 't':
+      shift = 40;
+      break;
+    default:
+      break;
   }
   uint64_t n = 0;
   if (!ParseByteCount(shift == 0 ? text : text.substr(0, text.size() - 1), &n)) return false;
@@ -291,8 +305,9 @@ void OnSigbus(int /*sig*/) {
 
 void ExitOnMappedFileFault(const char* program, const std::string& what) {
   const std::string msg = absl::StrCat(
-      program, ": a mapped input file shrank while it was being read (SIGBUS): ",
-      what.substr(0, 1024), "; the file changed during verification (run without --mmap "
+      program,
+      ": a mapped input file shrank while it was being read (SIGBUS): ", what.substr(0, 1024),
+      "; the file changed during verification (run without --mmap "
       "to read it with pread)\n");
   g_fault_message_len = std::min(msg.size(), sizeof(g_fault_message));
   std::memcpy(g_fault_message, msg.data(), g_fault_message_len);

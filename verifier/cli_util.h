@@ -6,14 +6,15 @@
 #define PTD_VERIFIER_CLI_UTIL_H_
 
 #include <chrono>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "CLI/CLI.hpp"
+
 #include "ptd/verify.h"
 #include "ptd/verify_json.h"
 

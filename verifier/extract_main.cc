@@ -6,8 +6,8 @@
 // Exit codes: 0 written, 1 a rule is broken (nothing written), 2 usage
 // error, unreadable input or a write that failed (nothing written).
 #include <cstdint>
-#include <iostream>
 #include <functional>
+#include <iostream>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/checkpoint.h"
 #include "ptd/scalar_type.h"
 #include "ptd/verify.h"
@@ -63,8 +64,8 @@ std::string ResultText(const ptd::ExtractResult& r, bool stats) {
       "wrote ", ptd::cli::Plural(r.tensors.size(), "tensor", "tensors"), " (",
       ptd::cli::Plural(bytes, "byte", "bytes"), ") to ",
       r.files.size() == 1 ? r.files[0]
-                          : absl::StrCat(ptd::cli::Plural(r.files.size(), "file", "files"),
-                                         ": ", absl::StrJoin(r.files, ", ")),
+                          : absl::StrCat(ptd::cli::Plural(r.files.size(), "file", "files"), ": ",
+                                         absl::StrJoin(r.files, ", ")),
       "\n");
   if (!r.runtime_owned.empty()) {
     absl::StrAppend(&out, "left out (runtime-owned, no stored bytes): ",
@@ -74,16 +75,16 @@ std::string ResultText(const ptd::ExtractResult& r, bool stats) {
     absl::StrAppend(&out, "warning: ", d.message, "\n");
   }
   if (stats) {
-    absl::StrAppend(&out, "\n", absl::StrFormat("%-40s %-9s %10s %10s %14s %14s\n", "tensor",
-                                                "dtype", "NaN", "Inf", "min", "max"));
+    absl::StrAppend(&out, "\n",
+                    absl::StrFormat("%-40s %-9s %10s %10s %14s %14s\n", "tensor", "dtype", "NaN",
+                                    "Inf", "min", "max"));
     for (const ptd::ExtractedTensor& t : r.tensors) {
       if (!t.stats) continue;
       const ptd::WeightStats& s = *t.stats;
-      absl::StrAppend(
-          &out, absl::StrFormat("%-40s %-9s %10d %10d %14s %14s\n", t.name,
-                                ptd::ScalarTypeName(t.scalar_type), s.nan, s.inf,
-                                s.min ? absl::StrFormat("%.6g", *s.min) : "-",
-                                s.max ? absl::StrFormat("%.6g", *s.max) : "-"));
+      absl::StrAppend(&out, absl::StrFormat("%-40s %-9s %10d %10d %14s %14s\n", t.name,
+                                            ptd::ScalarTypeName(t.scalar_type), s.nan, s.inf,
+                                            s.min ? absl::StrFormat("%.6g", *s.min) : "-",
+                                            s.max ? absl::StrFormat("%.6g", *s.max) : "-"));
     }
   }
   return out;
@@ -116,19 +117,18 @@ int Main(int argc, char** argv) {
                  "shards and model.safetensors.index.json")
       ->required()
       ->type_name("PATH");
-  auto* shard_opt =
-      app.add_option("--max-shard-size", shard_text,
-                     "write shards of at most this many bytes of tensor data each (a "
-                     "larger tensor gets a shard of its own), e.g. 5G or 500M")
-          ->type_name("SIZE")
-          ->check(CLI::Validator(
-              [](std::string& v) -> std::string {
-                uint64_t n;
-                return ptd::cli::ParseByteSize(v, &n) && n > 0
-                           ? std::string()
-                           : "a positive size: digits with an optional K, M, G or T";
-              },
-              ""));
+  auto* shard_opt = app.add_option("--max-shard-size", shard_text,
+                                   "write shards of at most this many bytes of tensor data each (a "
+                                   "larger tensor gets a shard of its own), e.g. 5G or 500M")
+                        ->type_name("SIZE")
+                        ->check(CLI::Validator(
+                            [](std::string& v) -> std::string {
+                              uint64_t n;
+                              return ptd::cli::ParseByteSize(v, &n) && n > 0
+                                         ? std::string()
+                                         : "a positive size: digits with an optional K, M, G or T";
+                            },
+                            ""));
   app.add_flag("--stats", options.stats,
                "count NaN and Inf and give min and max of each floating weight (warning N1 "
                "for NaN or Inf)");

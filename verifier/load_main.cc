@@ -18,10 +18,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <optional>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,10 +29,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "ptd/scalar_type.h"
+
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/open_device.h"
+#include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
 #include "ptd/verify.h"
 #include "ptd/verify_json.h"
@@ -119,7 +120,8 @@ struct Args {
 void AddLoadFlags(CLI::App& app, Args* a, std::string* budget_text) {
   app.add_option("--fqn", a->fqns, "load only this weight (repeatable; needs --manifest or --pte)")
       ->type_name("NAME");
-  app.add_option("--threads", a->threads, "reader threads")->check(CLI::Range(1, 256))
+  app.add_option("--threads", a->threads, "reader threads")
+      ->check(CLI::Range(1, 256))
       ->type_name("N")
       ->capture_default_str();
   app.add_option("--repeat", a->repeat, "load N times; report the median and the best")
@@ -172,14 +174,13 @@ std::optional<int> Parse(int argc, char** argv, Args* a) {
       "ptd-load");
   ptd::cli::SetUp(app);
   app.set_version_flag("--version", std::function<std::string()>([] {
-    return std::string("ptd-load ") + PTD_VERSION + "\n" + ptd::cli::MallocPagesLine() +
-           "\n" + ptd::cli::MallocMmapLine();
-  }));
+                         return std::string("ptd-load ") + PTD_VERSION + "\n" +
+                                ptd::cli::MallocPagesLine() + "\n" + ptd::cli::MallocMmapLine();
+                       }));
   app.add_option("ptd", a->ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
   app.add_option("--manifest", a->manifest, "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
       ->type_name("FILE");
-  app.add_option("--pte", a->pte, "a .pte whose CUDA delegates carry manifests")
-      ->type_name("FILE");
+  app.add_option("--pte", a->pte, "a .pte whose CUDA delegates carry manifests")->type_name("FILE");
   app.add_option("--device", a->device_spec, "host, cuda or cuda:N (default: the best present)")
       ->type_name("DEVICE")
       ->capture_default_str();
@@ -226,9 +227,8 @@ absl::StatusOr<std::shared_ptr<ptd::Device>> OpenLoadDevice(const Args& a) {
   const bool host = (*device)->kind() == ptd::DeviceKind::kHost;
   if (a.placing() && host) {
     return absl::InvalidArgumentError(absl::StrCat(
-        a.device_budget ? "--device-budget" : "--host-fqn",
-        " applies to a CUDA device; --device ", a.device_spec,
-        " loads every weight into host memory already"));
+        a.device_budget ? "--device-budget" : "--host-fqn", " applies to a CUDA device; --device ",
+        a.device_spec, " loads every weight into host memory already"));
   }
   if (a.huge_pages == "auto") return device;
   if (!host) return absl::InvalidArgumentError("--huge-pages applies to --device host");
@@ -252,9 +252,13 @@ int DeviceFailed(const Args& a, const absl::Status& s) {
   if (a.json_out) {
     // The verifier's shape, with nothing known.
     json f{{"ok", false},
-           {"ptd", json{{"path", a.ptd_path}, {"size", nullptr}, {"version", nullptr},
-                        {"segment_base_offset", nullptr}, {"segment_data_size", nullptr},
-                        {"segments", nullptr}, {"named_data", nullptr}}},
+           {"ptd", json{{"path", a.ptd_path},
+                        {"size", nullptr},
+                        {"version", nullptr},
+                        {"segment_base_offset", nullptr},
+                        {"segment_data_size", nullptr},
+                        {"segments", nullptr},
+                        {"named_data", nullptr}}},
            {"manifests", json::array()},
            {"errors", json::array({LoadErrorJson(s, "")})},
            {"warnings", json::array()},
@@ -276,8 +280,11 @@ json DeviceJson(const ptd::Device& d) {
 // Verifies once: every load reads from the outcome's bundle. Nothing is
 // loaded from a file that breaks a rule.
 const ptd::VerifyOutcome& Verify(const Args& a, double* seconds) {
-  ptd::VerifyOptions vo{.ptd_path = a.ptd_path, .manifest_path = a.manifest,
-                        .pte_path = a.pte, .sm = a.sm, .use_mmap = false};
+  ptd::VerifyOptions vo{.ptd_path = a.ptd_path,
+                        .manifest_path = a.manifest,
+                        .pte_path = a.pte,
+                        .sm = a.sm,
+                        .use_mmap = false};
   // The readable report (of a file that fails) prints kReportRows of each
   // table; --json and the digests go through every weight.
   if (!a.json_out && !a.digest && !a.all_rows) vo.list_limit = ptd::cli::kReportRows;
@@ -363,8 +370,8 @@ struct LoadedItem {
 };
 
 struct LoadResults {
-  std::vector<std::vector<LoadedItem>> weights;  // [manifest][weight].
-  std::vector<LoadedItem> keys;                  // Without manifests.
+  std::vector<std::vector<LoadedItem>> weights;              // [manifest][weight].
+  std::vector<LoadedItem> keys;                              // Without manifests.
   std::vector<std::pair<std::string, std::string>> digests;  // name, sha256.
   size_t materialized = 0;
   bool materialize_failed = false;
@@ -508,13 +515,20 @@ ptd::LoadTimings WithVerify(ptd::LoadTimings t, double verify_s) {
 }
 
 json StatsJson(const Args& a, const ptd::LoadStats& st, uint64_t huge_page_bytes) {
-  json load{{"weights", st.weights},         {"reused", st.reused},
-            {"runtime_owned", st.runtime_owned}, {"storages", st.storages},
-            {"bytes", st.bytes},             {"allocations", st.allocations},
-            {"reads", st.reads},             {"bytes_read", st.bytes_read},
-            {"copies", st.copies},           {"mapped", st.mapped},
-            {"mapped_bytes", st.mapped_bytes}, {"mappings", st.mappings},
-            {"huge_page_bytes", huge_page_bytes}, {"threads", a.threads}};
+  json load{{"weights", st.weights},
+            {"reused", st.reused},
+            {"runtime_owned", st.runtime_owned},
+            {"storages", st.storages},
+            {"bytes", st.bytes},
+            {"allocations", st.allocations},
+            {"reads", st.reads},
+            {"bytes_read", st.bytes_read},
+            {"copies", st.copies},
+            {"mapped", st.mapped},
+            {"mapped_bytes", st.mapped_bytes},
+            {"mappings", st.mappings},
+            {"huge_page_bytes", huge_page_bytes},
+            {"threads", a.threads}};
   json placement = json::object();
   for (ptd::Residency r :
        {ptd::Residency::kDevice, ptd::Residency::kMappedHost, ptd::Residency::kHost}) {
@@ -562,12 +576,18 @@ int ReportJson(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
   j["load"] = StatsJson(a, st, loads.huge_page_bytes);
   j["runtime_owned"] = RuntimeOwnedJson(w);
   const ptd::LoadTimings t = WithVerify(w.timings(), verify_s);
-  j["timings"] = json{{"verify_s", t.verify_s},   {"plan_s", t.plan_s},
-                      {"map_s", t.map_s},         {"allocate_s", t.allocate_s},
-                      {"read_s", t.read_s},       {"copy_s", t.copy_s},
-                      {"wait_s", t.wait_s},       {"finish_s", t.finish_s},
-                      {"total_s", t.total_s},     {"first_weight_s", t.first_weight_s},
-                      {"gbps", GBps(st.bytes, t.total_s)}, {"read_gbps", GBps(st.bytes, t.read_s)}};
+  j["timings"] = json{{"verify_s", t.verify_s},
+                      {"plan_s", t.plan_s},
+                      {"map_s", t.map_s},
+                      {"allocate_s", t.allocate_s},
+                      {"read_s", t.read_s},
+                      {"copy_s", t.copy_s},
+                      {"wait_s", t.wait_s},
+                      {"finish_s", t.finish_s},
+                      {"total_s", t.total_s},
+                      {"first_weight_s", t.first_weight_s},
+                      {"gbps", GBps(st.bytes, t.total_s)},
+                      {"read_gbps", GBps(st.bytes, t.read_s)}};
   if (r.materialized > 0 || r.materialize_failed) {
     j["materialized"] = json{{"checked", r.materialized}, {"ok", !r.materialize_failed}};
   }
@@ -586,18 +606,17 @@ int ReportJson(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
 // "  N weights (...), N storages, ..." and, for a placed load, where they went.
 void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
   using ptd::cli::Plural;
-  absl::StrAppend(
-      out, "  ", Plural(st.weights, "weight", "weights"), " (", st.reused, " reused, ",
-      st.runtime_owned, " runtime-owned), ", Plural(st.storages, "storage", "storages"), ", ",
-      Plural(st.bytes, "byte", "bytes"), ", ",
-      Plural(st.allocations, "allocation call", "allocation calls"), ", ",
-      Plural(st.reads, "read", "reads"), " of ", Plural(st.bytes_read, "byte", "bytes"), ", ",
-      Plural(st.copies, "copy", "copies"),
-      a.map_file ? absl::StrCat(", ", st.mapped, " mapped from the file (",
-                                Plural(st.mapped_bytes, "byte", "bytes"), ", ",
-                                Plural(st.mappings, "mapping", "mappings"), ")")
-                 : std::string(),
-      "\n");
+  absl::StrAppend(out, "  ", Plural(st.weights, "weight", "weights"), " (", st.reused, " reused, ",
+                  st.runtime_owned, " runtime-owned), ", Plural(st.storages, "storage", "storages"),
+                  ", ", Plural(st.bytes, "byte", "bytes"), ", ",
+                  Plural(st.allocations, "allocation call", "allocation calls"), ", ",
+                  Plural(st.reads, "read", "reads"), " of ", Plural(st.bytes_read, "byte", "bytes"),
+                  ", ", Plural(st.copies, "copy", "copies"),
+                  a.map_file ? absl::StrCat(", ", st.mapped, " mapped from the file (",
+                                            Plural(st.mapped_bytes, "byte", "bytes"), ", ",
+                                            Plural(st.mappings, "mapping", "mappings"), ")")
+                             : std::string(),
+                  "\n");
   // Only with --device-budget or --host-fqn: the report of a plain load
   // keeps its lines.
   if (!a.placing()) return;
@@ -619,17 +638,19 @@ void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
 
 void TimingLines(const Args& a, const ptd::LoadTimings& t, const Loads& loads, uint64_t bytes,
                  std::string* out) {
-  absl::StrAppend(out, absl::StrFormat(
-      "  verify %s, plan %s, %sallocate %s, read %s (copy %s, wait %s), finish %s; total %s, "
-      "first weight %s; %.2f GB/s (%.2f GB/s in the read phase)\n",
-      Ms(t.verify_s), Ms(t.plan_s), a.map_file ? absl::StrCat("map ", Ms(t.map_s), ", ") : "",
-      Ms(t.allocate_s), Ms(t.read_s), Ms(t.copy_s), Ms(t.wait_s), Ms(t.finish_s), Ms(t.total_s),
-      Ms(t.first_weight_s), GBps(bytes, t.total_s), GBps(bytes, t.read_s)));
+  absl::StrAppend(
+      out,
+      absl::StrFormat(
+          "  verify %s, plan %s, %sallocate %s, read %s (copy %s, wait %s), finish %s; total %s, "
+          "first weight %s; %.2f GB/s (%.2f GB/s in the read phase)\n",
+          Ms(t.verify_s), Ms(t.plan_s), a.map_file ? absl::StrCat("map ", Ms(t.map_s), ", ") : "",
+          Ms(t.allocate_s), Ms(t.read_s), Ms(t.copy_s), Ms(t.wait_s), Ms(t.finish_s), Ms(t.total_s),
+          Ms(t.first_weight_s), GBps(bytes, t.total_s), GBps(bytes, t.read_s)));
   if (a.repeat > 1) {
     const auto [median, best] = MedianAndBest(loads.totals);
-    absl::StrAppend(out, absl::StrFormat("  %d loads: median %s (%.2f GB/s), best %s (%.2f GB/s)\n",
-                                         a.repeat, Ms(median), GBps(bytes, median), Ms(best),
-                                         GBps(bytes, best)));
+    absl::StrAppend(
+        out, absl::StrFormat("  %d loads: median %s (%.2f GB/s), best %s (%.2f GB/s)\n", a.repeat,
+                             Ms(median), GBps(bytes, median), Ms(best), GBps(bytes, best)));
   }
 }
 
@@ -650,17 +671,15 @@ int ReportText(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
     absl::StrAppend(&out, "  runtime-owned, not loaded (the runtime allocates them):\n");
     for (const ptd::RuntimeOwnedWeight& o : w.runtime_owned()) {
       absl::StrAppend(&out, "    ", std::string(o.fqn), "  ",
-                      std::string(ptd::ScalarTypeName(o.dtype)), " (",
-                      absl::StrJoin(o.sizes, ","), ") strides (", absl::StrJoin(o.strides, ","),
-                      ") offset ", o.storage_offset, " elements, ", o.required_nbytes,
-                      " bytes\n");
+                      std::string(ptd::ScalarTypeName(o.dtype)), " (", absl::StrJoin(o.sizes, ","),
+                      ") strides (", absl::StrJoin(o.strides, ","), ") offset ", o.storage_offset,
+                      " elements, ", o.required_nbytes, " bytes\n");
     }
   }
   for (const auto& [name, sha] : r.digests) absl::StrAppend(&out, "  ", sha, "  ", name, "\n");
   if (r.materialized > 0 || r.materialize_failed) {
-    absl::StrAppend(&out, "  materialized on ", device.name(), ": ", r.materialized,
-                    " dense cop", r.materialized == 1 ? "y" : "ies",
-                    " equal the gathered digests",
+    absl::StrAppend(&out, "  materialized on ", device.name(), ": ", r.materialized, " dense cop",
+                    r.materialized == 1 ? "y" : "ies", " equal the gathered digests",
                     r.materialize_failed ? "; others FAILED (see stderr)" : "", "\n");
   }
   ptd::cli::WriteOut(out);

@@ -7,12 +7,13 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <iostream>
 #include <functional>
+#include <iostream>
 #include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
+
 #include "ptd/verify.h"
 #include "ptd/verify_json.h"
 #include "verifier/cli_util.h"
@@ -47,9 +48,9 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
       "ptd-verify");
   ptd::cli::SetUp(app);
   app.set_version_flag("--version", std::function<std::string()>([] {
-    return std::string("ptd-verify ") + PTD_VERSION + "\n" + ptd::cli::MallocPagesLine() +
-           "\n" + ptd::cli::MallocMmapLine();
-  }));
+                         return std::string("ptd-verify ") + PTD_VERSION + "\n" +
+                                ptd::cli::MallocPagesLine() + "\n" + ptd::cli::MallocMmapLine();
+                       }));
   app.add_option("ptd", options.ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
                        ->type_name("FILE");

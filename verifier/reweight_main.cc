@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/checkpoint.h"
 #include "ptd/verify.h"
 #include "verifier/checkpoint_cli.h"
@@ -38,17 +39,21 @@ json ResultJson(const std::string& out, const ptd::ReweightResult& r) {
   }
   json warnings = json::array();
   for (const ptd::Diagnostic& d : r.report.warnings()) warnings.push_back(ptd::DiagnosticJson(d));
-  return json{{"ok", true},          {"out", out},
-              {"written", r.written}, {"kept", r.kept},
-              {"unused", r.unused},   {"zero_filled_bytes", r.zero_filled_bytes},
-              {"zero_filled", std::move(zero)}, {"warnings", std::move(warnings)}};
+  return json{{"ok", true},
+              {"out", out},
+              {"written", r.written},
+              {"kept", r.kept},
+              {"unused", r.unused},
+              {"zero_filled_bytes", r.zero_filled_bytes},
+              {"zero_filled", std::move(zero)},
+              {"warnings", std::move(warnings)}};
 }
 
 std::string ResultText(const std::string& out, const ptd::ReweightResult& r) {
   std::string text = absl::StrCat(
       "wrote ", out, ": ", ptd::cli::Plural(r.written.size(), "weight", "weights"),
-      " from the checkpoint", r.kept.empty() ? "" : absl::StrCat(", ", r.kept.size(), " kept from the base"),
-      "\n");
+      " from the checkpoint",
+      r.kept.empty() ? "" : absl::StrCat(", ", r.kept.size(), " kept from the base"), "\n");
   for (const ptd::Diagnostic& d : r.report.warnings()) {
     absl::StrAppend(&text, "warning: ", d.message, "\n");
   }
@@ -109,15 +114,17 @@ int Main(int argc, char** argv) {
                  "a .safetensors file, or a sharded checkpoint's *.safetensors.index.json")
       ->required()
       ->type_name("CHECKPOINT");
-  auto* manifest = app.add_option("--manifest", "the program's standalone manifest")
-                       ->type_name("FILE");
+  auto* manifest =
+      app.add_option("--manifest", "the program's standalone manifest")->type_name("FILE");
   auto* pte = app.add_option("--pte", "the program (.pte) whose CUDA delegates carry manifests")
                   ->type_name("FILE");
   app.add_option("-o,--out", out, "the .ptd to write")->required()->type_name("FILE.ptd");
-  auto* base_opt = app.add_option(
-      "--base", base,
-      "a .ptd for the same program: supplies the storages of weights the checkpoint lacks "
-      "(kept, and listed) and the bytes no view covers (else zero)")->type_name("FILE.ptd");
+  auto* base_opt =
+      app.add_option(
+             "--base", base,
+             "a .ptd for the same program: supplies the storages of weights the checkpoint lacks "
+             "(kept, and listed) and the bytes no view covers (else zero)")
+          ->type_name("FILE.ptd");
   app.add_option("--rename", renames,
                  "rename checkpoint tensors before lookup: a name starting with FROM gets TO "
                  "instead (the longest FROM wins; repeatable)")
@@ -166,8 +173,7 @@ int Main(int argc, char** argv) {
   const absl::StatusOr<ptd::ReweightResult> result =
       ptd::Reweight(checkpoint, program, out, options);
   if (!result.ok()) return ptd::cli::ReportFailure("ptd-reweight", result.status(), json_out);
-  ptd::cli::WriteOut(json_out ? ResultJson(out, *result).dump(2) + "\n"
-                              : ResultText(out, *result));
+  ptd::cli::WriteOut(json_out ? ResultJson(out, *result).dump(2) + "\n" : ResultText(out, *result));
   return 0;
 }
 

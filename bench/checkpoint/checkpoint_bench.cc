@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+
 #include "ptd/weight_writer.h"
 
 extern char** environ;
@@ -123,15 +124,15 @@ void EnsureModel() {
       // Distinct bytes per weight (no two storages deduplicated), finite floats.
       float* f = reinterpret_cast<float*>(storage.data());
       for (int64_t i = 0; i < kRows * kCols; ++i) f[i] = static_cast<float>((i % 4099) + w);
-      const absl::Status s = writer.Add(ptd::WeightSpec{
-          .fqn = "layers." + std::to_string(w) + ".weight",
-          .dtype = 6,
-          .device_type = 1,
-          .value = {.storage = storage,
-                    .sizes = {kRows, kCols},
-                    .strides = {kCols, 1},
-                    .is_original_storage = true},
-          .properties = {.shape = {kRows, kCols}, .stride = {kCols, 1}}});
+      const absl::Status s = writer.Add(
+          ptd::WeightSpec{.fqn = "layers." + std::to_string(w) + ".weight",
+                          .dtype = 6,
+                          .device_type = 1,
+                          .value = {.storage = storage,
+                                    .sizes = {kRows, kCols},
+                                    .strides = {kCols, 1},
+                                    .is_original_storage = true},
+                          .properties = {.shape = {kRows, kCols}, .stride = {kCols, 1}}});
       if (!s.ok()) Die(std::string(s.message()));
     }
     const absl::Status s = writer.Write(ModelPtd(), ModelManifest());
@@ -151,8 +152,7 @@ double g_copy_bytes_per_second = 0;
 // Runs `args` once per iteration (input warmed, output removed first);
 // manual time is the child's wall time.
 void RunTool(benchmark::State& state, const std::vector<std::string>& args,
-             const std::vector<std::string>& inputs, const std::string& output,
-             bool is_ceiling) {
+             const std::vector<std::string>& inputs, const std::string& output, bool is_ceiling) {
   EnsureModel();
   double seconds = 0, peak = 0;
   for (auto _ : state) {
@@ -181,30 +181,27 @@ void RunTool(benchmark::State& state, const std::vector<std::string>& args,
 // The ceiling: the .ptd copied file to file and fsynced.
 void BM_CopyFile(benchmark::State& state) {
   const std::string out = Output("copy.ptd");
-  RunTool(state,
-          {"/bin/sh", "-c", "cp \"$0\" \"$1\" && sync \"$1\"", ModelPtd(), out},
+  RunTool(state, {"/bin/sh", "-c", "cp \"$0\" \"$1\" && sync \"$1\"", ModelPtd(), out},
           {ModelPtd()}, out, /*is_ceiling=*/true);
 }
 
 void BM_Extract(benchmark::State& state) {
   const std::string out = Output("extracted.safetensors");
-  RunTool(state,
-          {PTD_EXTRACT_BINARY, ModelPtd(), "--manifest", ModelManifest(), "-o", out},
+  RunTool(state, {PTD_EXTRACT_BINARY, ModelPtd(), "--manifest", ModelManifest(), "-o", out},
           {ModelPtd(), ModelManifest()}, out, false);
 }
 
 void BM_Reweight(benchmark::State& state) {
   const std::string out = Output("reweighted.ptd");
-  RunTool(state,
-          {PTD_REWEIGHT_BINARY, Checkpoint(), "--manifest", ModelManifest(), "-o", out},
+  RunTool(state, {PTD_REWEIGHT_BINARY, Checkpoint(), "--manifest", ModelManifest(), "-o", out},
           {Checkpoint(), ModelManifest()}, out, false);
 }
 
 void BM_ReweightWithBase(benchmark::State& state) {
   const std::string out = Output("reweighted_base.ptd");
   RunTool(state,
-          {PTD_REWEIGHT_BINARY, Checkpoint(), "--manifest", ModelManifest(), "--base",
-           ModelPtd(), "-o", out},
+          {PTD_REWEIGHT_BINARY, Checkpoint(), "--manifest", ModelManifest(), "--base", ModelPtd(),
+           "-o", out},
           {Checkpoint(), ModelManifest(), ModelPtd()}, out, false);
 }
 

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   }
   for (size_t done = 0; done < size;) {
     const size_t n = size - done < kChunk ? size - done : kChunk;
-    const ssize_t got = ::pread(fd, buffer.get() + (reused ? 0 : done), n, static_cast<off_t>(done));
+    const ssize_t got =
+        ::pread(fd, buffer.get() + (reused ? 0 : done), n, static_cast<off_t>(done));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       std::fprintf(stderr, "ptd_pread_ceiling: %s: read failed at %zu\n", argv[1], done);

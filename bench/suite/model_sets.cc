@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+
 #include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/weight_writer.h"
@@ -77,9 +78,9 @@ void Describe(ModelSet* s) {
 
 void WriteInfo(const ModelSet& s, const std::string& path) {
   std::ofstream out(path + ".tmp");
-  out << "storage_bytes " << s.storage_bytes << "\nstorages " << s.storages << "\nkeys "
-      << s.keys << "\nweights " << s.weights << "\ndata_bytes " << s.data_bytes
-      << "\ndata_begin " << s.data_begin << "\nfile_bytes " << s.file_bytes << "\n";
+  out << "storage_bytes " << s.storage_bytes << "\nstorages " << s.storages << "\nkeys " << s.keys
+      << "\nweights " << s.weights << "\ndata_bytes " << s.data_bytes << "\ndata_begin "
+      << s.data_begin << "\nfile_bytes " << s.file_bytes << "\n";
   out.close();
   Check(out.good(), "write " + path);
   std::filesystem::rename(path + ".tmp", path);
@@ -93,13 +94,20 @@ bool ReadInfo(ModelSet* s, const std::string& path) {
   int n = 0;
   while (in >> k >> v) {
     ++n;
-    if (k == "storage_bytes") s->storage_bytes = v;
-    else if (k == "storages") s->storages = v;
-    else if (k == "keys") s->keys = v;
-    else if (k == "weights") s->weights = v;
-    else if (k == "data_bytes") s->data_bytes = v;
-    else if (k == "data_begin") s->data_begin = v;
-    else if (k == "file_bytes") s->file_bytes = v;
+    if (k == "storage_bytes")
+      s->storage_bytes = v;
+    else if (k == "storages")
+      s->storages = v;
+    else if (k == "keys")
+      s->keys = v;
+    else if (k == "weights")
+      s->weights = v;
+    else if (k == "data_bytes")
+      s->data_bytes = v;
+    else if (k == "data_begin")
+      s->data_begin = v;
+    else if (k == "file_bytes")
+      s->file_bytes = v;
   }
   return n == 7 && std::filesystem::exists(s->ptd) && std::filesystem::exists(s->manifest) &&
          std::filesystem::file_size(s->ptd) == s->file_bytes;
@@ -130,24 +138,22 @@ ModelSet Cached(const SuiteFlags& flags, const std::string& name, const std::str
 void AddView(CudaWeightWriter* w, const std::string& fqn, int32_t dtype,
              absl::Span<const uint8_t> storage, int64_t offset, std::vector<int64_t> shape,
              std::vector<int64_t> stride) {
-  WeightSpec spec{.fqn = fqn,
-                  .dtype = dtype,
-                  .device_type = 1,
-                  .value = {.storage = storage,
-                            .storage_offset = offset,
-                            .sizes = shape,
-                            .strides = stride,
-                            .is_original_storage = true},
-                  .properties = {.storage_size = storage.size(),
-                                 .offset = offset,
-                                 .shape = shape,
-                                 .stride = stride}};
+  WeightSpec spec{
+      .fqn = fqn,
+      .dtype = dtype,
+      .device_type = 1,
+      .value = {.storage = storage,
+                .storage_offset = offset,
+                .sizes = shape,
+                .strides = stride,
+                .is_original_storage = true},
+      .properties = {
+          .storage_size = storage.size(), .offset = offset, .shape = shape, .stride = stride}};
   const absl::Status st = w->Add(spec);
   Check(st.ok(), fqn + ": " + st.ToString());
 }
 
-ModelSet BlockSet(const SuiteFlags& flags, const std::string& name, uint64_t total,
-                  uint64_t size) {
+ModelSet BlockSet(const SuiteFlags& flags, const std::string& name, uint64_t total, uint64_t size) {
   const uint64_t count = std::max<uint64_t>(total / size, 1);
   ModelSet s = Cached(flags, name, absl::StrCat("blocks-", count, "x", size),
                       [&](CudaWeightWriter* w, ModelSet* m) {
@@ -155,8 +161,8 @@ ModelSet BlockSet(const SuiteFlags& flags, const std::string& name, uint64_t tot
                         const int64_t n = static_cast<int64_t>(size / 4);
                         for (uint64_t i = 0; i < count; ++i) {
                           FillPattern(i + 1, bytes.data(), bytes.size());
-                          AddView(w, absl::StrCat("model.layers.", i, ".weight"), kFloat32,
-                                  bytes, 0, {n}, {1});
+                          AddView(w, absl::StrCat("model.layers.", i, ".weight"), kFloat32, bytes,
+                                  0, {n}, {1});
                         }
                         m->weights = count;
                       });
@@ -202,16 +208,13 @@ ModelSet TransformerSet(const SuiteFlags& flags) {
           AddView(w, p + "self_attn.k_proj.weight", kBFloat16, qkv, d * d, {d, d}, {d, 1});
           AddView(w, p + "self_attn.v_proj.weight", kBFloat16, qkv, 2 * d * d, {d, d}, {d, 1});
           // Transposed: column-major views of their storage.
-          AddView(w, p + "self_attn.o_proj.weight", kBFloat16, fill(d * d), 0, {d, d},
-                  {1, d});
+          AddView(w, p + "self_attn.o_proj.weight", kBFloat16, fill(d * d), 0, {d, d}, {1, d});
           absl::Span<const uint8_t> gu = fill(2 * ff * d);
           AddView(w, p + "mlp.gate_proj.weight", kBFloat16, gu, 0, {ff, d}, {d, 1});
           AddView(w, p + "mlp.up_proj.weight", kBFloat16, gu, ff * d, {ff, d}, {d, 1});
-          AddView(w, p + "mlp.down_proj.weight", kBFloat16, fill(d * ff), 0, {d, ff},
-                  {1, d});
+          AddView(w, p + "mlp.down_proj.weight", kBFloat16, fill(d * ff), 0, {d, ff}, {1, d});
           AddView(w, p + "input_layernorm.weight", kBFloat16, fill(d), 0, {d}, {1});
-          AddView(w, p + "post_attention_layernorm.weight", kBFloat16, fill(d), 0, {d},
-                  {1});
+          AddView(w, p + "post_attention_layernorm.weight", kBFloat16, fill(d), 0, {d}, {1});
           n += 9;
         }
         AddView(w, "model.norm.weight", kBFloat16, fill(d), 0, {d}, {1});
@@ -273,15 +276,24 @@ SuiteFlags ParseSuiteFlags(int* argc, char** argv) {
     const size_t eq = a.find('=');
     const std::string key = a.substr(0, eq == std::string::npos ? a.size() : eq);
     const std::string v = eq == std::string::npos ? "" : a.substr(eq + 1);
-    if (key == "--data_dir") f.data_dir = v;
-    else if (key == "--big_mib") f.big_mib = ParseU64("big_mib", v);
-    else if (key == "--mid_mib") f.mid_mib = ParseU64("mid_mib", v);
-    else if (key == "--small_mib") f.small_mib = ParseU64("small_mib", v);
-    else if (key == "--xfmr_mib") f.xfmr_mib = ParseU64("xfmr_mib", v);
-    else if (key == "--reps") f.reps = static_cast<int>(std::max<uint64_t>(ParseU64("reps", v), 1));
-    else if (key == "--cold") f.cold = ParseU64("cold", v) != 0;
-    else if (key == "--upstream_max_keys") f.upstream_max_keys = ParseU64("upstream_max_keys", v);
-    else if (key == "--sets") f.sets = v;
+    if (key == "--data_dir")
+      f.data_dir = v;
+    else if (key == "--big_mib")
+      f.big_mib = ParseU64("big_mib", v);
+    else if (key == "--mid_mib")
+      f.mid_mib = ParseU64("mid_mib", v);
+    else if (key == "--small_mib")
+      f.small_mib = ParseU64("small_mib", v);
+    else if (key == "--xfmr_mib")
+      f.xfmr_mib = ParseU64("xfmr_mib", v);
+    else if (key == "--reps")
+      f.reps = static_cast<int>(std::max<uint64_t>(ParseU64("reps", v), 1));
+    else if (key == "--cold")
+      f.cold = ParseU64("cold", v) != 0;
+    else if (key == "--upstream_max_keys")
+      f.upstream_max_keys = ParseU64("upstream_max_keys", v);
+    else if (key == "--sets")
+      f.sets = v;
     else if (key == "--verify") {
       f.verify_weights.clear();
       for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
@@ -298,11 +310,16 @@ SuiteFlags ParseSuiteFlags(int* argc, char** argv) {
 std::vector<ModelSet> LoadSets(const SuiteFlags& flags) {
   std::vector<ModelSet> sets;
   for (absl::string_view name : absl::StrSplit(flags.sets, ',', absl::SkipEmpty())) {
-    if (name == "4MiB") sets.push_back(BlockSet(flags, "4MiB", flags.big_mib * kMiB, 4 * kMiB));
-    else if (name == "64KiB") sets.push_back(BlockSet(flags, "64KiB", flags.mid_mib * kMiB, 64 * kKiB));
-    else if (name == "1KiB") sets.push_back(BlockSet(flags, "1KiB", flags.small_mib * kMiB, kKiB));
-    else if (name == "xfmr") sets.push_back(TransformerSet(flags));
-    else Check(false, absl::StrCat("unknown set '", name, "' (4MiB, 64KiB, 1KiB, xfmr)"));
+    if (name == "4MiB")
+      sets.push_back(BlockSet(flags, "4MiB", flags.big_mib * kMiB, 4 * kMiB));
+    else if (name == "64KiB")
+      sets.push_back(BlockSet(flags, "64KiB", flags.mid_mib * kMiB, 64 * kKiB));
+    else if (name == "1KiB")
+      sets.push_back(BlockSet(flags, "1KiB", flags.small_mib * kMiB, kKiB));
+    else if (name == "xfmr")
+      sets.push_back(TransformerSet(flags));
+    else
+      Check(false, absl::StrCat("unknown set '", name, "' (4MiB, 64KiB, 1KiB, xfmr)"));
   }
   return sets;
 }

@@ -30,29 +30,29 @@ namespace ptd::bench {
 
 // One model on disk and what a load of it moves.
 struct ModelSet {
-  std::string name;          // "4MiB", "64KiB", "1KiB", "xfmr", "verify-1000".
-  std::string description;   // Its shape, in words.
-  std::string ptd;           // Path of the .ptd.
-  std::string manifest;      // Path of its manifest.
+  std::string name;            // "4MiB", "64KiB", "1KiB", "xfmr", "verify-1000".
+  std::string description;     // Its shape, in words.
+  std::string ptd;             // Path of the .ptd.
+  std::string manifest;        // Path of its manifest.
   uint64_t storage_bytes = 0;  // Each storage's size; 0 when sizes vary.
-  uint64_t storages = 0;     // Distinct stored segments (what a load allocates).
-  uint64_t keys = 0;         // Named-data keys (several may share a segment).
-  uint64_t weights = 0;      // Manifest entries (views).
-  uint64_t data_bytes = 0;   // Bytes of the distinct segments: what a load moves.
-  uint64_t data_begin = 0;   // File offset of the segment region.
+  uint64_t storages = 0;       // Distinct stored segments (what a load allocates).
+  uint64_t keys = 0;           // Named-data keys (several may share a segment).
+  uint64_t weights = 0;        // Manifest entries (views).
+  uint64_t data_bytes = 0;     // Bytes of the distinct segments: what a load moves.
+  uint64_t data_begin = 0;     // File offset of the segment region.
   uint64_t file_bytes = 0;
 };
 
 // The suite's flags (--name=value; both binaries take the same ones and pass
 // every other argument to Google Benchmark).
 struct SuiteFlags {
-  std::string data_dir;        // --data_dir; default $PTD_BENCH_DIR or <build>/bench-data.
-  uint64_t big_mib = 1024;     // --big_mib: total of the 4 MiB-storage set.
-  uint64_t mid_mib = 256;      // --mid_mib: total of the 64 KiB-storage set.
-  uint64_t small_mib = 64;     // --small_mib: total of the 1 KiB-storage set.
-  uint64_t xfmr_mib = 1024;    // --xfmr_mib: target size of the transformer.
-  int reps = 10;               // --reps: timed repetitions of each case.
-  bool cold = true;            // --cold=0 skips the cold-cache cases.
+  std::string data_dir;      // --data_dir; default $PTD_BENCH_DIR or <build>/bench-data.
+  uint64_t big_mib = 1024;   // --big_mib: total of the 4 MiB-storage set.
+  uint64_t mid_mib = 256;    // --mid_mib: total of the 64 KiB-storage set.
+  uint64_t small_mib = 64;   // --small_mib: total of the 1 KiB-storage set.
+  uint64_t xfmr_mib = 1024;  // --xfmr_mib: target size of the transformer.
+  int reps = 10;             // --reps: timed repetitions of each case.
+  bool cold = true;          // --cold=0 skips the cold-cache cases.
   std::vector<uint64_t> verify_weights = {1000, 10000, 100000};  // --verify=a,b,c
   uint64_t upstream_max_keys = 4096;  // --upstream_max_keys: sample cap (see upstream_bench.cc).
   std::string sets = "4MiB,64KiB,1KiB,xfmr";  // --sets: which sets to run.

@@ -68,8 +68,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/suite/model_sets.h"
 #include "benchmark/benchmark.h"
+
+#include "bench/suite/model_sets.h"
 #include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/host_device.h"
@@ -253,8 +254,8 @@ void BM_Verify(benchmark::State& state, const ModelSet& m, bool keep_heap) {
   if (keep_heap) {
     // Once, and for the rest of the process (these run last). 32 MiB is
     // the most M_MMAP_THRESHOLD takes on 64-bit glibc.
-    static const bool kept = ::mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 &&
-                             ::mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+    static const bool kept =
+        ::mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 && ::mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
     Check(kept, "mallopt");
   }
   const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false};
@@ -368,32 +369,39 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("reps", std::to_string(flags.reps));
   for (const ModelSet& m : sets) {
     benchmark::AddCustomContext(
-        "set." + m.name,
-        absl::StrCat("storages=", m.storages, " storage_bytes=", m.storage_bytes,
-                     " keys=", m.keys, " weights=", m.weights, " data_bytes=", m.data_bytes,
-                     " file_bytes=", m.file_bytes));
+        "set." + m.name, absl::StrCat("storages=", m.storages, " storage_bytes=", m.storage_bytes,
+                                      " keys=", m.keys, " weights=", m.weights,
+                                      " data_bytes=", m.data_bytes, " file_bytes=", m.file_bytes));
     benchmark::AddCustomContext("desc." + m.name, m.description);
     const int r = flags.reps;
     Tune(benchmark::RegisterBenchmark(("Ceiling/memcpy/" + m.name).c_str(), BM_Memcpy, m), r);
     Tune(benchmark::RegisterBenchmark(("Ceiling/pread_warm/" + m.name).c_str(), BM_ReadFile, m,
-                                      false), r);
+                                      false),
+         r);
     Tune(benchmark::RegisterBenchmark(("Ceiling/pread_warm_reused/" + m.name).c_str(),
-                                      BM_ReadFileReused, m), r);
+                                      BM_ReadFileReused, m),
+         r);
     Tune(benchmark::RegisterBenchmark(("Ceiling/pread_populated/" + m.name).c_str(),
-                                      BM_ReadFilePopulated, m), r);
+                                      BM_ReadFilePopulated, m),
+         r);
     if (flags.cold) {
-      Tune(benchmark::RegisterBenchmark(("Ceiling/read_cold/" + m.name).c_str(), BM_ReadFile,
-                                        m, true), r);
+      Tune(benchmark::RegisterBenchmark(("Ceiling/read_cold/" + m.name).c_str(), BM_ReadFile, m,
+                                        true),
+           r);
     }
-    Tune(benchmark::RegisterBenchmark(("Loader/host_warm/" + m.name).c_str(), BM_Loader, m,
-                                      false, false, ptd::HugePages::kAuto), r);
+    Tune(benchmark::RegisterBenchmark(("Loader/host_warm/" + m.name).c_str(), BM_Loader, m, false,
+                                      false, ptd::HugePages::kAuto),
+         r);
     Tune(benchmark::RegisterBenchmark(("Loader/host_warm_thp/" + m.name).c_str(), BM_Loader, m,
-                                      false, false, ptd::HugePages::kOn), r);
-    Tune(benchmark::RegisterBenchmark(("Loader/host_mapped/" + m.name).c_str(), BM_Loader, m,
-                                      false, true, ptd::HugePages::kAuto), r);
+                                      false, false, ptd::HugePages::kOn),
+         r);
+    Tune(benchmark::RegisterBenchmark(("Loader/host_mapped/" + m.name).c_str(), BM_Loader, m, false,
+                                      true, ptd::HugePages::kAuto),
+         r);
     if (flags.cold) {
-      Tune(benchmark::RegisterBenchmark(("Loader/host_cold/" + m.name).c_str(), BM_Loader, m,
-                                        true, false, ptd::HugePages::kAuto), r);
+      Tune(benchmark::RegisterBenchmark(("Loader/host_cold/" + m.name).c_str(), BM_Loader, m, true,
+                                        false, ptd::HugePages::kAuto),
+           r);
     }
   }
   for (const bool keep_heap : {false, true}) {

@@ -27,6 +27,11 @@
 // whole key list is loaded (each lookup still scans half the list on
 // average) and the per-key time is scaled to all keys: counters sampled_keys
 // and extrapolated say so.
+#include <executorch/extension/data_loader/file_data_loader.h>
+#include <executorch/extension/data_loader/mmap_data_loader.h>
+#include <executorch/extension/flat_tensor/flat_tensor_data_map.h>
+#include <executorch/runtime/platform/runtime.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -35,13 +40,9 @@
 #include <string>
 #include <vector>
 
-#include <executorch/extension/data_loader/file_data_loader.h>
-#include <executorch/extension/data_loader/mmap_data_loader.h>
-#include <executorch/extension/flat_tensor/flat_tensor_data_map.h>
-#include <executorch/runtime/platform/runtime.h>
+#include "benchmark/benchmark.h"
 
 #include "bench/suite/model_sets.h"
-#include "benchmark/benchmark.h"
 
 namespace ptd::bench {
 namespace {
@@ -100,8 +101,7 @@ KeyPlan PlanKeys(const ModelSet& m, uint64_t max_keys) {
 void BM_Upstream(benchmark::State& state, const ModelSet& m, Mode mode, bool cold,
                  uint64_t max_keys) {
   const KeyPlan plan = PlanKeys(m, max_keys);
-  const double scale =
-      static_cast<double>(plan.all_keys) / static_cast<double>(plan.keys.size());
+  const double scale = static_cast<double>(plan.all_keys) / static_cast<double>(plan.keys.size());
   std::vector<double> total, first;
   double max_resident = 0;
   uint64_t staging_peak = 0;

@@ -2,11 +2,11 @@
 // as a consumer's own tests use it: a FaultDevice over the HostDevice fails
 // the second allocation with the planned status, and counts both calls.
 // Exits 0 when it behaves so.
-#include <iostream>
-#include <memory>
-
 #include <ptd/host_device.h>
 #include <ptd/testing/fault_device.h>
+
+#include <iostream>
+#include <memory>
 
 int main() {
   ptd::FaultPlan plan;

@@ -1,10 +1,10 @@
 // ptd-keys: prints the keys of a .ptd file, one per line, with their sizes.
 // A minimal consumer of the installed ptd package (ptd::format only).
-#include <cstdio>
-#include <iostream>
-
 #include <ptd/container.h>
 #include <ptd/file_source.h>
+
+#include <cstdio>
+#include <iostream>
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -20,12 +20,10 @@ using WriteFn = std::function<absl::Status(absl::Span<const uint8_t>)>;
 
 // Calls `produce(write)`; the target appears only if `produce` and every
 // write succeed. `produce` may stream any number of chunks.
-absl::Status WriteFileAtomically(
-    const std::string& path,
-    const std::function<absl::Status(const WriteFn&)>& produce);
-
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::Span<const uint8_t> bytes);
+                                 const std::function<absl::Status(const WriteFn&)>& produce);
+
+absl::Status WriteFileAtomically(const std::string& path, absl::Span<const uint8_t> bytes);
 
 // Sink for positional writes into the temporary file: writes `bytes` at
 // `offset` (pwrite(2); the appending WriteFn's position does not move). A

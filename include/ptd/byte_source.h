@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/container.h"
 #include "ptd/file_source.h"
 

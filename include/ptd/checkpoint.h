@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/report.h"
 #include "ptd/weight_bundle.h"
 
@@ -79,19 +80,19 @@ struct ExtractOptions {
 };
 
 struct ExtractedTensor {
-  std::string name;       // The fqn, or the key without a manifest.
+  std::string name;  // The fqn, or the key without a manifest.
   int32_t scalar_type = 0;
   std::vector<uint64_t> shape;
   uint64_t nbytes = 0;
-  std::string file;       // The file it went to (`out`, or `out`/its shard).
+  std::string file;  // The file it went to (`out`, or `out`/its shard).
   std::optional<WeightStats> stats;
 };
 
 struct ExtractResult {
-  std::vector<ExtractedTensor> tensors;     // In the manifests' order.
-  std::vector<std::string> runtime_owned;   // fqns left out (no bytes).
-  std::vector<std::string> files;           // Written: shards, then index.
-  Report report;                            // Warnings (N1, with options.stats).
+  std::vector<ExtractedTensor> tensors;    // In the manifests' order.
+  std::vector<std::string> runtime_owned;  // fqns left out (no bytes).
+  std::vector<std::string> files;          // Written: shards, then index.
+  Report report;                           // Warnings (N1, with options.stats).
 };
 
 // Writes every stored weight's view of the verified bundle `inputs`,

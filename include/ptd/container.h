@@ -36,15 +36,16 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
-#include "ptd/report.h"
+
 #include "ptd/file_source.h"
+#include "ptd/report.h"
 
 namespace ptd {
 
 inline constexpr uint32_t kPtdVersion = 0;
-inline constexpr uint64_t kMinPtdFileSize = 64;        // H1
-inline constexpr uint32_t kPtdHeaderLength = 40;       // Written; readers need >= 40.
-inline constexpr uint64_t kPtdHeaderBlockSize = 48;    // 40 padded to 16.
+inline constexpr uint64_t kMinPtdFileSize = 64;      // H1
+inline constexpr uint32_t kPtdHeaderLength = 40;     // Written; readers need >= 40.
+inline constexpr uint64_t kPtdHeaderBlockSize = 48;  // 40 padded to 16.
 
 // The extended header at file offset 8 (SPEC section 1).
 struct PtdHeader {
@@ -82,9 +83,7 @@ struct NamedDataEntry {
 // pairs three times the size.
 struct NamedDataKeyHash {
   using is_transparent = void;
-  size_t operator()(std::string_view key) const {
-    return absl::Hash<std::string_view>{}(key);
-  }
+  size_t operator()(std::string_view key) const { return absl::Hash<std::string_view>{}(key); }
   size_t operator()(const NamedDataEntry* e) const { return (*this)(e->key); }
 };
 struct NamedDataKeyEq {
@@ -92,31 +91,30 @@ struct NamedDataKeyEq {
   static std::string_view Key(std::string_view key) { return key; }
   static std::string_view Key(const NamedDataEntry* e) { return e->key; }
   template <typename A, typename B>
-  bool operator()(const A& a, const B& b) const { return Key(a) == Key(b); }
+  bool operator()(const A& a, const B& b) const {
+    return Key(a) == Key(b);
+  }
 };
 
 // Checks a tensor layout against C8 (known scalar type, sizes >= 0,
 // dim_order a permutation of the dims, byte size within `segment_size` when
 // known), appending each violation to `report`. Used by the reader and the
 // writer alike.
-void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
-                       uint32_t segment_index,
-                       std::optional<uint64_t> segment_size, const Where& where,
-                       Report* report);
+void CheckTensorLayout(const TensorLayout& layout, std::string_view key, uint32_t segment_index,
+                       std::optional<uint64_t> segment_size, const Where& where, Report* report);
 
 class Container {
  public:
   // Opens for use: fails with the first violated rule (DataLoss; Unimplemented
   // for a newer version), naming the file, the rule and both numbers.
-  static absl::StatusOr<std::unique_ptr<Container>> Open(
-      std::shared_ptr<const FileSource> source);
+  static absl::StatusOr<std::unique_ptr<Container>> Open(std::shared_ptr<const FileSource> source);
 
   // Checks every rule, appending each error and warning to `report`. Returns
   // the container whenever the header and the FlatBuffer were sound enough to
   // decode (H1-H4 and C1 hold, C3 present), even with later errors, so that
   // cross-checks can go on; nullptr otherwise.
-  static std::unique_ptr<Container> Verify(
-      std::shared_ptr<const FileSource> source, Report* report);
+  static std::unique_ptr<Container> Verify(std::shared_ptr<const FileSource> source,
+                                           Report* report);
 
   // Not copyable: the entries' keys and the key index view the FlatBuffer
   // bytes the Container holds, and the entries point at its layouts.
@@ -166,8 +164,7 @@ class Container {
   uint64_t ObservedSegmentAlignment() const;
 
  private:
-  explicit Container(std::shared_ptr<const FileSource> source)
-      : source_(std::move(source)) {}
+  explicit Container(std::shared_ptr<const FileSource> source) : source_(std::move(source)) {}
 
   std::shared_ptr<const FileSource> source_;
   PtdHeader header_;

@@ -74,6 +74,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/device.h"
 #include "ptd/view_geometry.h"
 
@@ -121,8 +122,7 @@ class CudaDevice final : public Device {
   // cudaMemGetInfo; mappable_bytes is MemAvailable from /proc/meminfo.
   absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
-  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
-                                               size_t nbytes) override;
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src, size_t nbytes) override;
   absl::StatusOr<std::vector<CopyTicket>> CopyManyToDeviceAsync(
       absl::Span<const CopyRequest> requests) override;
   absl::Status Wait(const CopyTicket& ticket) override;

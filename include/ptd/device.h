@@ -62,7 +62,7 @@ std::string_view ResidencyName(Residency r);
 
 // What Device::MemoryInfo reports, in bytes.
 struct DeviceMemoryInfo {
-  uint64_t free_bytes = 0;   // Device memory free now (cudaMemGetInfo).
+  uint64_t free_bytes = 0;  // Device memory free now (cudaMemGetInfo).
   uint64_t total_bytes = 0;
   // The most host memory that AllocateMappedMany may pin, and where the
   // bound comes from ("MemAvailable in /proc/meminfo"); nullopt when the
@@ -129,15 +129,15 @@ struct CopyRequest {
 
 // Counters, for tests and reports. Monotonic except the live_* ones.
 struct DeviceStats {
-  uint64_t allocations = 0;          // Device blocks allocated (cudaMalloc calls).
+  uint64_t allocations = 0;  // Device blocks allocated (cudaMalloc calls).
   uint64_t allocated_bytes = 0;
-  uint64_t live_allocations = 0;     // Blocks not yet freed.
+  uint64_t live_allocations = 0;  // Blocks not yet freed.
   uint64_t live_bytes = 0;
   uint64_t staging_allocations = 0;  // Staging blocks allocated (cudaHostAlloc calls).
   uint64_t live_staging_bytes = 0;
-  uint64_t mapped_allocations = 0;   // AllocateMappedMany blocks (cudaHostAlloc calls).
-  uint64_t live_mapped_bytes = 0;    // Of those, bytes not yet freed.
-  uint64_t copies = 0;               // Host-to-device copies issued.
+  uint64_t mapped_allocations = 0;  // AllocateMappedMany blocks (cudaHostAlloc calls).
+  uint64_t live_mapped_bytes = 0;   // Of those, bytes not yet freed.
+  uint64_t copies = 0;              // Host-to-device copies issued.
   uint64_t copied_bytes = 0;
   // Host: bytes of the blocks mapped for AllocateMany that were advised for
   // transparent huge pages (HostMemoryOptions::huge_pages); 0 elsewhere.
@@ -171,8 +171,7 @@ class Device {
   // On failure nothing stays allocated; when one buffer's allocation failed,
   // the Status should carry payload kAllocateManyIndexPayload (the default
   // sets it) so that callers can name what that buffer was for.
-  virtual absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(
-      absl::Span<const size_t> sizes);
+  virtual absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(absl::Span<const size_t> sizes);
 
   // Host memory that this device's kernels read directly (CUDA: page-locked
   // with cudaHostAllocMapped | cudaHostAllocPortable, the pointer the

@@ -37,8 +37,7 @@ class FileSource {
   // A zero-copy view of [offset, offset + len) valid while the source lives,
   // or nullopt when this source cannot hand out views (pread) or the range
   // is outside the file.
-  virtual std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
-                                                        uint64_t len) const {
+  virtual std::optional<absl::Span<const uint8_t>> View(uint64_t offset, uint64_t len) const {
     (void)offset;
     (void)len;
     return std::nullopt;
@@ -106,8 +105,7 @@ class Bytes {
 
 // Returns a view of the range when the source has one, else reads it into
 // an owned buffer. Fails as ReadAt does.
-absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset,
-                                uint64_t len);
+absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset, uint64_t len);
 
 // NotFound when the file does not exist, PermissionDenied, or Unavailable
 // for other open/stat/mmap failures; InvalidArgument for a non-regular file.
@@ -123,8 +121,7 @@ absl::StatusOr<std::unique_ptr<FileSource>> OpenPreadFile(const std::string& pat
 // OpenMmapFile or OpenPreadFile, as a shared source.
 absl::StatusOr<std::shared_ptr<const FileSource>> OpenFile(const std::string& path,
                                                            bool use_mmap = true);
-std::unique_ptr<FileSource> MemorySource(std::vector<uint8_t> bytes,
-                                         std::string name = "<memory>");
+std::unique_ptr<FileSource> MemorySource(std::vector<uint8_t> bytes, std::string name = "<memory>");
 
 }  // namespace ptd
 

@@ -41,6 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/device.h"
 
 namespace ptd {
@@ -111,8 +112,7 @@ class HostDevice final : public Device {
   // one malloc per load instead of one per storage. The buffers share the
   // block, which is freed when the last of them goes; stats() still count
   // one allocation per buffer.
-  absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(
-      absl::Span<const size_t> sizes) override;
+  absl::StatusOr<std::vector<DeviceBuffer>> AllocateMany(absl::Span<const size_t> sizes) override;
   // Populate::kBeforeWrite: faults the range's pages in for writing
   // (MADV_POPULATE_WRITE); on a kernel without it, one write of 0 per page
   // that lies wholly inside the range (pages it shares with a neighbour are
@@ -122,8 +122,7 @@ class HostDevice final : public Device {
   // Ordinary (pageable) host memory.
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
   // Synchronous memcpy; the ticket is already complete.
-  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
-                                               size_t nbytes) override;
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src, size_t nbytes) override;
   absl::Status Wait(const CopyTicket& ticket) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) override;
@@ -139,9 +138,9 @@ class HostDevice final : public Device {
   // Shared with the deleters of outstanding blocks, which may outlive
   // nothing but must not touch a destroyed device: counters live here.
   struct Counters {
-    std::atomic<uint64_t> allocations{0}, allocated_bytes{0}, live_allocations{0},
-        live_bytes{0}, staging_allocations{0}, live_staging_bytes{0}, copies{0},
-        copied_bytes{0}, huge_page_bytes{0}, next_ticket{0};
+    std::atomic<uint64_t> allocations{0}, allocated_bytes{0}, live_allocations{0}, live_bytes{0},
+        staging_allocations{0}, live_staging_bytes{0}, copies{0}, copied_bytes{0},
+        huge_page_bytes{0}, next_ticket{0};
   };
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };

@@ -70,6 +70,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
 #include "ptd/view_geometry.h"
@@ -178,20 +179,20 @@ struct PlacementStats {
 };
 
 struct LoadStats {
-  uint64_t weights = 0;      // Views handed out.
+  uint64_t weights = 0;  // Views handed out.
   // Of those, views whose storage an earlier view already uses (upstream's
   // "reused": keys and entries that share one stored segment).
   uint64_t reused = 0;
   uint64_t runtime_owned = 0;  // Runtime-owned entries listed, not loaded.
-  uint64_t storages = 0;     // Distinct storages loaded (= buffers allocated).
-  uint64_t bytes = 0;        // Bytes of those storages.
-  uint64_t allocations = 0;  // AllocateMany calls (one per device used).
-  uint64_t reads = 0;        // Calls into the ByteSource.
-  uint64_t bytes_read = 0;   // Bytes those calls read (padding included).
-  uint64_t copies = 0;       // Host-to-device copies issued.
-  uint64_t mapped = 0;       // Storages mapped from the file (LoadOptions::map_file).
+  uint64_t storages = 0;       // Distinct storages loaded (= buffers allocated).
+  uint64_t bytes = 0;          // Bytes of those storages.
+  uint64_t allocations = 0;    // AllocateMany calls (one per device used).
+  uint64_t reads = 0;          // Calls into the ByteSource.
+  uint64_t bytes_read = 0;     // Bytes those calls read (padding included).
+  uint64_t copies = 0;         // Host-to-device copies issued.
+  uint64_t mapped = 0;         // Storages mapped from the file (LoadOptions::map_file).
   uint64_t mapped_bytes = 0;
-  uint64_t mappings = 0;     // Mappings those storages share.
+  uint64_t mappings = 0;  // Mappings those storages share.
   // Where the storages went (LoadedStorage::residency); they add up to
   // `storages` and `bytes`. (`mapped` above counts LoadOptions::map_file's
   // file mappings, which are plain host memory.)
@@ -200,7 +201,7 @@ struct LoadStats {
   PlacementStats placed_host;
 
   const PlacementStats& placed(Residency r) const {
-    return r == Residency::kDevice ? placed_device
+    return r == Residency::kDevice       ? placed_device
            : r == Residency::kMappedHost ? placed_mapped_host
                                          : placed_host;
   }
@@ -217,8 +218,8 @@ struct LoadedStorage {
   // host device, CPU weights). `device` is the device's kind for the first
   // two: DeviceOf() is the device itself.
   Residency residency = Residency::kHost;
-  bool host_accessible = true;         // data() can be read by the host.
-  bool mapped = false;                 // A view of a file mapping (LoadOptions::map_file).
+  bool host_accessible = true;  // data() can be read by the host.
+  bool mapped = false;          // A view of a file mapping (LoadOptions::map_file).
   DeviceBuffer buffer;
 };
 
@@ -240,7 +241,7 @@ struct LoadedWeight {
   // Storage base + storage_offset * element_size (device memory, or host
   // memory as `residency` says).
   void* data = nullptr;
-  uint32_t storage = 0;  // Index into LoadedWeights::storages().
+  uint32_t storage = 0;                   // Index into LoadedWeights::storages().
   DeviceKind device = DeviceKind::kHost;  // Beside `storage` (packing: bench/results/notes.md).
 
   // The view relative to its storage (storage_offset included).
@@ -351,8 +352,7 @@ absl::StatusOr<LoadedWeights> LoadWeights(std::shared_ptr<const WeightBundle> bu
                                           const LoadOptions& options = {});
 
 // Opens (pread throughout), verifies and loads.
-absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
-                                          std::shared_ptr<Device> device,
+absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths, std::shared_ptr<Device> device,
                                           const LoadOptions& options = {});
 
 // The ExecuTorch backend's entry point: a manifest's bytes and a source of
@@ -361,8 +361,7 @@ absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
 // the result is "manifest". Over an ExecuTorch NamedDataMap:
 // LoadWeightsFromNamedDataMap (ptd/executorch/named_data_map_source.h).
 absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
-                                          const ByteSource& source,
-                                          std::shared_ptr<Device> device,
+                                          const ByteSource& source, std::shared_ptr<Device> device,
                                           const LoadOptions& options = {});
 
 // SHA-256 of a weight's view gathered in row-major order from loaded memory

@@ -25,6 +25,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/report.h"
 
 namespace ptd {
@@ -68,8 +69,7 @@ inline constexpr std::string_view kCudaWeightKeyPrefix = "cuda_fqn_weight:";
 inline constexpr std::string_view kLibraryConstantPrefix = "_tensor_constant";
 
 // The storage key the exporter writes for `fqn` of library `so_blob_key`.
-std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
-                          std::string_view so_blob_key);
+std::string StorageKeyFor(std::string_view fqn, int32_t device_type, std::string_view so_blob_key);
 // True when `key` is a CUDA weight storage key (the verifier's X3 looks at
 // these only).
 inline bool IsCudaWeightKey(std::string_view key) {
@@ -131,8 +131,8 @@ struct WeightEntry {
   std::string_view fqn;
   std::string_view storage_key;
   uint64_t storage_nbytes = 0;
-  int32_t dtype = 0;        // ScalarType numbering.
-  int32_t device_type = 1;  // 0 = CPU, 1 = CUDA.
+  int32_t dtype = 0;           // ScalarType numbering.
+  int32_t device_type = 1;     // 0 = CPU, 1 = CUDA.
   int64_t storage_offset = 0;  // Elements.
   DimVector sizes;
   DimVector strides;  // Elements.
@@ -174,15 +174,15 @@ struct Manifest {
 // `where`). Returns the manifest when its structure could be read to the end
 // (M1 and M2 hold), even if field-level rules (M3-M6) failed; nullopt
 // otherwise. Never reads past the end; counts are bounded before allocation.
-std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
-                                       const Where& where, Report* report);
+std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes, const Where& where,
+                                       Report* report);
 
 // The same without copying names: the entries' names view `bytes`, and the
 // manifest's arena keeps `bytes_owner` (which must keep `bytes` alive) for
 // as long as any copy of the manifest lives.
 std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
-                                       std::shared_ptr<const void> bytes_owner,
-                                       const Where& where, Report* report);
+                                       std::shared_ptr<const void> bytes_owner, const Where& where,
+                                       Report* report);
 
 // Strict form: the manifest, or the first violation as a Status (DataLoss,
 // or Unimplemented for an unsupported version).
@@ -208,8 +208,7 @@ absl::Status CheckWeightEntry(const WeightEntry& entry);
 
 // Picks the variant a device of compute capability `sm` (e.g. 90) runs, per
 // SPEC section 2; NotFound "no variant fits sm N" when none does.
-absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants,
-                                            uint32_t sm);
+absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants, uint32_t sm);
 
 }  // namespace ptd
 

@@ -28,13 +28,13 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+
 #include "ptd/device.h"
 
 namespace ptd {
 
 // Makes the device of kind `kind` with index `index` (cuda:N).
-using DeviceFactory =
-    std::function<absl::StatusOr<std::shared_ptr<Device>>(int index)>;
+using DeviceFactory = std::function<absl::StatusOr<std::shared_ptr<Device>>(int index)>;
 
 // Registers `factory` for `kind` ("cuda"), replacing an earlier one. The CUDA
 // library (ptd::cuda) does this in RegisterCudaDevice(). An empty `factory`

@@ -18,8 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "ptd/report.h"
+
 #include "ptd/file_source.h"
+#include "ptd/report.h"
 
 namespace ptd {
 
@@ -38,11 +39,11 @@ struct PteHeader {
 };
 
 struct CudaDelegate {
-  std::string method;          // ExecutionPlan name.
-  uint32_t delegate_index = 0; // Index among all delegates of that plan.
-  std::string source;          // "pte:<method>:<delegate_index>".
-  bool is_manifest = false;    // Payload starts with "ETCUDAFQN".
-  Bytes payload;               // The processed bytes.
+  std::string method;           // ExecutionPlan name.
+  uint32_t delegate_index = 0;  // Index among all delegates of that plan.
+  std::string source;           // "pte:<method>:<delegate_index>".
+  bool is_manifest = false;     // Payload starts with "ETCUDAFQN".
+  Bytes payload;                // The processed bytes.
 };
 
 class Program {
@@ -52,11 +53,9 @@ class Program {
   // delegate) to `report`. Returns the program when the header and the
   // FlatBuffer were sound (P1 holds for them); nullptr otherwise. Delegates
   // whose payload is missing (P2) are left out of cuda_delegates().
-  static std::unique_ptr<Program> Verify(std::shared_ptr<const FileSource> source,
-                                         Report* report);
+  static std::unique_ptr<Program> Verify(std::shared_ptr<const FileSource> source, Report* report);
   // For use: the first error as a Status.
-  static absl::StatusOr<std::unique_ptr<Program>> Open(
-      std::shared_ptr<const FileSource> source);
+  static absl::StatusOr<std::unique_ptr<Program>> Open(std::shared_ptr<const FileSource> source);
 
   const std::string& path() const { return source_->name(); }
   const PteHeader& header() const { return header_; }
@@ -65,8 +64,7 @@ class Program {
   const std::vector<std::string>& named_data_keys() const { return named_data_keys_; }
 
  private:
-  explicit Program(std::shared_ptr<const FileSource> source)
-      : source_(std::move(source)) {}
+  explicit Program(std::shared_ptr<const FileSource> source) : source_(std::move(source)) {}
 
   std::shared_ptr<const FileSource> source_;
   PteHeader header_;

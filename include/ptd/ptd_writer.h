@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/atomic_file.h"
 #include "ptd/container.h"
 
@@ -40,8 +41,7 @@ class PtdWriter {
   // default is 1) constrains the segment's offset. InvalidArgument for an
   // empty or non-UTF-8 key, a key added before with other bytes or layout, a
   // bad alignment, or a layout that breaks C8 for these bytes.
-  absl::Status Add(std::string key, absl::Span<const uint8_t> data,
-                   uint64_t alignment = 1,
+  absl::Status Add(std::string key, absl::Span<const uint8_t> data, uint64_t alignment = 1,
                    std::optional<TensorLayout> layout = std::nullopt);
 
   size_t num_keys() const { return entries_.size(); }
@@ -63,8 +63,8 @@ class PtdWriter {
     std::optional<TensorLayout> layout;
   };
   struct Plan {
-    std::vector<uint8_t> head;              // Header + FlatBuffer, unpadded.
-    std::vector<uint64_t> offsets;          // Per buffer, relative to base.
+    std::vector<uint8_t> head;      // Header + FlatBuffer, unpadded.
+    std::vector<uint64_t> offsets;  // Per buffer, relative to base.
     uint64_t segment_base_offset = 0;
     uint64_t segment_data_size = 0;
   };

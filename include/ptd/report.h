@@ -22,14 +22,14 @@ enum class Severity { kError, kWarning };
 
 struct Diagnostic {
   Severity severity = Severity::kError;
-  std::string rule;     // Stable rule ID from SPEC: "H4", "C5", "G2", ...
+  std::string rule;  // Stable rule ID from SPEC: "H4", "C5", "G2", ...
   absl::StatusCode code = absl::StatusCode::kDataLoss;
-  std::string message;  // Names the place, both numbers, and ends "(RULE)".
-  std::string file;     // Path of the file the diagnostic is about.
-  std::optional<std::string> key;      // Named-data / storage key.
-  std::optional<std::string> fqn;      // Weight fqn.
-  std::optional<uint64_t> segment;     // Segment index.
-  std::optional<std::string> source;   // Manifest source ("manifest", "pte:m:0").
+  std::string message;                // Names the place, both numbers, and ends "(RULE)".
+  std::string file;                   // Path of the file the diagnostic is about.
+  std::optional<std::string> key;     // Named-data / storage key.
+  std::optional<std::string> fqn;     // Weight fqn.
+  std::optional<uint64_t> segment;    // Segment index.
+  std::optional<std::string> source;  // Manifest source ("manifest", "pte:m:0").
 };
 
 // Where a diagnostic applies; filled in by the caller that knows the place.
@@ -45,8 +45,8 @@ class Report {
  public:
   // Records an error. `message` should not carry the rule; it is appended as
   // " (RULE)". Returns the stored diagnostic.
-  const Diagnostic& Error(std::string rule, absl::StatusCode code,
-                          std::string message, Where where);
+  const Diagnostic& Error(std::string rule, absl::StatusCode code, std::string message,
+                          Where where);
   const Diagnostic& Warning(std::string rule, std::string message, Where where);
 
   bool ok() const { return errors_.empty(); }

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/atomic_file.h"
 #include "ptd/file_source.h"
 
@@ -86,9 +87,7 @@ class SafetensorsFile {
   // In data order (ascending begin).
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   // `__metadata__`, in the header's order.
-  const std::vector<std::pair<std::string, std::string>>& metadata() const {
-    return metadata_;
-  }
+  const std::vector<std::pair<std::string, std::string>>& metadata() const { return metadata_; }
   // The tensor called `name`, or null. O(1).
   const SafetensorsTensor* Find(std::string_view name) const;
 

@@ -14,8 +14,7 @@ namespace internal {
 // Element sizes of ScalarTypes 0..kNumScalarTypes-1, in that order (names:
 // scalar_type.cc, whose table is checked against this one).
 inline constexpr uint8_t kElementSizes[kNumScalarTypes] = {
-    1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4,
-    2, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 4, 8};
+    1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4, 2, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 4, 8};
 }  // namespace internal
 
 // Element size in bytes of ScalarType `type`, or nullopt when unknown.

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+
 #include "ptd/checkpoint.h"
 #include "ptd/report.h"
 #include "ptd/weight_bundle.h"
@@ -91,11 +92,11 @@ struct VerifiedKey {
 // opened or decoded: then nothing below it is known.
 struct VerifiedContainer {
   std::string path;
-  std::optional<uint64_t> size;  // nullopt: the file could not be opened.
+  std::optional<uint64_t> size;          // nullopt: the file could not be opened.
   const Container* container = nullptr;  // In bundle.
-  size_t segment_count = 0;   // Every segment; the first listed_segments are listed.
+  size_t segment_count = 0;              // Every segment; the first listed_segments are listed.
   size_t listed_segments = 0;
-  size_t key_count = 0;       // Every key; `keys` holds the listed ones.
+  size_t key_count = 0;  // Every key; `keys` holds the listed ones.
   std::vector<VerifiedKey> keys;
 };
 
@@ -129,9 +130,9 @@ struct VerifiedSelection {
 };
 
 struct VerifiedManifest {
-  const SourcedManifest* manifest = nullptr;  // In bundle.
+  const SourcedManifest* manifest = nullptr;   // In bundle.
   std::optional<VerifiedSelection> selection;  // With VerifyOptions::sm.
-  size_t weight_count = 0;  // Every weight; `weights` holds the listed ones.
+  size_t weight_count = 0;                     // Every weight; `weights` holds the listed ones.
   std::vector<VerifiedWeight> weights;
 };
 

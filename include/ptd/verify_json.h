@@ -15,6 +15,7 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
+
 #include "ptd/verify.h"
 
 namespace ptd {

@@ -32,15 +32,15 @@ struct ViewSpec {
 struct ViewExtent {
   uint64_t required_nbytes = 0;  // One past the last byte reached; 0 if empty.
   uint64_t first_byte = 0;       // storage_offset * e; meaningful if not empty.
-  uint64_t numel = 0;  // Product of sizes; kSaturatedNumel if over 2^64 - 1.
+  uint64_t numel = 0;            // Product of sizes; kSaturatedNumel if over 2^64 - 1.
   bool empty() const { return numel == 0; }
 };
 
 enum class GeometryError {
   kNone,
-  kRankMismatch,   // sizes and strides differ in length.
-  kNegative,       // A size, stride or the offset is negative.
-  kOverflow,       // G1.
+  kRankMismatch,  // sizes and strides differ in length.
+  kNegative,      // A size, stride or the offset is negative.
+  kOverflow,      // G1.
 };
 
 struct GeometryResult {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/view_geometry.h"
 
 namespace ptd {
@@ -26,7 +27,7 @@ inline constexpr size_t kMaxMaterializeRank = 64;
 
 // What materializing `view` involves, after checking it.
 struct MaterializePlan {
-  ViewExtent extent;        // Where the view lies in its storage.
+  ViewExtent extent;           // Where the view lies in its storage.
   uint64_t output_nbytes = 0;  // numel * element_size: the dense copy's size.
 };
 
@@ -35,8 +36,7 @@ struct MaterializePlan {
 // kMaxMaterializeRank and element_size > 0 (InvalidArgument), the view inside
 // the storage (OutOfRange, both numbers), and a dense copy whose size fits
 // in 63 bits (ResourceExhausted: a broadcast view can name 2^64 elements).
-absl::StatusOr<MaterializePlan> PlanMaterialize(const ViewSpec& view,
-                                                uint64_t storage_nbytes);
+absl::StatusOr<MaterializePlan> PlanMaterialize(const ViewSpec& view, uint64_t storage_nbytes);
 
 // Writes the view's elements, row-major in `view.sizes`, to `out`.
 // `storage` is the whole storage the view indexes (element 0 at

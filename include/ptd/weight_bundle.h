@@ -42,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
 #include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
@@ -78,7 +79,7 @@ absl::StatusOr<BundleSources> OpenBundleSources(const BundlePaths& paths);
 struct SourcedManifest {
   std::string source;  // "manifest" or "pte:<method>:<delegate index>".
   Manifest manifest;
-  std::string file;    // The file it was read from (the manifest or the .pte).
+  std::string file;  // The file it was read from (the manifest or the .pte).
 };
 
 class WeightBundle {

@@ -27,13 +27,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
+#include "ptd/container.h"
+#include "ptd/manifest.h"
 #include "ptd/report.h"
 #include "ptd/view_geometry.h"
-#include "ptd/manifest.h"
-#include "ptd/container.h"
 
 namespace ptd {
-
 
 struct ManifestInput {
   std::string source;        // "manifest" or "pte:<method>:<index>".
@@ -45,8 +45,8 @@ struct ManifestInput {
 
 struct ResolvedWeight {
   const WeightEntry* entry = nullptr;
-  const NamedDataEntry* named = nullptr;     // Null when X1 failed.
-  std::optional<ViewExtent> extent;          // Null when not computable.
+  const NamedDataEntry* named = nullptr;  // Null when X1 failed.
+  std::optional<ViewExtent> extent;       // Null when not computable.
   // Every check passed. A stored weight can then be loaded; a runtime-owned
   // one (below) has a valid view but no bytes to load.
   bool ok = false;
@@ -65,15 +65,13 @@ class WeightSet {
  public:
   // Resolves every manifest against `container`, appending each error and
   // warning to `report`.
-  static WeightSet Resolve(const Container& container,
-                           absl::Span<const ManifestInput> manifests,
+  static WeightSet Resolve(const Container& container, absl::Span<const ManifestInput> manifests,
                            Report* report);
 
   // The checks that need only the manifests (G1, G2, G4), for when the
   // container could not be read: the weights get their extents, and none is
   // ok (nothing can be loaded).
-  static WeightSet CheckWithoutContainer(absl::Span<const ManifestInput> manifests,
-                                         Report* report);
+  static WeightSet CheckWithoutContainer(absl::Span<const ManifestInput> manifests, Report* report);
 
   // For use: the first error as a Status.
   static absl::StatusOr<WeightSet> Open(const Container& container,
@@ -94,10 +92,8 @@ class WeightSet {
   const std::vector<ResolvedManifest>& manifests() const { return manifests_; }
 
  private:
-  static WeightSet ResolveImpl(const Container* container,
-                               const StorageSizeFn* storage_size,
-                               absl::Span<const ManifestInput> manifests,
-                               Report* report);
+  static WeightSet ResolveImpl(const Container* container, const StorageSizeFn* storage_size,
+                               absl::Span<const ManifestInput> manifests, Report* report);
 
   std::vector<ResolvedManifest> manifests_;
 };

@@ -6,8 +6,8 @@
 // original buffer; decides compact clone or not (W1, W2); checks the result
 // against the bytes written (W3 = G1 + G2); and collects a .ptd (storage keys
 // as the exporter names them, alignment 1, no layout, identical storages
-// stored once) plus the manifest (ETCUDAFQN0, or ETCUDAFQN3 when asked). Rejections keep the exporter's
-// wording and add the rule ID (docs/SPEC.md section 3).
+// stored once) plus the manifest (ETCUDAFQN0, or ETCUDAFQN3 when asked). Rejections keep the
+// exporter's wording and add the rule ID (docs/SPEC.md section 3).
 //
 // Thread-safety: not thread-safe.
 #ifndef PTD_WEIGHT_WRITER_H_
@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
 
@@ -40,7 +41,7 @@ struct WeightValue {
   int64_t storage_offset = 0;         // The value's own offset (elements).
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
-  bool is_original_storage = false;   // Storage is the original buffer's.
+  bool is_original_storage = false;  // Storage is the original buffer's.
 };
 
 struct WeightSpec {
@@ -61,8 +62,7 @@ class CudaWeightWriter {
   // recorded. `manifest_format` kFqn3 writes the layout the executorch 1.5.1
   // release reads; it needs exactly one untargeted variant (else
   // EncodedManifest() and Write() fail with InvalidArgument).
-  explicit CudaWeightWriter(std::string so_blob_key,
-                            std::vector<Variant> variants = {},
+  explicit CudaWeightWriter(std::string so_blob_key, std::vector<Variant> variants = {},
                             PtdWriterOptions options = {},
                             ManifestFormat manifest_format = ManifestFormat::kFqn0);
 
@@ -83,8 +83,7 @@ class CudaWeightWriter {
   absl::StatusOr<std::vector<uint8_t>> EncodedManifest() const;
   // Writes the .ptd and, when `manifest_path` is not empty, the standalone
   // manifest; each atomically.
-  absl::Status Write(const std::string& ptd_path,
-                     const std::string& manifest_path = "") const;
+  absl::Status Write(const std::string& ptd_path, const std::string& manifest_path = "") const;
 
  private:
   absl::Status AddRuntimeOwned(const WeightSpec& weight);

@@ -27,6 +27,7 @@
 #include "nanobind/stl/string.h"
 #include "nanobind/stl/vector.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/checkpoint.h"
 #include "ptd/device.h"
 #include "ptd/loader.h"
@@ -57,25 +58,39 @@ struct DtypeInfo {
   uint8_t dl_bits;
 };
 constexpr uint8_t kNoDl = 255;
-constexpr uint8_t kDlInt = 0, kDlUInt = 1, kDlFloat = 2, kDlBfloat = 4, kDlComplex = 5,
-                  kDlBool = 6, kDlF8e4m3fn = 10, kDlF8e4m3fnuz = 11, kDlF8e5m2 = 12,
-                  kDlF8e5m2fnuz = 13;
+constexpr uint8_t kDlInt = 0, kDlUInt = 1, kDlFloat = 2, kDlBfloat = 4, kDlComplex = 5, kDlBool = 6,
+                  kDlF8e4m3fn = 10, kDlF8e4m3fnuz = 11, kDlF8e5m2 = 12, kDlF8e5m2fnuz = 13;
 constexpr DtypeInfo kDtypes[ptd::kNumScalarTypes] = {
-    {"uint8", kDlUInt, 8},          {"int8", kDlInt, 8},
-    {"int16", kDlInt, 16},          {"int32", kDlInt, 32},
-    {"int64", kDlInt, 64},          {"float16", kDlFloat, 16},
-    {"float32", kDlFloat, 32},      {"float64", kDlFloat, 64},
-    {"complex32", kDlComplex, 32},  {"complex64", kDlComplex, 64},
-    {"complex128", kDlComplex, 128}, {"bool", kDlBool, 8},
-    {"qint8", kNoDl, 8},            {"quint8", kNoDl, 8},
-    {"qint32", kNoDl, 32},          {"bfloat16", kDlBfloat, 16},
-    {"quint4x2", kNoDl, 8},         {"quint2x4", kNoDl, 8},
-    {"bits1x8", kNoDl, 8},          {"bits2x4", kNoDl, 8},
-    {"bits4x2", kNoDl, 8},          {"bits8", kNoDl, 8},
-    {"bits16", kNoDl, 16},          {"float8_e5m2", kDlF8e5m2, 8},
-    {"float8_e4m3fn", kDlF8e4m3fn, 8}, {"float8_e5m2fnuz", kDlF8e5m2fnuz, 8},
-    {"float8_e4m3fnuz", kDlF8e4m3fnuz, 8}, {"uint16", kDlUInt, 16},
-    {"uint32", kDlUInt, 32},        {"uint64", kDlUInt, 64},
+    {"uint8", kDlUInt, 8},
+    {"int8", kDlInt, 8},
+    {"int16", kDlInt, 16},
+    {"int32", kDlInt, 32},
+    {"int64", kDlInt, 64},
+    {"float16", kDlFloat, 16},
+    {"float32", kDlFloat, 32},
+    {"float64", kDlFloat, 64},
+    {"complex32", kDlComplex, 32},
+    {"complex64", kDlComplex, 64},
+    {"complex128", kDlComplex, 128},
+    {"bool", kDlBool, 8},
+    {"qint8", kNoDl, 8},
+    {"quint8", kNoDl, 8},
+    {"qint32", kNoDl, 32},
+    {"bfloat16", kDlBfloat, 16},
+    {"quint4x2", kNoDl, 8},
+    {"quint2x4", kNoDl, 8},
+    {"bits1x8", kNoDl, 8},
+    {"bits2x4", kNoDl, 8},
+    {"bits4x2", kNoDl, 8},
+    {"bits8", kNoDl, 8},
+    {"bits16", kNoDl, 16},
+    {"float8_e5m2", kDlF8e5m2, 8},
+    {"float8_e4m3fn", kDlF8e4m3fn, 8},
+    {"float8_e5m2fnuz", kDlF8e5m2fnuz, 8},
+    {"float8_e4m3fnuz", kDlF8e4m3fnuz, 8},
+    {"uint16", kDlUInt, 16},
+    {"uint32", kDlUInt, 32},
+    {"uint64", kDlUInt, 64},
 };
 
 const char* DtypeName(int32_t t) {
@@ -128,8 +143,7 @@ int32_t ScalarTypeOfDl(uint8_t code, uint8_t bits) {
 // Strings from a file need not be UTF-8: invalid bytes become U+FFFD, as in
 // `ptd-verify --json`.
 nb::object Str(const std::string& s) {
-  return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()),
-                                        "replace"));
+  return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
 }
 
 nb::object ToPython(const nlohmann::ordered_json& j) {
@@ -180,9 +194,8 @@ void RaiseIfUnreadable(const ptd::VerifyOutcome& outcome) {
 // The report of a verification as `ptd-verify --json` prints it.
 nb::object ReportDict(const ptd::VerifyOutcome& outcome) {
   ptd::JsonExtras extras;
-  extras.names = ptd::InputNames{.ptd = "as the FILE.ptd argument",
-                                 .manifest = "with --manifest",
-                                 .pte = "with --pte"};
+  extras.names = ptd::InputNames{
+      .ptd = "as the FILE.ptd argument", .manifest = "with --manifest", .pte = "with --pte"};
   return ToPython(ptd::VerifyJson(outcome, extras));
 }
 
@@ -257,18 +270,17 @@ class Tensor {
   nb::object Array(nb::handle self) const {
     const DtypeInfo& info = kDtypes[dtype_];
     if (info.dl_code == kNoDl) {
-      PyErr_Format(PyExc_BufferError, "weight '%s': dtype %s has no DLPack type",
-                   fqn().c_str(), info.name);
+      PyErr_Format(PyExc_BufferError, "weight '%s': dtype %s has no DLPack type", fqn().c_str(),
+                   info.name);
       throw nb::python_error();
     }
     const ptd::LoadedStorage& s = storage();
     std::vector<size_t> shape(w_->sizes.begin(), w_->sizes.end());
-    const uint64_t byte_offset =
-        static_cast<uint64_t>(w_->storage_offset) * w_->element_size;
+    const uint64_t byte_offset = static_cast<uint64_t>(w_->storage_offset) * w_->element_size;
     nb::dlpack::dtype dt{info.dl_code, info.dl_bits, 1};
     nb::ndarray<nb::ro, nb::array_api> a(s.buffer.data(), shape.size(), shape.data(), self,
-                          w_->strides.data(), dt, is_cuda() ? 2 : 1,
-                          is_cuda() ? device_index() : 0, 0, byte_offset);
+                                         w_->strides.data(), dt, is_cuda() ? 2 : 1,
+                                         is_cuda() ? device_index() : 0, 0, byte_offset);
     return nb::cast(std::move(a), nb::rv_policy::reference);
   }
 
@@ -370,8 +382,7 @@ class Weights {
       d["fqn"] = std::string(r.fqn);
       d["dtype"] = std::string(DtypeName(r.dtype));
       d["shape"] = nb::tuple(nb::cast(std::vector<int64_t>(r.sizes.begin(), r.sizes.end())));
-      d["strides"] =
-          nb::tuple(nb::cast(std::vector<int64_t>(r.strides.begin(), r.strides.end())));
+      d["strides"] = nb::tuple(nb::cast(std::vector<int64_t>(r.strides.begin(), r.strides.end())));
       d["offset"] = r.storage_offset;
       d["required_nbytes"] = r.required_nbytes;
       d["storage_key"] = std::string(r.storage_key);
@@ -427,8 +438,8 @@ absl::StatusOr<std::shared_ptr<ptd::Device>> OpenPlacedDevice(
   const bool placing = device_budget.has_value() || !host_fqns.empty();
   if (device.ok() && placing && (*device)->kind() == ptd::DeviceKind::kHost) {
     return absl::InvalidArgumentError(absl::StrCat(
-        device_budget ? "device_budget" : "host_fqns", " applies to a CUDA device; device=\"",
-        spec, "\" is the host (every storage is in host memory already)"));
+        device_budget ? "device_budget" : "host_fqns", " applies to a CUDA device; device=\"", spec,
+        "\" is the host (every storage is in host memory already)"));
   }
   return device;
 }
@@ -577,8 +588,7 @@ void Write(std::string ptd_path, std::optional<std::string> manifest_path, nb::l
     throw nb::value_error("segment_alignment must be a power of two");
   }
   ptd::CudaWeightWriter writer(so_blob_key, std::move(vs),
-                               ptd::PtdWriterOptions{.segment_alignment = segment_alignment},
-                               mf);
+                               ptd::PtdWriterOptions{.segment_alignment = segment_alignment}, mf);
   std::vector<std::unique_ptr<BufferView>> buffers;
   for (nb::handle h : specs) {
     nb::tuple t = nb::cast<nb::tuple>(h);
@@ -696,9 +706,8 @@ nlohmann::ordered_json StatusDiagnostic(const absl::Status& s, const std::string
       message.erase(0, colon + 2);
     }
   }
-  nlohmann::ordered_json d{{"rule", rule},
-                           {"message", message},
-                           {"code", absl::StatusCodeToString(s.code())}};
+  nlohmann::ordered_json d{
+      {"rule", rule}, {"message", message}, {"code", absl::StatusCodeToString(s.code())}};
   if (!file.empty()) d["file"] = file;
   return d;
 }
@@ -747,8 +756,8 @@ nb::object Extract(std::string ptd_path, std::optional<std::string> manifest,
   absl::StatusOr<ptd::ExtractResult> r;
   {
     nb::gil_scoped_release release;
-    r = ptd::ExtractWeights(
-        ptd::BundlePaths{.ptd = ptd_path, .manifest = manifest, .pte = pte}, out, options);
+    r = ptd::ExtractWeights(ptd::BundlePaths{.ptd = ptd_path, .manifest = manifest, .pte = pte},
+                            out, options);
   }
   if (!r.ok()) {
     std::vector<std::string> files = Present({&manifest, &pte});
@@ -786,8 +795,8 @@ nb::object ReweightCall(std::string checkpoint, std::optional<std::string> manif
   absl::StatusOr<ptd::ReweightResult> r;
   {
     nb::gil_scoped_release release;
-    r = ptd::Reweight(checkpoint, ptd::BundlePaths{.ptd = "", .manifest = manifest, .pte = pte}, out,
-                      options);
+    r = ptd::Reweight(checkpoint, ptd::BundlePaths{.ptd = "", .manifest = manifest, .pte = pte},
+                      out, options);
   }
   if (!r.ok()) {
     std::vector<std::string> files = Present({&manifest, &pte, &base});
@@ -837,12 +846,12 @@ NB_MODULE(_ptd, m) {
         nb::arg("sm").none(), nb::arg("digest"), nb::arg("digest_limit"),
         "RunVerify over the files: the `ptd-verify --json` object as a dict.");
   m.def("load", &Load, nb::arg("ptd"), nb::arg("manifest").none(), nb::arg("pte").none(),
-        nb::arg("device"), nb::arg("fqns").none(), nb::arg("sm").none(),
-        nb::arg("threads").none(), nb::arg("map_file"), nb::arg("progress").none(),
-        nb::arg("device_budget").none(), nb::arg("host_fqns"),
+        nb::arg("device"), nb::arg("fqns").none(), nb::arg("sm").none(), nb::arg("threads").none(),
+        nb::arg("map_file"), nb::arg("progress").none(), nb::arg("device_budget").none(),
+        nb::arg("host_fqns"),
         "Opens, verifies and loads: a _Weights, or the verification dict when a rule is broken.");
-  m.def("write", &Write, nb::arg("ptd_path"), nb::arg("manifest_path").none(),
-        nb::arg("specs"), nb::arg("format"), nb::arg("variants"), nb::arg("so_blob_key"),
+  m.def("write", &Write, nb::arg("ptd_path"), nb::arg("manifest_path").none(), nb::arg("specs"),
+        nb::arg("format"), nb::arg("variants"), nb::arg("so_blob_key"),
         nb::arg("segment_alignment"), "CudaWeightWriter: Add each spec, then Write.");
   m.def("array_storage", &ArrayStorage, nb::arg("array"),
         "(bytes of the minimal span, ScalarType, sizes, strides) of a host array.");
@@ -868,19 +877,24 @@ NB_MODULE(_ptd, m) {
       .def_prop_ro("residency", &Tensor::residency,
                    "where the storage lives: 'device' (GPU memory), 'mapped_host' (pinned "
                    "host memory the GPU reads over the bus) or 'host' (plain host memory)")
-      .def("view_as", [](const Tensor& t, const std::string& dtype) {
+      .def(
+          "view_as",
+          [](const Tensor& t, const std::string& dtype) {
             nb::dict d = nb::module_::import_("ptd._ptd").attr("DTYPES");
-            if (!d.contains(dtype.c_str())) throw nb::value_error(("unknown dtype " + dtype).c_str());
+            if (!d.contains(dtype.c_str()))
+              throw nb::value_error(("unknown dtype " + dtype).c_str());
             return t.Reinterpret(nb::cast<int32_t>(d[dtype.c_str()]));
-          }, nb::arg("dtype"),
+          },
+          nb::arg("dtype"),
           "The same view read as another dtype of the same size (e.g. bfloat16 as uint16).")
       .def("__dlpack_device__", &Tensor::dlpack_device)
-      .def("__dlpack__",
-           [](nb::handle self, nb::kwargs kwargs) {
-             const Tensor& t = nb::cast<const Tensor&>(self);
-             return t.Array(self).attr("__dlpack__")(**kwargs);
-           },
-           "A DLPack capsule of the view (zero-copy, read-only); keeps the storage alive.")
+      .def(
+          "__dlpack__",
+          [](nb::handle self, nb::kwargs kwargs) {
+            const Tensor& t = nb::cast<const Tensor&>(self);
+            return t.Array(self).attr("__dlpack__")(**kwargs);
+          },
+          "A DLPack capsule of the view (zero-copy, read-only); keeps the storage alive.")
       .def("__repr__", [](const Tensor& t) {
         std::string shape;
         nb::tuple s = t.shape();

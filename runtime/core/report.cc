@@ -9,8 +9,8 @@
 namespace ptd {
 namespace {
 
-Diagnostic Make(Severity severity, std::string rule, absl::StatusCode code,
-                std::string message, Where where) {
+Diagnostic Make(Severity severity, std::string rule, absl::StatusCode code, std::string message,
+                Where where) {
   Diagnostic d;
   d.severity = severity;
   d.code = code;
@@ -25,34 +25,27 @@ Diagnostic Make(Severity severity, std::string rule, absl::StatusCode code,
 }
 
 bool AnyRule(const std::vector<Diagnostic>& ds, std::string_view rule) {
-  return std::any_of(ds.begin(), ds.end(),
-                     [&](const Diagnostic& d) { return d.rule == rule; });
+  return std::any_of(ds.begin(), ds.end(), [&](const Diagnostic& d) { return d.rule == rule; });
 }
 
 }  // namespace
 
-const Diagnostic& Report::Error(std::string rule, absl::StatusCode code,
-                                std::string message, Where where) {
-  errors_.push_back(Make(Severity::kError, std::move(rule), code,
-                         std::move(message), std::move(where)));
+const Diagnostic& Report::Error(std::string rule, absl::StatusCode code, std::string message,
+                                Where where) {
+  errors_.push_back(
+      Make(Severity::kError, std::move(rule), code, std::move(message), std::move(where)));
   return errors_.back();
 }
 
-const Diagnostic& Report::Warning(std::string rule, std::string message,
-                                  Where where) {
-  warnings_.push_back(Make(Severity::kWarning, std::move(rule),
-                           absl::StatusCode::kOk, std::move(message),
-                           std::move(where)));
+const Diagnostic& Report::Warning(std::string rule, std::string message, Where where) {
+  warnings_.push_back(Make(Severity::kWarning, std::move(rule), absl::StatusCode::kOk,
+                           std::move(message), std::move(where)));
   return warnings_.back();
 }
 
-bool Report::HasError(std::string_view rule) const {
-  return AnyRule(errors_, rule);
-}
+bool Report::HasError(std::string_view rule) const { return AnyRule(errors_, rule); }
 
-bool Report::HasWarning(std::string_view rule) const {
-  return AnyRule(warnings_, rule);
-}
+bool Report::HasWarning(std::string_view rule) const { return AnyRule(warnings_, rule); }
 
 absl::Status Report::FirstError() const {
   if (errors_.empty()) return absl::OkStatus();
@@ -61,8 +54,7 @@ absl::Status Report::FirstError() const {
 
 void Report::Merge(const Report& other) {
   errors_.insert(errors_.end(), other.errors_.begin(), other.errors_.end());
-  warnings_.insert(warnings_.end(), other.warnings_.begin(),
-                   other.warnings_.end());
+  warnings_.insert(warnings_.end(), other.warnings_.begin(), other.warnings_.end());
 }
 
 void Report::Merge(Report&& other) {

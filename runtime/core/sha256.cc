@@ -2,8 +2,9 @@
 
 #include <openssl/evp.h>
 
-#include "runtime/internal/check.h"
 #include "absl/strings/escaping.h"
+
+#include "runtime/internal/check.h"
 
 namespace ptd {
 
@@ -29,8 +30,7 @@ std::string Sha256::HexDigest() {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   PTD_CHECK(EVP_DigestFinal_ex(ctx_->md, out, &len) == 1);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(out), len));
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(out), len));
 }
 
 std::string Sha256Hex(absl::Span<const uint8_t> bytes) {

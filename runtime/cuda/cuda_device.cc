@@ -19,6 +19,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/open_device.h"
 #include "ptd/view_materialize.h"
 #include "runtime/cuda/internal/cuda_status.h"
@@ -42,8 +43,8 @@ PrimaryCtxGetStateFn PrimaryCtxGetState() {
   static const PrimaryCtxGetStateFn fn = []() -> PrimaryCtxGetStateFn {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t error = cudaGetDriverEntryPointByVersion(
-        "cuDevicePrimaryCtxGetState", &p, 12000, cudaEnableDefault, &found);
+    const cudaError_t error = cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &p,
+                                                               12000, cudaEnableDefault, &found);
     if (error != cudaSuccess) (void)cudaGetLastError();
     if (error != cudaSuccess || found != cudaDriverEntryPointSuccess || p == nullptr) {
       return nullptr;
@@ -61,8 +62,7 @@ bool PrimaryContextActive(int device) {
   if (get_state == nullptr) return false;
   unsigned int flags = 0;
   int active = 0;
-  return get_state(static_cast<CUdevice>(device), &flags, &active) == CUDA_SUCCESS &&
-         active != 0;
+  return get_state(static_cast<CUdevice>(device), &flags, &active) == CUDA_SUCCESS && active != 0;
 }
 
 // Makes `device` current on this thread for a scope and, after, makes the
@@ -144,17 +144,17 @@ std::optional<uint64_t> MemAvailableBytes() {
 // Offsets of `sizes` in one arena, each at the next kDeviceAlignment
 // boundary; the arena's end. ResourceExhausted (with the failing buffer's
 // index as kAllocateManyIndexPayload) when the total overflows 64 bits.
-absl::StatusOr<uint64_t> ArenaOffsets(absl::Span<const size_t> sizes, const char* call,
-                                      int device, std::vector<uint64_t>* offsets) {
+absl::StatusOr<uint64_t> ArenaOffsets(absl::Span<const size_t> sizes, const char* call, int device,
+                                      std::vector<uint64_t>* offsets) {
   offsets->reserve(sizes.size());
   uint64_t end = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const auto start = internal::AlignUp(end, kDeviceAlignment);
     const auto next = start ? internal::CheckedAdd(*start, uint64_t{sizes[i]}) : std::nullopt;
     if (!next) {
-      absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
-          call, " on cuda:", device, ": the total of ", sizes.size(),
-          " buffers overflows 64 bits at buffer ", i, " (", sizes[i], " bytes)"));
+      absl::Status status = absl::ResourceExhaustedError(
+          absl::StrCat(call, " on cuda:", device, ": the total of ", sizes.size(),
+                       " buffers overflows 64 bits at buffer ", i, " (", sizes[i], " bytes)"));
       status.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(i)));
       return status;
     }
@@ -182,8 +182,8 @@ struct CudaDevice::Impl {
   struct PendingCopy {
     cudaEvent_t event = nullptr;
     uint32_t stream = 0;
-    int waiters = 0;     // Threads inside cudaEventSynchronize on it.
-    bool done = false;   // Known complete; recycle when no one waits.
+    int waiters = 0;    // Threads inside cudaEventSynchronize on it.
+    bool done = false;  // Known complete; recycle when no one waits.
   };
 
   int index = 0;
@@ -200,10 +200,10 @@ struct CudaDevice::Impl {
   std::mutex marker_mu;
 
   mutable std::mutex mu;
-  DeviceStats stats;                                    // Guarded by mu.
-  std::vector<cudaEvent_t> free_events;                 // Guarded by mu.
-  std::unordered_map<uint64_t, PendingCopy> pending;    // Guarded by mu.
-  uint64_t next_ticket = 1;                             // Guarded by mu.
+  DeviceStats stats;                                  // Guarded by mu.
+  std::vector<cudaEvent_t> free_events;               // Guarded by mu.
+  std::unordered_map<uint64_t, PendingCopy> pending;  // Guarded by mu.
+  uint64_t next_ticket = 1;                           // Guarded by mu.
   // A freed staging block and one event per copy stream, recorded when it
   // was freed: copies from it issued before may still be in flight, and the
   // block is handed out again only once every event completed.
@@ -214,8 +214,8 @@ struct CudaDevice::Impl {
   // Freed staging blocks by size: any block at least as large as a request
   // serves it (the smallest such). Guarded by mu.
   std::multimap<size_t, CachedStaging> staging_cache;
-  uint64_t staging_cache_bytes = 0;                     // Guarded by mu.
-  uint64_t memcpy_calls = 0;                            // Guarded by mu.
+  uint64_t staging_cache_bytes = 0;  // Guarded by mu.
+  uint64_t memcpy_calls = 0;         // Guarded by mu.
 
   ~Impl() {
     DeviceScope scope(index);
@@ -354,8 +354,8 @@ struct CudaDevice::Impl {
     const void* p = nullptr;
     bool mapped = false;  // Host memory mapped for the device.
   };
-  absl::StatusOr<KernelPointer> CheckDeviceMemory(const void* p, const char* call,
-                                                  const char* what, bool allow_mapped = false) {
+  absl::StatusOr<KernelPointer> CheckDeviceMemory(const void* p, const char* call, const char* what,
+                                                  bool allow_mapped = false) {
     cudaPointerAttributes attributes;
     std::memset(&attributes, 0, sizeof(attributes));
     const cudaError_t error = cudaPointerGetAttributes(&attributes, p);
@@ -370,16 +370,15 @@ struct CudaDevice::Impl {
     }
     std::string is;
     if (error != cudaSuccess) {
-      is = absl::StrCat("unknown to CUDA (cudaPointerGetAttributes: ", cudaGetErrorName(error),
-                        ")");
+      is =
+          absl::StrCat("unknown to CUDA (cudaPointerGetAttributes: ", cudaGetErrorName(error), ")");
     } else {
       switch (attributes.type) {
         case cudaMemoryTypeDevice:
           is = absl::StrCat("device memory of cuda:", attributes.device);
           break;
         case cudaMemoryTypeHost:
-          is = allow_mapped ? "pinned host memory not mapped for the device"
-                            : "pinned host memory";
+          is = allow_mapped ? "pinned host memory not mapped for the device" : "pinned host memory";
           break;
         case cudaMemoryTypeManaged:
           is = "managed memory";
@@ -390,16 +389,16 @@ struct CudaDevice::Impl {
       }
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        call, " on cuda:", index, ": ", what, " at 0x",
-        absl::Hex(reinterpret_cast<uintptr_t>(p)), " is not device memory of cuda:", index,
+        call, " on cuda:", index, ": ", what, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(p)),
+        " is not device memory of cuda:", index,
         allow_mapped ? " nor host memory mapped for it" : "", " (it is ", is, ")"));
   }
 
   // The dense copy of `view` over `storage` into `out` (REQUIRES: both
   // checked, this device current, the plan's extent not empty). Returns
   // when done.
-  absl::Status Materialize(const MaterializePlan& plan, KernelPointer storage,
-                           const ViewSpec& view, void* out) {
+  absl::Status Materialize(const MaterializePlan& plan, KernelPointer storage, const ViewSpec& view,
+                           void* out) {
     PTD_RETURN_IF_ERROR(OrderAfterCopies());
     cudaStream_t stream = work_stream;
     const void* first = static_cast<const uint8_t*>(storage.p) + plan.extent.first_byte;
@@ -410,22 +409,21 @@ struct CudaDevice::Impl {
       // The view is the bytes [first_byte, first_byte + output_nbytes).
       // From mapped host memory the direction is the runtime's to tell
       // (unified addressing): a host-to-device copy.
-      PTD_CUDA_RETURN_IF_ERROR(index, cudaMemcpyAsync, out, first,
-                               static_cast<size_t>(plan.output_nbytes),
-                               storage.mapped ? cudaMemcpyDefault : cudaMemcpyDeviceToDevice,
-                               stream);
+      PTD_CUDA_RETURN_IF_ERROR(
+          index, cudaMemcpyAsync, out, first, static_cast<size_t>(plan.output_nbytes),
+          storage.mapped ? cudaMemcpyDefault : cudaMemcpyDeviceToDevice, stream);
     } else if (c.rank == 2 && c.strides[0] == 1 && words_per_element == 1) {
       // A transposed matrix: rows x cols with strides (1, ld).
-      PTD_CUDA_RETURN_IF_ERROR(index, internal::LaunchTranspose, first, out, c.sizes[0],
-                               c.sizes[1], c.strides[1], word, stream);
+      PTD_CUDA_RETURN_IF_ERROR(index, internal::LaunchTranspose, first, out, c.sizes[0], c.sizes[1],
+                               c.strides[1], word, stream);
     } else {
       internal::GatherGeometry geometry;
       geometry.rank = c.rank;
       geometry.words_per_element = static_cast<int32_t>(words_per_element);
       std::copy(c.sizes, c.sizes + c.rank, geometry.sizes);
       std::copy(c.strides, c.strides + c.rank, geometry.strides);
-      PTD_CUDA_RETURN_IF_ERROR(index, internal::LaunchGather, first, out, plan.extent.numel,
-                               word, geometry, stream);
+      PTD_CUDA_RETURN_IF_ERROR(index, internal::LaunchGather, first, out, plan.extent.numel, word,
+                               geometry, stream);
     }
     PTD_CUDA_RETURN_IF_ERROR(index, cudaStreamSynchronize, stream);
     return absl::OkStatus();
@@ -475,8 +473,8 @@ absl::StatusOr<std::shared_ptr<CudaDevice>> CudaDevice::Open(int index,
   }
   if (count == 0) return absl::UnavailableError("no CUDA device: cudaGetDeviceCount found 0");
   if (index < 0 || index >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda:", index, " does not exist: ", count,
-                                                   " CUDA device(s) visible"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda:", index, " does not exist: ", count, " CUDA device(s) visible"));
   }
   if (options.streams < 1) {
     return absl::InvalidArgumentError(
@@ -492,7 +490,8 @@ absl::StatusOr<std::shared_ptr<CudaDevice>> CudaDevice::Open(int index,
   PTD_CUDA_RETURN_IF_ERROR(index, cudaGetDeviceProperties, &prop, index);
   impl->compute_capability = static_cast<uint32_t>(prop.major * 10 + prop.minor);
   prop.name[sizeof(prop.name) - 1] = '\0';
-  impl->name = absl::StrCat("cuda:", index, " (", prop.name, ", sm_", impl->compute_capability, ")");
+  impl->name =
+      absl::StrCat("cuda:", index, " (", prop.name, ", sm_", impl->compute_capability, ")");
   // If a stream fails, ~Impl destroys the ones made so far.
   for (int i = 0; i < options.streams; ++i) {
     cudaStream_t stream = nullptr;
@@ -515,9 +514,7 @@ CudaDevice::~CudaDevice() = default;  // ~Impl synchronizes and frees.
 
 int CudaDevice::index() const { return impl_->index; }
 std::string CudaDevice::name() const { return impl_->name; }
-std::optional<uint32_t> CudaDevice::compute_capability() const {
-  return impl_->compute_capability;
-}
+std::optional<uint32_t> CudaDevice::compute_capability() const { return impl_->compute_capability; }
 
 absl::StatusOr<DeviceBuffer> CudaDevice::Allocate(size_t nbytes) {
   DeviceScope scope(impl_->index);
@@ -529,8 +526,8 @@ absl::StatusOr<DeviceBuffer> CudaDevice::Allocate(size_t nbytes) {
   const cudaError_t error = cudaMalloc(&p, block_bytes);
   if (error != cudaSuccess) {
     absl::Status status = internal::CudaStatus(error, "cudaMalloc", impl_->index);
-    return absl::Status(status.code(), absl::StrCat(status.message(), " (", block_bytes,
-                                                    " bytes requested)"));
+    return absl::Status(status.code(),
+                        absl::StrCat(status.message(), " (", block_bytes, " bytes requested)"));
   }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -544,8 +541,7 @@ absl::StatusOr<DeviceBuffer> CudaDevice::Allocate(size_t nbytes) {
   return DeviceBuffer(std::move(block), p, nbytes);
 }
 
-absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
-    absl::Span<const size_t> sizes) {
+absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(absl::Span<const size_t> sizes) {
   if (sizes.empty()) return std::vector<DeviceBuffer>{};
   // One arena: each buffer starts at the next kDeviceAlignment boundary.
   std::vector<uint64_t> offsets;
@@ -572,11 +568,11 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMany(
         (void)cudaGetLastError();
       }
     }
-    absl::Status status(got.status().code(),
-                        absl::StrCat("buffer ", failed, " of ", sizes.size(), " (", sizes[failed],
-                                     " bytes, ending at byte ", offsets[failed] + sizes[failed],
-                                     " of a ", end, "-byte arena): ", got.status().message(),
-                                     free_note));
+    absl::Status status(
+        got.status().code(),
+        absl::StrCat("buffer ", failed, " of ", sizes.size(), " (", sizes[failed],
+                     " bytes, ending at byte ", offsets[failed] + sizes[failed], " of a ", end,
+                     "-byte arena): ", got.status().message(), free_note));
     status.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(failed)));
     return status;
   }
@@ -593,29 +589,27 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMappedMany(
   PTD_RETURN_IF_ERROR(scope.status());
   const size_t block_bytes = std::max<size_t>(static_cast<size_t>(end), 1);
   void* p = nullptr;
-  cudaError_t error =
-      cudaHostAlloc(&p, block_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  cudaError_t error = cudaHostAlloc(&p, block_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
   if (error != cudaSuccess) {
     absl::Status status = internal::CudaStatus(error, "cudaHostAlloc", impl_->index);
-    return absl::Status(status.code(),
-                        absl::StrCat(status.message(), " (", block_bytes,
-                                     " bytes of mapped pinned host memory for ", sizes.size(),
-                                     " buffers)"));
+    return absl::Status(status.code(), absl::StrCat(status.message(), " (", block_bytes,
+                                                    " bytes of mapped pinned host memory for ",
+                                                    sizes.size(), " buffers)"));
   }
   void* device_p = nullptr;
   error = cudaHostGetDevicePointer(&device_p, p, 0);
   if (error != cudaSuccess || device_p != p) {
     if (error != cudaSuccess) (void)cudaGetLastError();
     if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
-    if (error != cudaSuccess) return internal::CudaStatus(error, "cudaHostGetDevicePointer",
-                                                          impl_->index);
+    if (error != cudaSuccess)
+      return internal::CudaStatus(error, "cudaHostGetDevicePointer", impl_->index);
     // One pointer serves the host and the kernels only under unified
     // addressing (every 64-bit platform CUDA 12 supports).
-    return absl::UnimplementedError(absl::StrCat(
-        "cudaHostGetDevicePointer on cuda:", impl_->index, ": mapped host memory at 0x",
-        absl::Hex(reinterpret_cast<uintptr_t>(p)), " has device address 0x",
-        absl::Hex(reinterpret_cast<uintptr_t>(device_p)),
-        " (no unified addressing; mapped weights need it)"));
+    return absl::UnimplementedError(
+        absl::StrCat("cudaHostGetDevicePointer on cuda:", impl_->index,
+                     ": mapped host memory at 0x", absl::Hex(reinterpret_cast<uintptr_t>(p)),
+                     " has device address 0x", absl::Hex(reinterpret_cast<uintptr_t>(device_p)),
+                     " (no unified addressing; mapped weights need it)"));
   }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -774,9 +768,9 @@ absl::Status CudaDevice::Wait(const CopyTicket& ticket) {
     // Issued here and gone from `pending`: already waited or synchronized.
     if (it == impl_->pending.end()) return absl::OkStatus();
     if (it->second.stream != ticket.stream) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Wait on cuda:", impl_->index, ": copy ticket ", ticket.id, " names stream ",
-          ticket.stream, " but was issued on stream ", it->second.stream));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Wait on cuda:", impl_->index, ": copy ticket ", ticket.id, " names stream ",
+                       ticket.stream, " but was issued on stream ", it->second.stream));
     }
     if (it->second.done) return absl::OkStatus();
     event = it->second.event;
@@ -825,8 +819,8 @@ absl::Status CudaDevice::CopyToHost(void* dst, const void* src, size_t nbytes) {
   DeviceScope scope(impl_->index);
   PTD_RETURN_IF_ERROR(scope.status());
   PTD_RETURN_IF_ERROR(impl_->OrderAfterCopies());
-  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemcpyAsync, dst, src, nbytes,
-                           cudaMemcpyDeviceToHost, impl_->work_stream);
+  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemcpyAsync, dst, src, nbytes, cudaMemcpyDeviceToHost,
+                           impl_->work_stream);
   PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaStreamSynchronize, impl_->work_stream);
   return absl::OkStatus();
 }
@@ -883,9 +877,9 @@ absl::Status CudaDevice::MaterializeInto(const DeviceBuffer& storage, const View
                                          const DeviceBuffer& out) {
   PTD_ASSIGN_OR_RETURN(const MaterializePlan plan, PlanMaterialize(view, storage.size()));
   if (out.size() < plan.output_nbytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MaterializeInto on cuda:", impl_->index, ": the output buffer holds ", out.size(),
-        " bytes, the view needs ", plan.output_nbytes));
+    return absl::InvalidArgumentError(absl::StrCat("MaterializeInto on cuda:", impl_->index,
+                                                   ": the output buffer holds ", out.size(),
+                                                   " bytes, the view needs ", plan.output_nbytes));
   }
   if (plan.extent.empty()) return absl::OkStatus();  // Nothing is read or written.
   DeviceScope scope(impl_->index);

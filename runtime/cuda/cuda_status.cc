@@ -12,8 +12,8 @@ absl::Status CudaStatus(cudaError_t error, const char* call, int device) {
   (void)cudaGetLastError();
   const std::string where =
       device >= 0 ? absl::StrCat(call, " on cuda:", device) : std::string(call);
-  std::string message = absl::StrCat(where, ": ", cudaGetErrorString(error), " (",
-                                     cudaGetErrorName(error), ")");
+  std::string message =
+      absl::StrCat(where, ": ", cudaGetErrorString(error), " (", cudaGetErrorName(error), ")");
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(std::move(message));

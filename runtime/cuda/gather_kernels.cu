@@ -3,11 +3,10 @@
 // architecture. Index arithmetic is 64-bit throughout; both kernels loop
 // over their work (grid-stride), so no grid dimension exceeds its limit
 // whatever the element count.
-#include "runtime/cuda/internal/gather_kernels.h"
-
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/cuda/internal/gather_kernels.h"
 #include "runtime/cuda/internal/kernel_launch.h"
 
 namespace ptd::internal {
@@ -91,8 +90,8 @@ cudaError_t Gather(const void* src, void* dst, uint64_t numel, const GatherGeome
   // A launch sets the last error only when it fails: clear what an earlier,
   // ignored failure left there, so the check below reports this launch.
   (void)cudaGetLastError();
-  PTD_LAUNCH(GatherKernel<W>, static_cast<unsigned>(blocks), kGatherThreads, 0, stream)(
-      static_cast<const W*>(src), static_cast<W*>(dst), numel, geometry);
+  PTD_LAUNCH(GatherKernel<W>, static_cast<unsigned>(blocks), kGatherThreads, 0, stream)
+  (static_cast<const W*>(src), static_cast<W*>(dst), numel, geometry);
   return cudaGetLastError();
 }
 
@@ -102,8 +101,8 @@ cudaError_t Transpose(const void* src, void* dst, int64_t rows, int64_t cols, in
   const dim3 grid(static_cast<unsigned>(std::min((cols + kTile - 1) / kTile, kMaxGridX)),
                   static_cast<unsigned>(std::min((rows + kTile - 1) / kTile, kMaxGridY)));
   (void)cudaGetLastError();  // As in Gather: the check below is this launch's.
-  PTD_LAUNCH(TransposeKernel<W>, grid, dim3(kTile, kTileRows), 0, stream)(
-      static_cast<const W*>(src), static_cast<W*>(dst), rows, cols, ld);
+  PTD_LAUNCH(TransposeKernel<W>, grid, dim3(kTile, kTileRows), 0, stream)
+  (static_cast<const W*>(src), static_cast<W*>(dst), rows, cols, ld);
   return cudaGetLastError();
 }
 
@@ -113,11 +112,16 @@ cudaError_t LaunchGather(const void* src, void* dst, uint64_t numel, uint32_t wo
                          const GatherGeometry& geometry, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   switch (word_size) {
-    case 1: return Gather<uint8_t>(src, dst, numel, geometry, stream);
-    case 2: return Gather<uint16_t>(src, dst, numel, geometry, stream);
-    case 4: return Gather<uint32_t>(src, dst, numel, geometry, stream);
-    case 8: return Gather<uint64_t>(src, dst, numel, geometry, stream);
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return Gather<uint8_t>(src, dst, numel, geometry, stream);
+    case 2:
+      return Gather<uint16_t>(src, dst, numel, geometry, stream);
+    case 4:
+      return Gather<uint32_t>(src, dst, numel, geometry, stream);
+    case 8:
+      return Gather<uint64_t>(src, dst, numel, geometry, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -125,11 +129,16 @@ cudaError_t LaunchTranspose(const void* src, void* dst, int64_t rows, int64_t co
                             uint32_t word_size, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   switch (word_size) {
-    case 1: return Transpose<uint8_t>(src, dst, rows, cols, ld, stream);
-    case 2: return Transpose<uint16_t>(src, dst, rows, cols, ld, stream);
-    case 4: return Transpose<uint32_t>(src, dst, rows, cols, ld, stream);
-    case 8: return Transpose<uint64_t>(src, dst, rows, cols, ld, stream);
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return Transpose<uint8_t>(src, dst, rows, cols, ld, stream);
+    case 2:
+      return Transpose<uint16_t>(src, dst, rows, cols, ld, stream);
+    case 4:
+      return Transpose<uint32_t>(src, dst, rows, cols, ld, stream);
+    case 8:
+      return Transpose<uint64_t>(src, dst, rows, cols, ld, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

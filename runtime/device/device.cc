@@ -7,16 +7,14 @@
 
 namespace ptd {
 
-absl::StatusOr<std::vector<DeviceBuffer>> Device::AllocateMany(
-    absl::Span<const size_t> sizes) {
+absl::StatusOr<std::vector<DeviceBuffer>> Device::AllocateMany(absl::Span<const size_t> sizes) {
   std::vector<DeviceBuffer> out;
   out.reserve(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     auto b = Allocate(sizes[i]);
     if (!b.ok()) {
-      absl::Status s(b.status().code(),
-                     absl::StrCat("buffer ", i, " of ", sizes.size(), " (",
-                                  sizes[i], " bytes): ", b.status().message()));
+      absl::Status s(b.status().code(), absl::StrCat("buffer ", i, " of ", sizes.size(), " (",
+                                                     sizes[i], " bytes): ", b.status().message()));
       s.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(i)));
       return s;  // `out` goes: nothing stays allocated.
     }

@@ -6,20 +6,21 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <fstream>
-#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/buddyinfo.h"
 #include "runtime/internal/checked_math.h"
 
@@ -63,8 +64,7 @@ bool Prefault(uint8_t* p, size_t n) {
     if (errno != EINVAL) return false;
     populate_write_works.store(false, std::memory_order_relaxed);
   }
-  for (uintptr_t page = (begin + kPage - 1) / kPage * kPage; page + kPage <= end;
-       page += kPage) {
+  for (uintptr_t page = (begin + kPage - 1) / kPage * kPage; page + kPage <= end; page += kPage) {
     *reinterpret_cast<volatile uint8_t*>(page) = 0;
   }
   return true;
@@ -80,9 +80,8 @@ bool PrefaultParallel(uint8_t* p, size_t n, size_t threads) {
   for (size_t t = 1; t < threads; ++t) {
     const size_t begin = t * per;
     if (begin >= n) break;
-    workers.emplace_back([&ok, t, q = p + begin, m = std::min(per, n - begin)] {
-      ok[t] = Prefault(q, m) ? 1 : 0;
-    });
+    workers.emplace_back(
+        [&ok, t, q = p + begin, m = std::min(per, n - begin)] { ok[t] = Prefault(q, m) ? 1 : 0; });
   }
   ok[0] = Prefault(p, std::min(per, n)) ? 1 : 0;
   for (std::thread& w : workers) w.join();
@@ -196,12 +195,12 @@ std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
   // every huge page of the block can be one.
   const size_t size = (total + kHugePage - 1) / kHugePage * kHugePage;
   if (size < total || size + kHugePage < size) return nullptr;
-  void* raw = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* raw =
+      ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   auto* start = static_cast<uint8_t*>(raw);
-  auto* aligned = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(start) + kHugePage - 1) / kHugePage * kHugePage);
+  auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(start) + kHugePage - 1) /
+                                             kHugePage * kHugePage);
   if (aligned > start) ::munmap(start, static_cast<size_t>(aligned - start));
   const size_t tail = static_cast<size_t>((start + size + kHugePage) - (aligned + size));
   if (tail > 0) ::munmap(aligned + size, tail);
@@ -262,8 +261,7 @@ absl::StatusOr<DeviceBuffer> HostDevice::Allocate(size_t nbytes) {
   return AllocateBlock(nbytes, /*staging=*/false);
 }
 
-absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
-    absl::Span<const size_t> sizes) {
+absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(absl::Span<const size_t> sizes) {
   std::vector<DeviceBuffer> out;
   if (sizes.empty()) return out;
   // Each buffer at a multiple of kHostAlignment; a zero-byte one still gets
@@ -276,9 +274,9 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
     const std::optional<uint64_t> end =
         rounded ? internal::CheckedAdd(total, *rounded) : std::nullopt;
     if (!end || *end > SIZE_MAX) {
-      absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
-          "host: buffer ", i, " of ", sizes.size(), " (", sizes[i],
-          " bytes) takes the total past the address space"));
+      absl::Status s = absl::ResourceExhaustedError(
+          absl::StrCat("host: buffer ", i, " of ", sizes.size(), " (", sizes[i],
+                       " bytes) takes the total past the address space"));
       s.SetPayload(kAllocateManyIndexPayload, absl::Cord(std::to_string(i)));
       return s;
     }
@@ -288,8 +286,8 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(
   }
   std::shared_ptr<void> memory = AllocateManyBlock(total);
   if (memory == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "host: out of memory allocating ", sizes.size(), " buffers (", total, " bytes)"));
+    return absl::ResourceExhaustedError(absl::StrCat("host: out of memory allocating ",
+                                                     sizes.size(), " buffers (", total, " bytes)"));
   }
   auto* base = static_cast<uint8_t*>(memory.get());
   const uint64_t count = sizes.size();
@@ -346,9 +344,7 @@ absl::Status HostDevice::CopyToHost(void* dst, const void* src, size_t nbytes) {
 
 DeviceStats HostDevice::stats() const {
   const Counters& c = *counters_;
-  const auto get = [](const std::atomic<uint64_t>& a) {
-    return a.load(std::memory_order_relaxed);
-  };
+  const auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   return DeviceStats{.allocations = get(c.allocations),
                      .allocated_bytes = get(c.allocated_bytes),
                      .live_allocations = get(c.live_allocations),

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/host_device.h"
 #include "runtime/internal/strings.h"
 
@@ -50,20 +51,19 @@ absl::StatusOr<std::shared_ptr<Device>> OpenDevice(std::string_view spec) {
     int index = 0;
     const std::string_view rest = spec.substr(4);
     if (!rest.empty() &&
-        (rest[0] != ':' || !absl::SimpleAtoi(internal::Sv(rest.substr(1)), &index) ||
-         index < 0)) {
+        (rest[0] != ':' || !absl::SimpleAtoi(internal::Sv(rest.substr(1)), &index) || index < 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad device '", internal::Sv(spec), "': expected cuda or cuda:N"));
     }
     DeviceFactory cuda = FindFactory("cuda");
     if (!cuda) {
-      return absl::UnavailableError(absl::StrCat(
-          "device '", internal::Sv(spec), "': built without CUDA (no cuda device factory)"));
+      return absl::UnavailableError(absl::StrCat("device '", internal::Sv(spec),
+                                                 "': built without CUDA (no cuda device factory)"));
     }
     return cuda(index);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown device '", internal::Sv(spec), "': expected host, cuda or cuda:N"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device '", internal::Sv(spec), "': expected host, cuda or cuda:N"));
 }
 
 }  // namespace ptd

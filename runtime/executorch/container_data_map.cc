@@ -1,15 +1,16 @@
 #include "ptd/executorch/container_data_map.h"
 
-#include <cstring>
-#include <utility>
-
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 #include <executorch/runtime/core/span.h>
 #include <executorch/runtime/platform/log.h>
 
+#include <cstring>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+
 #include "ptd/scalar_type.h"
 #include "runtime/internal/status_macros.h"
 
@@ -53,17 +54,14 @@ void FreeHolder(void* context, void* /*data*/, size_t /*size*/) {
 absl::StatusOr<std::unique_ptr<ContainerDataMap>> ContainerDataMap::OpenFile(
     const std::string& path, Access access) {
   PTD_ASSIGN_OR_RETURN(std::unique_ptr<FileSource> source,
-                       access == Access::kMmap ? OpenMmapFile(path)
-                                               : OpenPreadFile(path));
+                       access == Access::kMmap ? OpenMmapFile(path) : OpenPreadFile(path));
   return Open(std::move(source));
 }
 
 absl::StatusOr<std::unique_ptr<ContainerDataMap>> ContainerDataMap::Open(
     std::shared_ptr<const FileSource> source) {
-  PTD_ASSIGN_OR_RETURN(std::unique_ptr<Container> container,
-                       Container::Open(std::move(source)));
-  return std::make_unique<ContainerDataMap>(
-      std::shared_ptr<const Container>(std::move(container)));
+  PTD_ASSIGN_OR_RETURN(std::unique_ptr<Container> container, Container::Open(std::move(source)));
+  return std::make_unique<ContainerDataMap>(std::shared_ptr<const Container>(std::move(container)));
 }
 
 ContainerDataMap::ContainerDataMap(std::shared_ptr<const Container> container)
@@ -78,8 +76,7 @@ uint64_t ContainerDataMap::LoadSize(const NamedDataEntry& entry) const {
   return n;
 }
 
-Result<const EtTensorLayout> ContainerDataMap::get_tensor_layout(
-    std::string_view key) const {
+Result<const EtTensorLayout> ContainerDataMap::get_tensor_layout(std::string_view key) const {
   const NamedDataEntry* e = container_->Find(key);
   if (e == nullptr || e->layout == nullptr) return Error::NotFound;
   // C8 holds, so the one layout ExecuTorch's TensorLayout::create refuses is a
@@ -118,26 +115,23 @@ Result<FreeableBuffer> ContainerDataMap::get_data(std::string_view key) const {
     holder->container = container_;  // Keeps the mapping alive.
   }
   holder->bytes = std::move(*bytes);
-  return FreeableBuffer(holder->bytes.data(), holder->bytes.size(), FreeHolder,
-                        holder);
+  return FreeableBuffer(holder->bytes.data(), holder->bytes.size(), FreeHolder, holder);
 }
 
-Error ContainerDataMap::load_data_into(std::string_view key, void* buffer,
-                                       size_t size) const {
+Error ContainerDataMap::load_data_into(std::string_view key, void* buffer, size_t size) const {
   const NamedDataEntry* e = container_->Find(key);
   if (e == nullptr) return Error::NotFound;
   const uint64_t n = LoadSize(*e);
   if (size != n) {
     ET_LOG(Error, "load_data_into: key '%.*s' holds %llu bytes, asked for %zu",
-           static_cast<int>(key.size()), key.data(),
-           static_cast<unsigned long long>(n), size);
+           static_cast<int>(key.size()), key.data(), static_cast<unsigned long long>(n), size);
     return Error::InvalidArgument;
   }
   if (n == 0) return Error::Ok;
   if (buffer == nullptr) return Error::InvalidArgument;
-  const absl::Status s = container_->source().ReadAt(
-      container_->SegmentFileOffset(e->segment_index),
-      absl::MakeSpan(static_cast<uint8_t*>(buffer), n));
+  const absl::Status s =
+      container_->source().ReadAt(container_->SegmentFileOffset(e->segment_index),
+                                  absl::MakeSpan(static_cast<uint8_t*>(buffer), n));
   if (!s.ok()) {
     ET_LOG(Error, "%s", std::string(s.message()).c_str());
     return ToEtError(s);

@@ -30,8 +30,7 @@ bool DeviceAllocatorAdapter::IsThisDevice(et::etensor::DeviceIndex index) const 
   return static_cast<int>(index) == device_->index();
 }
 
-et::Result<void*> DeviceAllocatorAdapter::allocate(size_t nbytes,
-                                                   et::etensor::DeviceIndex index,
+et::Result<void*> DeviceAllocatorAdapter::allocate(size_t nbytes, et::etensor::DeviceIndex index,
                                                    size_t alignment) {
   if (!IsThisDevice(index) || alignment == 0 || (alignment & (alignment - 1)) != 0 ||
       alignment > kDeviceAlignment) {

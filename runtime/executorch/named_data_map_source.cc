@@ -1,5 +1,7 @@
 #include "ptd/executorch/named_data_map_source.h"
 
+#include <executorch/runtime/core/freeable_buffer.h>
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -7,11 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include <executorch/runtime/core/freeable_buffer.h>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+
 #include "ptd/manifest.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
@@ -19,10 +20,10 @@
 namespace ptd {
 namespace {
 
-using internal::Sv;
 using ::executorch::runtime::Error;
 using ::executorch::runtime::FreeableBuffer;
 using ::executorch::runtime::NamedDataMap;
+using internal::Sv;
 
 // A key's bytes from get_data(), held while a load reads it in chunks.
 struct Held {
@@ -141,7 +142,7 @@ class NamedDataMapByteSource final : public ByteSource {
   const NamedDataMap& map_;
   const NamedDataMapSourceOptions options_;
   mutable std::mutex mu_;
-  mutable absl::flat_hash_map<std::string, uint64_t> sizes_;  // Guarded by mu_.
+  mutable absl::flat_hash_map<std::string, uint64_t> sizes_;              // Guarded by mu_.
   mutable absl::flat_hash_map<std::string, std::shared_ptr<Held>> held_;  // Guarded by mu_.
 };
 

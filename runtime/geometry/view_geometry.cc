@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/checked_math.h"
 
 namespace ptd {
@@ -11,8 +12,7 @@ GeometryResult ComputeExtent(const ViewSpec& view) {
   GeometryResult r;
   if (view.sizes.size() != view.strides.size()) {
     r.error = GeometryError::kRankMismatch;
-    r.detail = absl::StrCat(view.sizes.size(), " sizes but ",
-                            view.strides.size(), " strides");
+    r.detail = absl::StrCat(view.sizes.size(), " sizes but ", view.strides.size(), " strides");
     return r;
   }
   if (view.storage_offset < 0) {
@@ -23,8 +23,7 @@ GeometryResult ComputeExtent(const ViewSpec& view) {
   for (size_t i = 0; i < view.sizes.size(); ++i) {
     if (view.sizes[i] < 0 || view.strides[i] < 0) {
       r.error = GeometryError::kNegative;
-      r.detail = absl::StrCat(view.sizes[i] < 0 ? "size" : "stride", "[", i,
-                              "] is ",
+      r.detail = absl::StrCat(view.sizes[i] < 0 ? "size" : "stride", "[", i, "] is ",
                               view.sizes[i] < 0 ? view.sizes[i] : view.strides[i]);
       return r;
     }
@@ -53,21 +52,22 @@ GeometryResult ComputeExtent(const ViewSpec& view) {
   for (size_t i = 0; i < view.sizes.size(); ++i) {
     const auto step = internal::CheckedMul(view.strides[i], view.sizes[i] - 1);
     if (!step) {
-      return overflow(absl::StrCat("stride[", i, "] ", view.strides[i],
-                                   " * (size[", i, "] ", view.sizes[i],
-                                   " - 1) overflows int64"));
+      return overflow(absl::StrCat("stride[", i, "] ", view.strides[i], " * (size[", i, "] ",
+                                   view.sizes[i], " - 1) overflows int64"));
     }
     last = internal::CheckedAdd(*last, *step);
     if (!last) {
-      return overflow(absl::StrCat("the offset of the last element overflows "
-                                   "int64 at dim ", i));
+      return overflow(
+          absl::StrCat("the offset of the last element overflows "
+                       "int64 at dim ",
+                       i));
     }
   }
   const auto count = internal::CheckedAdd(*last, int64_t{1});
   const auto bytes = count ? internal::CheckedMul(*count, e) : std::nullopt;
   if (!bytes) {
-    return overflow(absl::StrCat("(last element ", *last, " + 1) * element size ",
-                                 e, " overflows int64"));
+    return overflow(
+        absl::StrCat("(last element ", *last, " + 1) * element size ", e, " overflows int64"));
   }
   const auto first = internal::CheckedMul(view.storage_offset, e);
   if (!first) return overflow("storage_offset * element size overflows int64");

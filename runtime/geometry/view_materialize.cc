@@ -5,13 +5,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/status_macros.h"
 
 namespace ptd {
 
-absl::StatusOr<MaterializePlan> PlanMaterialize(const ViewSpec& view,
-                                                uint64_t storage_nbytes) {
+absl::StatusOr<MaterializePlan> PlanMaterialize(const ViewSpec& view, uint64_t storage_nbytes) {
   if (view.element_size == 0) {
     return absl::InvalidArgumentError("cannot materialize a view with element size 0");
   }
@@ -28,19 +28,19 @@ absl::StatusOr<MaterializePlan> PlanMaterialize(const ViewSpec& view,
   MaterializePlan plan;
   plan.extent = geometry.extent;
   if (plan.extent.required_nbytes > storage_nbytes) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "the view reaches byte ", plan.extent.required_nbytes,
-        " of its storage but the storage has ", storage_nbytes, " bytes"));
+    return absl::OutOfRangeError(absl::StrCat("the view reaches byte ", plan.extent.required_nbytes,
+                                              " of its storage but the storage has ",
+                                              storage_nbytes, " bytes"));
   }
   const auto bytes = plan.extent.numel == kSaturatedNumel
                          ? std::nullopt
                          : internal::CheckedMul(plan.extent.numel, uint64_t{view.element_size});
   if (!bytes || *bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the dense copy of the view would take more than 2^63 bytes (",
-        plan.extent.numel == kSaturatedNumel ? std::string("over 2^64")
-                                             : absl::StrCat(plan.extent.numel),
-        " elements of ", view.element_size, " bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the dense copy of the view would take more than 2^63 bytes (",
+                     plan.extent.numel == kSaturatedNumel ? std::string("over 2^64")
+                                                          : absl::StrCat(plan.extent.numel),
+                     " elements of ", view.element_size, " bytes)"));
   }
   plan.output_nbytes = *bytes;
   return plan;
@@ -50,9 +50,8 @@ absl::Status MaterializeOnHost(absl::Span<const uint8_t> storage, const ViewSpec
                                absl::Span<uint8_t> out) {
   PTD_ASSIGN_OR_RETURN(const MaterializePlan plan, PlanMaterialize(view, storage.size()));
   if (out.size() < plan.output_nbytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the output holds ", out.size(),
-                                                   " bytes but the view needs ",
-                                                   plan.output_nbytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the output holds ", out.size(), " bytes but the view needs ", plan.output_nbytes));
   }
   if (plan.extent.empty()) return absl::OkStatus();
   // An odometer over the view's index, last dimension fastest. Offsets are

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+
 #include "runtime/internal/strings.h"
 
 namespace ptd::internal {

@@ -9,8 +9,7 @@
 
 namespace ptd::internal {
 
-static_assert(std::endian::native == std::endian::little,
-              "ptd assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little, "ptd assumes a little-endian host");
 
 // REQUIRES: `p` points at sizeof(T) readable bytes.
 template <typename T>

@@ -6,13 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define PTD_CHECK(cond)                                                  \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,        \
-                   __LINE__, #cond);                                     \
-      std::abort();                                                      \
-    }                                                                    \
+#define PTD_CHECK(cond)                                                             \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                 \
+    }                                                                               \
   } while (false)
 
 #endif  // PTD_INTERNAL_CHECK_H_

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+
 #include "ptd/view_materialize.h"
 
 namespace ptd::internal {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "flatbuffers/flatbuffers.h"
+
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/check.h"
 
@@ -38,8 +39,7 @@ PtdHeader DecodePtdHeader(absl::Span<const uint8_t> file) {
 void EncodePteHeader(const PteHeader& h, absl::Span<uint8_t> file) {
   PTD_CHECK(h.header_length >= kMinPteHeaderLength);
   const bool with_data_size = h.header_length >= kPteHeaderLengthWithDataSize;
-  PTD_CHECK(file.size() >= (with_data_size ? kPteHeaderEnd
-                                           : kExtHeaderAt + kMinPteHeaderLength));
+  PTD_CHECK(file.size() >= (with_data_size ? kPteHeaderEnd : kExtHeaderAt + kMinPteHeaderLength));
   uint8_t* p = file.data();
   std::memcpy(p + kExtHeaderAt, kPteHeaderMagic.data(), kPteHeaderMagic.size());
   StoreLE<uint32_t>(p + kPteHeaderLengthAt, h.header_length);
@@ -63,8 +63,7 @@ PteHeader DecodePteHeader(absl::Span<const uint8_t> file) {
   return h;
 }
 
-void SpliceFlatBuffer(absl::Span<const uint8_t> fb, uint32_t block,
-                      absl::Span<uint8_t> out) {
+void SpliceFlatBuffer(absl::Span<const uint8_t> fb, uint32_t block, absl::Span<uint8_t> out) {
   PTD_CHECK(fb.size() >= kExtHeaderAt);
   PTD_CHECK(out.size() >= fb.size() + block);
   StoreLE<uint32_t>(out.data(), LoadLE<uint32_t>(fb.data()) + block);

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "absl/types/span.h"
+
 #include "ptd/container.h"
 #include "ptd/program.h"
 
@@ -22,8 +23,8 @@ namespace ptd::internal {
 // FlatBuffers' offsets are 32-bit: its verifier handles buffers strictly
 // smaller than this (it asserts otherwise), so readers check first (H4, P1).
 inline constexpr uint64_t kMaxFlatBufferSize = (uint64_t{1} << 31) - 1;
-inline constexpr uint32_t kVerifierMaxDepth = 64;         // C1, P1.
-inline constexpr uint32_t kVerifierMaxTables = 1000000;   // C1, P1.
+inline constexpr uint32_t kVerifierMaxDepth = 64;        // C1, P1.
+inline constexpr uint32_t kVerifierMaxTables = 1000000;  // C1, P1.
 
 // Where the extended header starts in both formats.
 inline constexpr size_t kExtHeaderAt = 8;
@@ -68,8 +69,7 @@ PteHeader DecodePteHeader(absl::Span<const uint8_t> file);
 // after its first 8 bytes (where the extended header goes), and moves its
 // root offset past the gap. REQUIRES: fb.size() >= 8 and
 // out.size() >= fb.size() + block.
-void SpliceFlatBuffer(absl::Span<const uint8_t> fb, uint32_t block,
-                      absl::Span<uint8_t> out);
+void SpliceFlatBuffer(absl::Span<const uint8_t> fb, uint32_t block, absl::Span<uint8_t> out);
 
 }  // namespace ptd::internal
 

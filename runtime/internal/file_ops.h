@@ -24,6 +24,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+
 #include "ptd/atomic_file.h"
 
 namespace ptd::internal {
@@ -43,9 +44,8 @@ class FileOps {
 const FileOps& DefaultFileOps();
 
 // WriteFileAtomically (include/ptd/atomic_file.h) through `ops`.
-absl::Status WriteFileAtomically(
-    const FileOps& ops, const std::string& path,
-    const std::function<absl::Status(const WriteFn&)>& produce);
+absl::Status WriteFileAtomically(const FileOps& ops, const std::string& path,
+                                 const std::function<absl::Status(const WriteFn&)>& produce);
 
 }  // namespace ptd::internal
 

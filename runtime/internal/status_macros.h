@@ -11,10 +11,10 @@
 #define PTD_STATUS_CONCAT_(a, b) PTD_STATUS_CONCAT_INNER_(a, b)
 
 // Returns `expr` from the enclosing function if it is not OK.
-#define PTD_RETURN_IF_ERROR(expr)                      \
-  do {                                             \
-    ::absl::Status ptd_status_ = (expr);           \
-    if (!ptd_status_.ok()) return ptd_status_;     \
+#define PTD_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status ptd_status_ = (expr);       \
+    if (!ptd_status_.ok()) return ptd_status_; \
   } while (false)
 
 // PTD_ASSIGN_OR_RETURN(lhs, expr): evaluates the StatusOr `expr`; on error returns
@@ -24,8 +24,8 @@
   PTD_ASSIGN_OR_RETURN_IMPL_(PTD_STATUS_CONCAT_(ptd_statusor_, __LINE__), lhs, expr)
 
 #define PTD_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
-  auto statusor = (expr);                           \
-  if (!statusor.ok()) return statusor.status();     \
+  auto statusor = (expr);                               \
+  if (!statusor.ok()) return statusor.status();         \
   lhs = std::move(statusor).value()
 
 #endif  // PTD_INTERNAL_STATUS_MACROS_H_

@@ -14,9 +14,7 @@
 
 namespace ptd::internal {
 
-inline absl::string_view Sv(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
+inline absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // `s` with non-printable bytes C-hex-escaped, for messages about bad bytes.
 inline std::string Escaped(std::string_view s) { return absl::CHexEscape(Sv(s)); }

@@ -18,12 +18,12 @@ int SequenceLength(const uint8_t* p, const uint8_t* end) {
     len = 2;
   } else if (c >= 0xE0 && c <= 0xEF) {
     len = 3;
-    if (c == 0xE0) lo = 0xA0;       // Overlong.
-    if (c == 0xED) hi = 0x9F;       // Surrogates.
+    if (c == 0xE0) lo = 0xA0;  // Overlong.
+    if (c == 0xED) hi = 0x9F;  // Surrogates.
   } else if (c >= 0xF0 && c <= 0xF4) {
     len = 4;
-    if (c == 0xF0) lo = 0x90;       // Overlong.
-    if (c == 0xF4) hi = 0x8F;       // Above U+10FFFF.
+    if (c == 0xF0) lo = 0x90;  // Overlong.
+    if (c == 0xF4) hi = 0x8F;  // Above U+10FFFF.
   } else {
     return 0;
   }

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/file_ops.h"
 #include "runtime/internal/strings.h"
 
@@ -21,14 +22,10 @@ namespace internal {
 int FileOps::Open(const char* path, int flags, mode_t mode) const {
   return ::open(path, flags, mode);
 }
-ssize_t FileOps::Write(int fd, const void* buf, size_t n) const {
-  return ::write(fd, buf, n);
-}
+ssize_t FileOps::Write(int fd, const void* buf, size_t n) const { return ::write(fd, buf, n); }
 int FileOps::Fsync(int fd) const { return ::fsync(fd); }
 int FileOps::Close(int fd) const { return ::close(fd); }
-int FileOps::Rename(const char* from, const char* to) const {
-  return ::rename(from, to);
-}
+int FileOps::Rename(const char* from, const char* to) const { return ::rename(from, to); }
 int FileOps::Unlink(const char* path) const { return ::unlink(path); }
 
 const FileOps& DefaultFileOps() {
@@ -49,10 +46,9 @@ constexpr size_t kWriteChunkBytes = size_t{256} << 10;
 
 // "<path>: <step> failed (<what>): <strerror>", with the code the errno
 // calls for. `step` is the system call: open, write, fsync, close, rename.
-absl::Status Errno(int err, std::string_view step, std::string_view what,
-                   const std::string& path) {
-  std::string msg = absl::StrCat(path, ": ", internal::Sv(step), " failed (",
-                                 internal::Sv(what), "): ", std::strerror(err));
+absl::Status Errno(int err, std::string_view step, std::string_view what, const std::string& path) {
+  std::string msg = absl::StrCat(path, ": ", internal::Sv(step), " failed (", internal::Sv(what),
+                                 "): ", std::strerror(err));
   if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM || err == EROFS) {
     return absl::PermissionDeniedError(msg);
@@ -110,12 +106,10 @@ absl::Status WriteFileAtomicallyAt(
     const std::function<absl::Status(const WriteFn&, const WriteAtFn&)>& produce,
     const std::function<absl::Status(const std::string&)>& check);
 
-absl::Status WriteFileAtomically(
-    const FileOps& ops, const std::string& path,
-    const std::function<absl::Status(const WriteFn&)>& produce) {
+absl::Status WriteFileAtomically(const FileOps& ops, const std::string& path,
+                                 const std::function<absl::Status(const WriteFn&)>& produce) {
   return WriteFileAtomicallyAt(
-      ops, path,
-      [&](const WriteFn& write, const WriteAtFn&) { return produce(write); }, nullptr);
+      ops, path, [&](const WriteFn& write, const WriteAtFn&) { return produce(write); }, nullptr);
 }
 
 absl::Status WriteFileAtomicallyAt(
@@ -138,13 +132,13 @@ absl::Status WriteFileAtomicallyAt(
   const WriteFn write = [&](absl::Span<const uint8_t> bytes) -> absl::Status {
     size_t done = 0;
     while (done < bytes.size()) {
-      const ssize_t n = ops.Write(tmp.fd(), bytes.data() + done,
-                                  std::min(bytes.size() - done, kWriteChunkBytes));
+      const ssize_t n =
+          ops.Write(tmp.fd(), bytes.data() + done, std::min(bytes.size() - done, kWriteChunkBytes));
       if (n < 0) {
         if (errno == EINTR) continue;
         const int err = errno;  // Before the message's allocations.
-        return Errno(err, "write", absl::StrCat("writing ", bytes.size() - done,
-                                           " bytes at offset ", done),
+        return Errno(err, "write",
+                     absl::StrCat("writing ", bytes.size() - done, " bytes at offset ", done),
                      tmp.path());
       }
       done += static_cast<size_t>(n);
@@ -153,20 +147,19 @@ absl::Status WriteFileAtomicallyAt(
   };
   // Positional writes go around FileOps: the fault-injection seam covers
   // the appending path that every writer uses.
-  const WriteAtFn write_at = [&](uint64_t offset,
-                                 absl::Span<const uint8_t> bytes) -> absl::Status {
+  const WriteAtFn write_at = [&](uint64_t offset, absl::Span<const uint8_t> bytes) -> absl::Status {
     size_t done = 0;
     while (done < bytes.size()) {
-      const ssize_t n = ::pwrite(tmp.fd(), bytes.data() + done,
-                                 std::min(bytes.size() - done, kWriteChunkBytes),
-                                 static_cast<off_t>(offset + done));
+      const ssize_t n =
+          ::pwrite(tmp.fd(), bytes.data() + done, std::min(bytes.size() - done, kWriteChunkBytes),
+                   static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
         const int err = errno;
-        return Errno(err, "pwrite",
-                     absl::StrCat("writing ", bytes.size() - done, " bytes at offset ",
-                                  offset + done),
-                     tmp.path());
+        return Errno(
+            err, "pwrite",
+            absl::StrCat("writing ", bytes.size() - done, " bytes at offset ", offset + done),
+            tmp.path());
       }
       done += static_cast<size_t>(n);
     }
@@ -197,9 +190,8 @@ absl::Status WriteFileAtomicallyAt(
 
 }  // namespace internal
 
-absl::Status WriteFileAtomically(
-    const std::string& path,
-    const std::function<absl::Status(const WriteFn&)>& produce) {
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::function<absl::Status(const WriteFn&)>& produce) {
   return internal::WriteFileAtomically(internal::DefaultFileOps(), path, produce);
 }
 
@@ -210,10 +202,8 @@ absl::Status WriteFileAtomicallyAt(
   return internal::WriteFileAtomicallyAt(internal::DefaultFileOps(), path, produce, check);
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::Span<const uint8_t> bytes) {
-  return WriteFileAtomically(
-      path, [&](const WriteFn& write) { return write(bytes); });
+absl::Status WriteFileAtomically(const std::string& path, absl::Span<const uint8_t> bytes) {
+  return WriteFileAtomically(path, [&](const WriteFn& write) { return write(bytes); });
 }
 
 }  // namespace ptd

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/strings.h"
 
@@ -58,8 +59,7 @@ int PopulateRead(uint8_t* p, size_t n, size_t page, size_t threads) {
     }
     return 0;
   };
-  const size_t parts =
-      std::max<size_t>(1, std::min(threads, n / kPopulateBytesPerThread));
+  const size_t parts = std::max<size_t>(1, std::min(threads, n / kPopulateBytesPerThread));
   const size_t step = (n / parts + page - 1) / page * page;
   std::vector<int> errs(parts, 0);
   const auto part = [&](size_t i) {
@@ -97,12 +97,9 @@ absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path
   }
 }
 
-absl::Status OutOfRange(const std::string& name, uint64_t offset, uint64_t len,
-                        uint64_t size) {
-  return absl::OutOfRangeError(absl::StrCat(name, ": read of ", len,
-                                            " bytes at offset ", offset,
-                                            " is past the end of a ", size,
-                                            "-byte file"));
+absl::Status OutOfRange(const std::string& name, uint64_t offset, uint64_t len, uint64_t size) {
+  return absl::OutOfRangeError(absl::StrCat(name, ": read of ", len, " bytes at offset ", offset,
+                                            " is past the end of a ", size, "-byte file"));
 }
 
 // Opens `path` read-only and checks that it is a regular file. The open
@@ -125,8 +122,7 @@ absl::StatusOr<std::pair<int, uint64_t>> OpenRegular(const std::string& path) {
                        : S_ISBLK(st.st_mode)  ? "a block device"
                        : S_ISSOCK(st.st_mode) ? "a socket"
                                               : "not a file";
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file (", kind, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file (", kind, ")"));
   }
   // Reads block as usual (O_NONBLOCK only mattered for the open).
   const int flags = ::fcntl(fd, F_GETFL);
@@ -154,8 +150,7 @@ class MmapSource final : public FileSource {
     if (!dst.empty()) std::memcpy(dst.data(), base_ + offset, dst.size());
     return absl::OkStatus();
   }
-  std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
-                                                uint64_t len) const override {
+  std::optional<absl::Span<const uint8_t>> View(uint64_t offset, uint64_t len) const override {
     if (!internal::RangeInside(offset, len, size_)) return std::nullopt;
     return absl::Span<const uint8_t>(base_ + offset, len);
   }
@@ -179,16 +174,16 @@ class PreadSource final : public FileSource {
     }
     size_t done = 0;
     while (done < dst.size()) {
-      const ssize_t n = ::pread(fd_, dst.data() + done, dst.size() - done,
-                                static_cast<off_t>(offset + done));
+      const ssize_t n =
+          ::pread(fd_, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
         return ErrnoStatus(errno, "read failed", name_);
       }
       if (n == 0) {
-        return absl::DataLossError(absl::StrCat(
-            name_, ": file ended at ", offset + done, " while reading ",
-            dst.size(), " bytes at offset ", offset, " (it shrank after open)"));
+        return absl::DataLossError(absl::StrCat(name_, ": file ended at ", offset + done,
+                                                " while reading ", dst.size(), " bytes at offset ",
+                                                offset, " (it shrank after open)"));
       }
       done += static_cast<size_t>(n);
     }
@@ -204,10 +199,9 @@ class PreadSource final : public FileSource {
     struct stat st;
     if (::fstat(fd_, &st) != 0) return ErrnoStatus(errno, "cannot stat", name_);
     if (static_cast<uint64_t>(st.st_size) < offset + len) {
-      return absl::DataLossError(absl::StrCat(name_, ": file is ", st.st_size,
-                                              " bytes now, too short to map ", len,
-                                              " bytes at offset ", offset,
-                                              " (it shrank after open)"));
+      return absl::DataLossError(
+          absl::StrCat(name_, ": file is ", st.st_size, " bytes now, too short to map ", len,
+                       " bytes at offset ", offset, " (it shrank after open)"));
     }
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t start = offset - offset % page;
@@ -230,8 +224,8 @@ class PreadSource final : public FileSource {
                                               " (it shrank after open)"));
     }
     if (err == ENOMEM) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          name_, ": cannot populate ", map_len, " mapped bytes: ", std::strerror(err)));
+      return absl::ResourceExhaustedError(absl::StrCat(name_, ": cannot populate ", map_len,
+                                                       " mapped bytes: ", std::strerror(err)));
     }
     if (err != 0) return ErrnoStatus(err, "cannot populate mapping", name_);
     return mapped;
@@ -256,8 +250,7 @@ class MemorySourceImpl final : public FileSource {
     if (!dst.empty()) std::memcpy(dst.data(), bytes_.data() + offset, dst.size());
     return absl::OkStatus();
   }
-  std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
-                                                uint64_t len) const override {
+  std::optional<absl::Span<const uint8_t>> View(uint64_t offset, uint64_t len) const override {
     if (!internal::RangeInside(offset, len, bytes_.size())) return std::nullopt;
     return absl::Span<const uint8_t>(bytes_.data() + offset, len);
   }
@@ -269,8 +262,7 @@ class MemorySourceImpl final : public FileSource {
 
 }  // namespace
 
-absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset,
-                                uint64_t len) {
+absl::StatusOr<Bytes> ReadBytes(const FileSource& source, uint64_t offset, uint64_t len) {
   if (auto view = source.View(offset, len)) return Bytes::Borrowed(*view);
   if (!internal::RangeInside(offset, len, source.size())) {
     return OutOfRange(source.name(), offset, len, source.size());
@@ -307,13 +299,11 @@ absl::StatusOr<std::unique_ptr<FileSource>> OpenPreadFile(const std::string& pat
   return std::unique_ptr<FileSource>(new PreadSource(path, fd, size));
 }
 
-std::unique_ptr<FileSource> MemorySource(std::vector<uint8_t> bytes,
-                                         std::string name) {
+std::unique_ptr<FileSource> MemorySource(std::vector<uint8_t> bytes, std::string name) {
   return std::make_unique<MemorySourceImpl>(std::move(bytes), std::move(name));
 }
 
-absl::StatusOr<std::shared_ptr<const FileSource>> OpenFile(const std::string& path,
-                                                           bool use_mmap) {
+absl::StatusOr<std::shared_ptr<const FileSource>> OpenFile(const std::string& path, bool use_mmap) {
   auto s = use_mmap ? OpenMmapFile(path) : OpenPreadFile(path);
   if (!s.ok()) return s.status();
   return std::shared_ptr<const FileSource>(std::move(*s));

@@ -25,8 +25,7 @@ double Since(LoadedWeightsAssembler::Clock::time_point t) {
 // preallocated buffer of each kind, sized before the first is added.
 class LoadedWeightsAssembler::Names {
  public:
-  Names(absl::Span<const ManifestRef> manifests, const LoadPlan& plan, bool views)
-      : views_(views) {
+  Names(absl::Span<const ManifestRef> manifests, const LoadPlan& plan, bool views) : views_(views) {
     size_t name_bytes = 0, num_dims = 0;
     for (const ManifestRef& m : manifests) name_bytes += m.source.size();
     if (!views) {
@@ -120,10 +119,9 @@ void LoadedWeightsAssembler::BuildStorages(const Device& device, LoadPlan& plan,
     s.host_accessible =
         on_host || s.residency == Residency::kMappedHost || device.host_accessible();
     s.buffer = std::move(placed.buffers[i]);
-    PlacementStats& where = s.residency == Residency::kDevice ? out.stats.placed_device
-                            : s.residency == Residency::kMappedHost
-                                ? out.stats.placed_mapped_host
-                                : out.stats.placed_host;
+    PlacementStats& where = s.residency == Residency::kDevice       ? out.stats.placed_device
+                            : s.residency == Residency::kMappedHost ? out.stats.placed_mapped_host
+                                                                    : out.stats.placed_host;
     ++where.storages;
     where.bytes += s.nbytes;
   }
@@ -149,8 +147,8 @@ void LoadedWeightsAssembler::BuildStorageKeys(Names& names, LoadPlan& plan) {
   }
   std::vector<PlannedKey>().swap(plan.keys);
   for (uint32_t i = 0; i < num_storages; ++i) {
-    out.storages[i].keys = absl::MakeConstSpan(out.storage_keys.get() + key_start[i],
-                                               key_start[i + 1] - key_start[i]);
+    out.storages[i].keys =
+        absl::MakeConstSpan(out.storage_keys.get() + key_start[i], key_start[i + 1] - key_start[i]);
     std::fill(out.key_storage.get() + key_start[i], out.key_storage.get() + key_start[i + 1], i);
   }
 }

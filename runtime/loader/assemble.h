@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "absl/types/span.h"
+
 #include "ptd/device.h"
 #include "ptd/loader.h"
 #include "runtime/loader/place.h"

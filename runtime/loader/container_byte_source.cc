@@ -1,6 +1,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+
 #include "ptd/byte_source.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/status_macros.h"
@@ -48,9 +49,9 @@ class ContainerByteSource final : public ByteSource {
     PTD_ASSIGN_OR_RETURN(const NamedDataEntry* e, Entry(key));
     const uint64_t size = *container_.SegmentSize(*e);
     if (!internal::RangeInside(offset, dst.size(), size)) {
-      return absl::OutOfRangeError(absl::StrCat(name(), ": read of ", dst.size(),
-                                                " bytes at ", offset, " of key '",
-                                                internal::Sv(key), "' (", size, " bytes)"));
+      return absl::OutOfRangeError(absl::StrCat(name(), ": read of ", dst.size(), " bytes at ",
+                                                offset, " of key '", internal::Sv(key), "' (", size,
+                                                " bytes)"));
     }
     return data().ReadAt(container_.SegmentFileOffset(e->segment_index) + offset, dst);
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "ptd/loader.h"
 #include "ptd/sha256.h"
 #include "ptd/view_digest.h"
@@ -20,7 +21,9 @@ namespace {
 class DeviceMemorySource final : public FileSource {
  public:
   DeviceMemorySource(Device& device, const void* base, uint64_t size)
-      : device_(device), base_(static_cast<const uint8_t*>(base)), size_(size),
+      : device_(device),
+        base_(static_cast<const uint8_t*>(base)),
+        size_(size),
         name_(absl::StrCat("<", device.name(), " memory>")) {}
   const std::string& name() const override { return name_; }
   uint64_t size() const override { return size_; }
@@ -52,9 +55,8 @@ absl::StatusOr<std::string> DigestLoadedWeight(const LoadedWeights& weights,
                                                const LoadedWeight& weight) {
   const LoadedStorage& s = weights.storage(weight);
   if (s.host_accessible) {
-    return DigestView(
-        absl::MakeConstSpan(static_cast<const uint8_t*>(s.buffer.data()), s.nbytes),
-        weight.view());
+    return DigestView(absl::MakeConstSpan(static_cast<const uint8_t*>(s.buffer.data()), s.nbytes),
+                      weight.view());
   }
   const DeviceMemorySource source(weights.DeviceOf(s), s.buffer.data(), s.nbytes);
   const ViewSpec view = weight.view();
@@ -84,8 +86,7 @@ absl::StatusOr<std::string> DigestLoadedStorage(const LoadedWeights& weights,
     return Sha256Hex(
         absl::MakeConstSpan(static_cast<const uint8_t*>(storage.buffer.data()), storage.nbytes));
   }
-  const DeviceMemorySource source(weights.DeviceOf(storage), storage.buffer.data(),
-                                  storage.nbytes);
+  const DeviceMemorySource source(weights.DeviceOf(storage), storage.buffer.data(), storage.nbytes);
   return DigestRange(source, 0, storage.nbytes);
 }
 

@@ -69,8 +69,7 @@ const LoadedStorage* LoadedWeights::FindStorage(std::string_view key) const {
   const Impl& x = impl();
   const auto& by_key = x.BuiltIndexes().by_key;
   auto it = by_key.find(key);
-  return it == by_key.end() ? nullptr
-                            : &x.storages[x.key_storage[*it - x.storage_keys.get()]];
+  return it == by_key.end() ? nullptr : &x.storages[x.key_storage[*it - x.storage_keys.get()]];
 }
 
 Device& LoadedWeights::DeviceOf(const LoadedStorage& s) const {

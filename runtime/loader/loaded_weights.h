@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
+
 #include "ptd/device.h"
 #include "ptd/loader.h"
 
@@ -74,8 +75,7 @@ struct LoadedWeights::Impl {
     std::once_flag built;
     absl::flat_hash_set<const LoadedWeight*, internal::NameOfHash, internal::NameOfEq> by_fqn;
     absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> by_source_fqn;
-    absl::flat_hash_set<const std::string_view*, internal::NameOfHash, internal::NameOfEq>
-        by_key;
+    absl::flat_hash_set<const std::string_view*, internal::NameOfHash, internal::NameOfEq> by_key;
   };
   mutable Indexes indexes;
   LoadTimings timings;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/loader/assemble.h"
@@ -40,9 +41,9 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests, bool
   if (all_keys && !options.fqns.empty()) {
     // Weights are named by a manifest; loading every key instead would be a
     // silent surprise (and may allocate what the caller did not ask for).
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LoadOptions::fqns names weight '", options.fqns.front(),
-        "' but there is no manifest (weights are named by --manifest or --pte)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadOptions::fqns names weight '", options.fqns.front(),
+                     "' but there is no manifest (weights are named by --manifest or --pte)"));
   }
   PTD_RETURN_IF_ERROR(internal::CheckPlaceOptions(*device, options));
   internal::LoadedWeightsAssembler result(device);
@@ -50,9 +51,8 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests, bool
   timings.verify_s = verify_s;
 
   const auto plan_t0 = Clock::now();
-  PTD_ASSIGN_OR_RETURN(internal::LoadPlan plan,
-                       internal::PlanLoad(manifests, all_keys, source, container, *device,
-                                          options));
+  PTD_ASSIGN_OR_RETURN(internal::LoadPlan plan, internal::PlanLoad(manifests, all_keys, source,
+                                                                   container, *device, options));
   PTD_ASSIGN_OR_RETURN(internal::PlacedStorages placed,
                        internal::Place(plan, all_keys, *device, options));
   timings.plan_s = Since(plan_t0);
@@ -60,19 +60,19 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests, bool
   // before the result lets go of the device.
   if (options.map_file) {
     const auto map_t0 = Clock::now();
-    PTD_RETURN_IF_ERROR(internal::MapFromFile(source, options, *device, &plan.storages, &placed,
-                                              &result.stats()));
+    PTD_RETURN_IF_ERROR(
+        internal::MapFromFile(source, options, *device, &plan.storages, &placed, &result.stats()));
     timings.map_s = Since(map_t0);
   }
   const auto alloc_t0 = Clock::now();
-  PTD_RETURN_IF_ERROR(internal::Allocate(*device, &plan.storages, plan.placements, &placed,
-                                         &result.stats()));
+  PTD_RETURN_IF_ERROR(
+      internal::Allocate(*device, &plan.storages, plan.placements, &placed, &result.stats()));
   timings.allocate_s = Since(alloc_t0);
 
   std::optional<double> first_complete_s;
-  PTD_RETURN_IF_ERROR(internal::TransferStorages(source, *device, options, start,
-                                                 plan.total_bytes, &plan.storages, placed,
-                                                 &result.stats(), &timings, &first_complete_s));
+  PTD_RETURN_IF_ERROR(internal::TransferStorages(source, *device, options, start, plan.total_bytes,
+                                                 &plan.storages, placed, &result.stats(), &timings,
+                                                 &first_complete_s));
 
   result.Assemble(manifests, all_keys, std::move(plan), std::move(placed), std::move(keep));
   return result.Finish(start, first_complete_s);
@@ -80,11 +80,10 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests, bool
 
 // LoadWeights of a bundle; the result's views point into the bundle when
 // `keep` holds it. `start` and `verify_s` as in Load.
-absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle,
-                                         std::shared_ptr<Device> device,
+absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle, std::shared_ptr<Device> device,
                                          const LoadOptions& options,
-                                         std::shared_ptr<const void> keep,
-                                         Clock::time_point start, double verify_s) {
+                                         std::shared_ptr<const void> keep, Clock::time_point start,
+                                         double verify_s) {
   const Container* c = bundle.container();
   if (c == nullptr || bundle.io_error()) {
     return absl::FailedPreconditionError("LoadWeights: the bundle has no readable container");
@@ -93,9 +92,9 @@ absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle,
     for (const ResolvedManifest& m : bundle.weights()->manifests()) {
       for (const ResolvedWeight& w : m.weights) {
         if (!w.ok) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "LoadWeights: weight '", Sv(w.entry->fqn), "' (", m.source,
-              ") failed verification; open the bundle with WeightBundle::Open"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("LoadWeights: weight '", Sv(w.entry->fqn), "' (", m.source,
+                           ") failed verification; open the bundle with WeightBundle::Open"));
         }
       }
     }
@@ -107,9 +106,9 @@ absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle,
     auto reopened = OpenPreadFile(c->path());
     if (reopened.ok()) {
       if ((*reopened)->size() != c->source().size()) {
-        return absl::DataLossError(absl::StrCat(c->path(), ": the file is ",
-                                                (*reopened)->size(), " bytes now, ",
-                                                c->source().size(), " when verified"));
+        return absl::DataLossError(absl::StrCat(c->path(), ": the file is ", (*reopened)->size(),
+                                                " bytes now, ", c->source().size(),
+                                                " when verified"));
       }
       data = std::move(*reopened);
     }
@@ -141,8 +140,7 @@ absl::StatusOr<LoadedWeights> LoadWeights(std::shared_ptr<const WeightBundle> bu
   return LoadBundle(b, std::move(device), options, std::move(bundle), start, 0);
 }
 
-absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
-                                          std::shared_ptr<Device> device,
+absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths, std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
   const auto start = Clock::now();
   BundlePaths p = paths;
@@ -153,8 +151,7 @@ absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths,
 }
 
 absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
-                                          const ByteSource& source,
-                                          std::shared_ptr<Device> device,
+                                          const ByteSource& source, std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
   const auto start = Clock::now();
   PTD_ASSIGN_OR_RETURN(const Manifest m, ParseManifest(manifest, kStandaloneManifestSource));

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/host_device.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
@@ -56,14 +57,13 @@ absl::Status SplitByBudget(const LoadPlan& plan, bool all_keys, Device& device,
   if (options.device_budget_bytes || split.mapped_storages > 0) {
     auto info = device.MemoryInfo();
     if (!info.ok()) {
-      return absl::Status(info.status().code(),
-                          absl::StrCat("placing storages by ",
-                                       options.device_budget_bytes ? "a device budget"
-                                                                   : "host_fqns",
-                                       " on ", device.name(), ": ", info.status().message()));
+      return absl::Status(
+          info.status().code(),
+          absl::StrCat("placing storages by ",
+                       options.device_budget_bytes ? "a device budget" : "host_fqns", " on ",
+                       device.name(), ": ", info.status().message()));
     }
-    PTD_RETURN_IF_ERROR(
-        CheckPlacement(split, options.device_budget_bytes, *info, device.name()));
+    PTD_RETURN_IF_ERROR(CheckPlacement(split, options.device_budget_bytes, *info, device.name()));
   }
   std::vector<uint32_t> on_device;
   on_device.reserve(split.device_storages);
@@ -111,10 +111,9 @@ absl::Status MapList(const ByteSource& source, size_t threads, std::vector<Stora
       return absl::Status(
           mapping.status().code(),
           absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes",
-                       last - first > 1
-                           ? absl::StrCat(", mapped with ", last - first - 1,
-                                          " neighbouring storage(s)")
-                           : std::string(),
+                       last - first > 1 ? absl::StrCat(", mapped with ", last - first - 1,
+                                                       " neighbouring storage(s)")
+                                        : std::string(),
                        "): map: ", mapping.status().message()));
     }
     const std::shared_ptr<void> block = *mapping;
@@ -141,8 +140,7 @@ absl::Status MapList(const ByteSource& source, size_t threads, std::vector<Stora
 // them and a GPU copies a staging slot with one cudaMemcpyAsync, whatever
 // the order in which the manifest names the storages.
 absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>& jobs,
-                          std::vector<uint32_t>* list, PlacedStorages* placed,
-                          LoadStats* stats) {
+                          std::vector<uint32_t>* list, PlacedStorages* placed, LoadStats* stats) {
   if (list->empty()) return absl::OkStatus();
   std::stable_sort(list->begin(), list->end(), [&](uint32_t a, uint32_t b) {
     const auto& la = jobs[a].location;
@@ -163,10 +161,10 @@ absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>
       const StorageJob& j = jobs[(*list)[index]];
       what = absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes)");
     }
-    return absl::Status(got.status().code(),
-                        absl::StrCat(what, ": allocate ",
-                                     mapped_host ? "mapped host memory for " : "on ", dev.name(),
-                                     ": ", got.status().message()));
+    return absl::Status(
+        got.status().code(),
+        absl::StrCat(what, ": allocate ", mapped_host ? "mapped host memory for " : "on ",
+                     dev.name(), ": ", got.status().message()));
   }
   for (size_t k = 0; k < list->size(); ++k) {
     const uint32_t s = (*list)[k];
@@ -182,8 +180,7 @@ absl::Status CheckPlaceOptions(const Device& device, const LoadOptions& options)
   if (device.kind() == DeviceKind::kHost &&
       (options.device_budget_bytes || !options.host_fqns.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        options.device_budget_bytes ? "LoadOptions::device_budget_bytes"
-                                    : "LoadOptions::host_fqns",
+        options.device_budget_bytes ? "LoadOptions::device_budget_bytes" : "LoadOptions::host_fqns",
         " places storages in host memory mapped for a GPU; ", device.name(),
         " is the host (every storage is in host memory already)"));
   }
@@ -216,13 +213,12 @@ absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device
   return placed;
 }
 
-absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options,
-                         const Device& device, std::vector<StorageJob>* storages,
-                         PlacedStorages* placed, LoadStats* stats) {
+absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, const Device& device,
+                         std::vector<StorageJob>* storages, PlacedStorages* placed,
+                         LoadStats* stats) {
   const size_t threads = std::max<size_t>(1, options.threads);
   if (device.kind() == DeviceKind::kHost && device.host_accessible()) {
-    PTD_RETURN_IF_ERROR(
-        MapList(source, threads, *storages, &placed->to_device, placed, stats));
+    PTD_RETURN_IF_ERROR(MapList(source, threads, *storages, &placed->to_device, placed, stats));
   }
   return MapList(source, threads, *storages, &placed->to_host, placed, stats);
 }
@@ -236,11 +232,10 @@ absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
   if (!placed->to_host.empty() || file_mapped_host) {
     placed->host_device = std::make_shared<HostDevice>();
   }
-  PTD_RETURN_IF_ERROR(
-      AllocateList(device, false, *storages, &placed->to_device, placed, stats));
+  PTD_RETURN_IF_ERROR(AllocateList(device, false, *storages, &placed->to_device, placed, stats));
   if (!placed->to_host.empty()) {
-    PTD_RETURN_IF_ERROR(AllocateList(*placed->host_device, false, *storages, &placed->to_host,
-                                     placed, stats));
+    PTD_RETURN_IF_ERROR(
+        AllocateList(*placed->host_device, false, *storages, &placed->to_host, placed, stats));
   }
   return AllocateList(device, true, *storages, &placed->to_mapped_host, placed, stats);
 }

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
 #include "ptd/loader.h"
@@ -58,9 +59,9 @@ absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device
 // Placement::kHost) that `source` can map become views of private file
 // mappings, one per run of neighbours in the file; they leave the lists to
 // allocate for `file_mapped`. A source that cannot map leaves them all.
-absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options,
-                         const Device& device, std::vector<StorageJob>* storages,
-                         PlacedStorages* placed, LoadStats* stats);
+absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, const Device& device,
+                         std::vector<StorageJob>* storages, PlacedStorages* placed,
+                         LoadStats* stats);
 
 // One allocation per destination (the device, the host device, mapped host
 // memory, in that order), each storage's buffer in file order; sets each

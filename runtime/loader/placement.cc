@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+
 #include "runtime/internal/strings.h"
 
 namespace ptd::internal {
@@ -32,8 +33,7 @@ bool MatchesAny(absl::Span<const std::string> patterns, std::string_view name) {
   return false;
 }
 
-BudgetPlacement PlaceStorages(absl::Span<const uint64_t> sizes,
-                              const std::vector<bool>& host_first,
+BudgetPlacement PlaceStorages(absl::Span<const uint64_t> sizes, const std::vector<bool>& host_first,
                               std::optional<uint64_t> budget) {
   BudgetPlacement p;
   p.mapped.assign(sizes.size(), false);
@@ -67,8 +67,8 @@ std::string DescribeBytes(uint64_t n) {
     const std::string human =
         n % (uint64_t{1} << u.shift) == 0
             ? absl::StrCat(n >> u.shift, " ", u.unit)
-            : absl::StrFormat("%.1f %s", static_cast<double>(n) /
-                                             static_cast<double>(uint64_t{1} << u.shift),
+            : absl::StrFormat("%.1f %s",
+                              static_cast<double>(n) / static_cast<double>(uint64_t{1} << u.shift),
                               u.unit);
     return absl::StrCat(human, " (", n, " bytes)");
   }
@@ -78,10 +78,10 @@ std::string DescribeBytes(uint64_t n) {
 absl::Status CheckPlacement(const BudgetPlacement& placement, std::optional<uint64_t> budget,
                             const DeviceMemoryInfo& info, std::string_view device_name) {
   if (budget && *budget > info.free_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "device budget ", DescribeBytes(*budget), " is ", *budget - info.free_bytes,
-        " bytes more than the ", info.free_bytes, " bytes free on ", Sv(device_name), ", of ",
-        info.total_bytes, "; nothing was allocated"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("device budget ", DescribeBytes(*budget), " is ", *budget - info.free_bytes,
+                     " bytes more than the ", info.free_bytes, " bytes free on ", Sv(device_name),
+                     ", of ", info.total_bytes, "; nothing was allocated"));
   }
   if (placement.mapped_bytes > 0 && info.mappable_bytes &&
       placement.mapped_bytes > *info.mappable_bytes) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+
 #include "ptd/device.h"
 
 namespace ptd::internal {
@@ -41,8 +42,7 @@ struct BudgetPlacement {
 // fit, they all go to mapped memory. A budget of 0 puts nothing on the
 // device; none (nullopt) puts every storage not `host_first` there.
 // REQUIRES: host_first.size() == sizes.size().
-BudgetPlacement PlaceStorages(absl::Span<const uint64_t> sizes,
-                              const std::vector<bool>& host_first,
+BudgetPlacement PlaceStorages(absl::Span<const uint64_t> sizes, const std::vector<bool>& host_first,
                               std::optional<uint64_t> budget);
 
 // Checks a placement against what the device has, before anything is

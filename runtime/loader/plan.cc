@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/scalar_type.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
@@ -124,9 +125,10 @@ class StorageTable {
       index = static_cast<uint32_t>(plan_.storages.size());
       AddStorage(StorageJob{.key = named.key,
                             .nbytes = segments[named.segment_index].size,
-                            .location = ByteSource::Location{
-                                .segment = named.segment_index,
-                                .offset = container_->SegmentFileOffset(named.segment_index)}},
+                            .location =
+                                ByteSource::Location{
+                                    .segment = named.segment_index,
+                                    .offset = container_->SegmentFileOffset(named.segment_index)}},
                  p);
     }
     plan_.keys.push_back({index, named.key});
@@ -202,9 +204,9 @@ class WeightPlanner {
                          const WeightEntry& e, const ResolvedWeight* resolved) {
     if (e.runtime_owned()) {
       if (wanted_.contains(e.fqn)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "weight '", Sv(e.fqn), "' is runtime-owned (", Sv(kRuntimeOwnedPrefix),
-            "*): it has no stored bytes to load; the runtime allocates it"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("weight '", Sv(e.fqn), "' is runtime-owned (", Sv(kRuntimeOwnedPrefix),
+                         "*): it has no stored bytes to load; the runtime allocates it"));
       }
     } else if ((!wanted_.empty() && !wanted_.contains(e.fqn)) ||
                IsOtherVariantsConstant(m, chosen, e)) {
@@ -218,8 +220,8 @@ class WeightPlanner {
         return absl::DataLossError(
             absl::StrCat("weight '", Sv(e.fqn), "': view span arithmetic fails (G1)"));
       }
-      plan_.runtime_owned.push_back(PlannedRuntimeOwned{
-          &e, mi, element_size, resolved->extent->required_nbytes});
+      plan_.runtime_owned.push_back(
+          PlannedRuntimeOwned{&e, mi, element_size, resolved->extent->required_nbytes});
       return absl::OkStatus();
     }
     if (!wanted_.empty()) found_.insert(e.fqn);
@@ -241,9 +243,9 @@ class WeightPlanner {
     const std::optional<size_t> lib = LibraryOf(e, m);
     const std::string& mine = m.variants[*chosen].so_blob_key;
     if (!lib || m.variants[*lib].so_blob_key == mine) return false;
-    skipped_.try_emplace(e.fqn, absl::StrCat("a constant of library '",
-                                             m.variants[*lib].so_blob_key,
-                                             "', not of the chosen variant's '", mine, "'"));
+    skipped_.try_emplace(e.fqn,
+                         absl::StrCat("a constant of library '", m.variants[*lib].so_blob_key,
+                                      "', not of the chosen variant's '", mine, "'"));
     return true;
   }
 

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/byte_source.h"
 #include "ptd/container.h"
 #include "ptd/device.h"

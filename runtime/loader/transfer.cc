@@ -7,21 +7,19 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 
 namespace ptd::internal {
 namespace {
 
-double Seconds(Transfer::Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
+double Seconds(Transfer::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
-ReadPlan PlanReads(const std::vector<StorageJob>& storages,
-                   absl::Span<const uint32_t> which, uint64_t max_read,
-                   uint64_t pack_limit, uint64_t max_gap) {
+ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
+                   uint64_t max_read, uint64_t pack_limit, uint64_t max_gap) {
   max_read = std::max<uint64_t>(max_read, 1);
   ReadPlan plan;
   // A piece per storage, more only for storages read in several chunks: no
@@ -41,12 +39,11 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages,
     const StorageJob& j = storages[s];
     for (uint64_t done = 0; done < j.nbytes;) {
       const uint64_t n = std::min(max_read, j.nbytes - done);
-      plan.items.push_back(ReadItem{
-          .located = j.location.has_value(),
-          .offset = (j.location ? j.location->offset : 0) + done,
-          .nbytes = n,
-          .first_piece = static_cast<uint32_t>(plan.pieces.size()),
-          .num_pieces = 1});
+      plan.items.push_back(ReadItem{.located = j.location.has_value(),
+                                    .offset = (j.location ? j.location->offset : 0) + done,
+                                    .nbytes = n,
+                                    .first_piece = static_cast<uint32_t>(plan.pieces.size()),
+                                    .num_pieces = 1});
       plan.pieces.push_back(Piece{.storage = s, .dst_offset = done, .src_offset = 0, .nbytes = n});
       plan.max_item_bytes = std::max(plan.max_item_bytes, n);
       done += n;
@@ -102,24 +99,26 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages,
 }
 
 Transfer::Transfer(const ByteSource& source, std::vector<StorageJob>* storages,
-                   const LoadOptions& options, Clock::time_point start,
-                   uint64_t total_bytes)
-    : source_(source), storages_(*storages), options_(options), start_(start),
+                   const LoadOptions& options, Clock::time_point start, uint64_t total_bytes)
+    : source_(source),
+      storages_(*storages),
+      options_(options),
+      start_(start),
       total_bytes_(total_bytes),
       remaining_(new std::atomic<uint64_t>[storages->size()]) {
   for (size_t i = 0; i < storages_.size(); ++i) remaining_[i] = storages_[i].nbytes;
 }
 
-absl::Status Transfer::Fail(const ReadPlan& plan, const ReadItem& item,
-                            std::string_view phase, const absl::Status& cause) const {
+absl::Status Transfer::Fail(const ReadPlan& plan, const ReadItem& item, std::string_view phase,
+                            const absl::Status& cause) const {
   const Piece& first = plan.pieces[item.first_piece];
   const StorageJob& j = storages_[first.storage];
   std::string what = absl::StrCat("storage '", internal::Sv(j.key), "' (", j.nbytes, " bytes");
   if (item.num_pieces > 1) {
     absl::StrAppend(&what, ", read with ", item.num_pieces - 1, " neighbouring storage(s)");
   }
-  return absl::Status(cause.code(), absl::StrCat(what, "): ", internal::Sv(phase), ": ",
-                                                 cause.message()));
+  return absl::Status(cause.code(),
+                      absl::StrCat(what, "): ", internal::Sv(phase), ": ", cause.message()));
 }
 
 absl::Status Transfer::Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst) {
@@ -140,20 +139,19 @@ absl::Status Transfer::Read(const ReadPlan& plan, const ReadItem& item, uint8_t*
 void Transfer::MarkFirstComplete() {
   int64_t unset = -1;
   first_complete_ns_.compare_exchange_strong(
-      unset,
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+      unset, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
 }
 
-absl::Status Transfer::AddProgress(
-    uint64_t bytes, absl::FunctionRef<absl::Status(const absl::Status&)> name) {
+absl::Status Transfer::AddProgress(uint64_t bytes,
+                                   absl::FunctionRef<absl::Status(const absl::Status&)> name) {
   if (!options_.progress) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(progress_mu_);
   if (cancelled_) return cancel_status_;
   done_bytes_ += bytes;
   if (!options_.progress(done_bytes_, total_bytes_)) {
-    cancel_status_ = name(absl::CancelledError(
-        absl::StrCat("the progress callback stopped the load at ", done_bytes_, " of ",
-                     total_bytes_, " bytes")));
+    cancel_status_ =
+        name(absl::CancelledError(absl::StrCat("the progress callback stopped the load at ",
+                                               done_bytes_, " of ", total_bytes_, " bytes")));
     cancelled_ = true;
     return cancel_status_;
   }
@@ -167,9 +165,8 @@ absl::Status Transfer::Complete(const ReadPlan& plan, const ReadItem& item) {
     bytes += p.nbytes;
     if (remaining_[p.storage].fetch_sub(p.nbytes) == p.nbytes) MarkFirstComplete();
   }
-  return AddProgress(bytes, [&](const absl::Status& cause) {
-    return Fail(plan, item, "cancelled", cause);
-  });
+  return AddProgress(
+      bytes, [&](const absl::Status& cause) { return Fail(plan, item, "cancelled", cause); });
 }
 
 absl::Status Transfer::CompleteMapped(absl::Span<const uint32_t> which) {
@@ -181,10 +178,9 @@ absl::Status Transfer::CompleteMapped(absl::Span<const uint32_t> which) {
   }
   MarkFirstComplete();
   return AddProgress(bytes, [&](const absl::Status& cause) {
-    return absl::Status(cause.code(),
-                        absl::StrCat(which.size(), " mapped storage(s) from '",
-                                     internal::Sv(storages_[which[0]].key),
-                                     "': cancelled: ", cause.message()));
+    return absl::Status(cause.code(), absl::StrCat(which.size(), " mapped storage(s) from '",
+                                                   internal::Sv(storages_[which[0]].key),
+                                                   "': cancelled: ", cause.message()));
   });
 }
 
@@ -277,8 +273,8 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
         }
         if (scratch_size < hi - lo) {
           scratch_block.reset();
-          scratch = static_cast<uint8_t*>(::operator new[](
-              static_cast<size_t>(hi - lo), std::align_val_t{kScratchAlignment}));
+          scratch = static_cast<uint8_t*>(
+              ::operator new[](static_cast<size_t>(hi - lo), std::align_val_t{kScratchAlignment}));
           scratch_block.reset(scratch);
           scratch_size = static_cast<size_t>(hi - lo);
         }
@@ -355,11 +351,11 @@ ReadPlan PlanReadsFor(const std::vector<StorageJob>& storages, absl::Span<const 
 
 }  // namespace
 
-absl::Status TransferStorages(const ByteSource& source, Device& device,
-                              const LoadOptions& options, Transfer::Clock::time_point start,
-                              uint64_t total_bytes, std::vector<StorageJob>* storages,
-                              const PlacedStorages& placed, LoadStats* stats,
-                              LoadTimings* timings, std::optional<double>* first_complete_s) {
+absl::Status TransferStorages(const ByteSource& source, Device& device, const LoadOptions& options,
+                              Transfer::Clock::time_point start, uint64_t total_bytes,
+                              std::vector<StorageJob>* storages, const PlacedStorages& placed,
+                              LoadStats* stats, LoadTimings* timings,
+                              std::optional<double>* first_complete_s) {
   const auto read_t0 = Transfer::Clock::now();
   Transfer transfer(source, storages, options, start, total_bytes);
   const auto run = [&](Device& dev, absl::Span<const uint32_t> which, bool staged) {

@@ -22,6 +22,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
 #include "ptd/loader.h"
@@ -59,9 +60,8 @@ struct ReadPlan {
 // source order, neighbours of at most `pack_limit` bytes each read together
 // while the span stays within `max_read` and gaps within `max_gap`; others
 // in chunks of `max_read`. Empty storages need no read.
-ReadPlan PlanReads(const std::vector<StorageJob>& storages,
-                   absl::Span<const uint32_t> which, uint64_t max_read,
-                   uint64_t pack_limit, uint64_t max_gap);
+ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
+                   uint64_t max_read, uint64_t pack_limit, uint64_t max_gap);
 
 // Carries out plans against one source, tracking progress, the first
 // complete storage, statistics and the phase timings of the options.
@@ -69,8 +69,8 @@ class Transfer {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Transfer(const ByteSource& source, std::vector<StorageJob>* storages,
-           const LoadOptions& options, Clock::time_point start, uint64_t total_bytes);
+  Transfer(const ByteSource& source, std::vector<StorageJob>* storages, const LoadOptions& options,
+           Clock::time_point start, uint64_t total_bytes);
 
   // Destinations `device` made, host-accessible: reads straight into them,
   // packed reads too when their destinations lie back to back as in the
@@ -115,8 +115,8 @@ class Transfer {
   // callback says stop.
   absl::Status Complete(const ReadPlan& plan, const ReadItem& item);
   // `cause` with the item's storage key(s) and the phase in front.
-  absl::Status Fail(const ReadPlan& plan, const ReadItem& item,
-                    std::string_view phase, const absl::Status& cause) const;
+  absl::Status Fail(const ReadPlan& plan, const ReadItem& item, std::string_view phase,
+                    const absl::Status& cause) const;
 
   const ByteSource& source_;
   std::vector<StorageJob>& storages_;
@@ -126,7 +126,7 @@ class Transfer {
   std::unique_ptr<std::atomic<uint64_t>[]> remaining_;  // Per storage.
 
   std::mutex progress_mu_;
-  uint64_t done_bytes_ = 0;         // Guarded by progress_mu_.
+  uint64_t done_bytes_ = 0;  // Guarded by progress_mu_.
   std::atomic<bool> cancelled_{false};
   // Why the load was cancelled, naming the storage (guarded by
   // progress_mu_): every reader that finds the load cancelled returns it,
@@ -144,11 +144,11 @@ class Transfer {
 // the host device's. Adds to `stats` and `timings` (read, copy, wait);
 // `*first_complete_s` as Transfer::first_complete_s. On error, waits for
 // copies in flight and names the storage and the phase.
-absl::Status TransferStorages(const ByteSource& source, Device& device,
-                              const LoadOptions& options, Transfer::Clock::time_point start,
-                              uint64_t total_bytes, std::vector<StorageJob>* storages,
-                              const PlacedStorages& placed, LoadStats* stats,
-                              LoadTimings* timings, std::optional<double>* first_complete_s);
+absl::Status TransferStorages(const ByteSource& source, Device& device, const LoadOptions& options,
+                              Transfer::Clock::time_point start, uint64_t total_bytes,
+                              std::vector<StorageJob>* storages, const PlacedStorages& placed,
+                              LoadStats* stats, LoadTimings* timings,
+                              std::optional<double>* first_complete_s);
 
 }  // namespace ptd::internal
 

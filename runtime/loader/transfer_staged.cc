@@ -1,8 +1,8 @@
 // Transfer::RunStaged: the staging ring of a device that is not
 // host-accessible (transfer.h).
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -12,15 +12,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/status_macros.h"
 #include "runtime/loader/transfer.h"
 
 namespace ptd::internal {
 namespace {
 
-double Seconds(Transfer::Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
+double Seconds(Transfer::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
@@ -146,10 +145,10 @@ class Transfer::StagedRun {
     requests_.clear();
     for (uint32_t k = 0; k < item.num_pieces; ++k) {
       const Piece& p = plan_.pieces[item.first_piece + k];
-      requests_.push_back(CopyRequest{
-          .dst = t_.storages_[p.storage].dest + p.dst_offset,
-          .src = static_cast<const uint8_t*>(slots_[slot].buffer.data()) + p.src_offset,
-          .nbytes = p.nbytes});
+      requests_.push_back(
+          CopyRequest{.dst = t_.storages_[p.storage].dest + p.dst_offset,
+                      .src = static_cast<const uint8_t*>(slots_[slot].buffer.data()) + p.src_offset,
+                      .nbytes = p.nbytes});
     }
     auto tickets = device_.CopyManyToDeviceAsync(requests_);
     absl::Status st = tickets.status();
@@ -220,8 +219,8 @@ class Transfer::StagedRun {
   std::mutex mu_;
   std::condition_variable free_cv_, filled_cv_;
   std::deque<size_t> free_slots_, filled_;  // Guarded by mu_.
-  bool stop_ = false;                        // Guarded by mu_.
-  absl::Status error_;  // Guarded by mu_ until the readers are joined.
+  bool stop_ = false;                       // Guarded by mu_.
+  absl::Status error_;                      // Guarded by mu_ until the readers are joined.
   std::atomic<size_t> next_{0};
 
   // The calling thread's.

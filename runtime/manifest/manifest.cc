@@ -13,6 +13,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/scalar_type.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/status_macros.h"
@@ -29,8 +30,7 @@ constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
 class Cursor {
  public:
   // Starts reading at `pos`; offsets in messages count from the start.
-  Cursor(absl::Span<const uint8_t> bytes, size_t pos, const Where& where,
-         Report* report)
+  Cursor(absl::Span<const uint8_t> bytes, size_t pos, const Where& where, Report* report)
       : bytes_(bytes), pos_(pos), where_(where), report_(report) {}
 
   size_t pos() const { return pos_; }
@@ -102,12 +102,12 @@ class Cursor {
 
   // Kept out of line: every read inlines the check above, not this.
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void Fail(uint64_t n, std::string_view what) {
-    report_->Error("M2", kDataLoss,
-                   absl::StrCat("manifest ends while reading ", internal::Sv(what),
-                                entry_ ? absl::StrCat(" ", *entry_) : std::string(), ": needs ",
-                                n, " bytes at offset ", pos_, ", ",
-                                remaining(), " left of ", bytes_.size()),
-                   where_);
+    report_->Error(
+        "M2", kDataLoss,
+        absl::StrCat("manifest ends while reading ", internal::Sv(what),
+                     entry_ ? absl::StrCat(" ", *entry_) : std::string(), ": needs ", n,
+                     " bytes at offset ", pos_, ", ", remaining(), " left of ", bytes_.size()),
+        where_);
   }
 
   absl::Span<const uint8_t> bytes_;
@@ -117,8 +117,7 @@ class Cursor {
   Report* report_;
 };
 
-void CheckVariants(const std::vector<Variant>& variants, const Where& where,
-                   Report* report) {
+void CheckVariants(const std::vector<Variant>& variants, const Where& where, Report* report) {
   const auto err = [&](size_t i, std::string msg) {
     report->Error("M4", kDataLoss, absl::StrCat("variant ", i, ": ", msg), where);
   };
@@ -127,8 +126,7 @@ void CheckVariants(const std::vector<Variant>& variants, const Where& where,
   for (size_t i = 0; i < variants.size(); ++i) {
     const Variant& v = variants[i];
     if (v.ptx_compute > v.target_sm) {
-      err(i, absl::StrCat("ptx_compute ", v.ptx_compute, " exceeds target_sm ",
-                          v.target_sm));
+      err(i, absl::StrCat("ptx_compute ", v.ptx_compute, " exceeds target_sm ", v.target_sm));
     }
     if ((v.flags & ~kVariantFallbackOnly) != 0) {
       err(i, absl::StrCat("flags 0x", absl::Hex(v.flags),
@@ -142,11 +140,12 @@ void CheckVariants(const std::vector<Variant>& variants, const Where& where,
     if (v.target_sm == 0) {
       if (variants.size() != 1) {
         err(i, absl::StrCat("an untargeted variant (target_sm 0) must be the "
-                            "only one, but there are ", variants.size()));
+                            "only one, but there are ",
+                            variants.size()));
       }
       if (v.ptx_compute != 0) {
-        err(i, absl::StrCat("an untargeted variant has ptx_compute ",
-                            v.ptx_compute, ", expected 0"));
+        err(i,
+            absl::StrCat("an untargeted variant has ptx_compute ", v.ptx_compute, ", expected 0"));
       }
       if (v.fallback_only()) err(i, "an untargeted variant is marked fallback_only");
     }
@@ -156,21 +155,19 @@ void CheckVariants(const std::vector<Variant>& variants, const Where& where,
       if (v.ptx_compute == 0) err(i, "a fallback_only variant has ptx_compute 0");
     } else {
       if (auto [it, inserted] = targets.emplace(v.target_sm, i); !inserted) {
-        err(i, absl::StrCat("target_sm ", v.target_sm,
-                            " is already the target of variant ", it->second));
+        err(i, absl::StrCat("target_sm ", v.target_sm, " is already the target of variant ",
+                            it->second));
       }
       if (variants.size() > 1 && v.ptx_compute != 0) {
-        err(i, absl::StrCat("ptx_compute ", v.ptx_compute,
-                            " on a non-fallback variant of a ", variants.size(),
-                            "-variant manifest (expected 0)"));
+        err(i, absl::StrCat("ptx_compute ", v.ptx_compute, " on a non-fallback variant of a ",
+                            variants.size(), "-variant manifest (expected 0)"));
       }
     }
   }
 }
 
 // M5 field checks of one entry; returns false if any failed.
-bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
-                Report* report) {
+bool CheckEntry(const WeightEntry& e, size_t index, const Where& base, Report* report) {
   bool ok = true;
   // The location and the name are built only for a diagnostic: a
   // well-formed entry allocates nothing here.
@@ -178,16 +175,20 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
     Where where = base;
     if (!e.fqn.empty()) where.fqn = e.fqn;
     if (!e.storage_key.empty()) where.key = e.storage_key;
-    const std::string name =
-        e.fqn.empty() ? absl::StrCat("entry ", index)
-                      : absl::StrCat("weight '", internal::Escaped(e.fqn), "'");
+    const std::string name = e.fqn.empty()
+                                 ? absl::StrCat("entry ", index)
+                                 : absl::StrCat("weight '", internal::Escaped(e.fqn), "'");
     report->Error("M5", kDataLoss, absl::StrCat(name, ": ", msg), where);
     ok = false;
   };
-  if (e.fqn.empty()) err("fqn is empty");
-  else if (!internal::IsValidUtf8(e.fqn)) err("fqn is not valid UTF-8");
-  if (e.storage_key.empty()) err("storage_key is empty");
-  else if (!internal::IsValidUtf8(e.storage_key)) err("storage_key is not valid UTF-8");
+  if (e.fqn.empty())
+    err("fqn is empty");
+  else if (!internal::IsValidUtf8(e.fqn))
+    err("fqn is not valid UTF-8");
+  if (e.storage_key.empty())
+    err("storage_key is empty");
+  else if (!internal::IsValidUtf8(e.storage_key))
+    err("storage_key is not valid UTF-8");
   if (!ElementSize(e.dtype)) err(absl::StrCat("dtype ", e.dtype, " is not a known ScalarType"));
   if (!IsKnownDeviceType(e.device_type)) {
     err(absl::StrCat("device_type ", e.device_type, " is not 0 (CPU) or 1 (CUDA)"));
@@ -212,13 +213,12 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
     Where where = base;
     where.fqn = e.fqn;
     where.key = e.storage_key;
-    report->Warning(
-        "U1",
-        absl::StrCat("weight '", internal::Escaped(e.fqn), "': dtype ",
-                     internal::Sv(ScalarTypeName(e.dtype)), " (", e.dtype,
-                     ") is refused by upstream's CUDA runtime, which loads only ",
-                     internal::Sv(UpstreamCudaDtypeList())),
-        std::move(where));
+    report->Warning("U1",
+                    absl::StrCat("weight '", internal::Escaped(e.fqn), "': dtype ",
+                                 internal::Sv(ScalarTypeName(e.dtype)), " (", e.dtype,
+                                 ") is refused by upstream's CUDA runtime, which loads only ",
+                                 internal::Sv(UpstreamCudaDtypeList())),
+                    std::move(where));
   }
   return ok;
 }
@@ -226,16 +226,17 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base,
 // ETCUDAFQN3 holds one so_blob_key and nothing else of a variant.
 absl::Status CheckReleasedVariant(const std::vector<Variant>& variants) {
   if (variants.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an ETCUDAFQN3 manifest has exactly one untargeted variant, but this "
-        "manifest has ", variants.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an ETCUDAFQN3 manifest has exactly one untargeted variant, but this "
+                     "manifest has ",
+                     variants.size()));
   }
   const Variant& v = variants[0];
   if (v.target_sm != 0 || v.ptx_compute != 0 || v.flags != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an ETCUDAFQN3 manifest has one untargeted variant (target_sm 0, "
-        "ptx_compute 0, flags 0), but its variant has target_sm ",
-        v.target_sm, ", ptx_compute ", v.ptx_compute, ", flags ", v.flags));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an ETCUDAFQN3 manifest has one untargeted variant (target_sm 0, "
+                     "ptx_compute 0, flags 0), but its variant has target_sm ",
+                     v.target_sm, ", ptx_compute ", v.ptx_compute, ", flags ", v.flags));
   }
   return absl::OkStatus();
 }
@@ -299,12 +300,11 @@ constexpr std::string_view kReadFormats = "'ETCUDAFQN0' and 'ETCUDAFQN3'";
 constexpr std::string_view kExpectedFormats = "'ETCUDAFQN0' or 'ETCUDAFQN3'";
 
 // M1 and the M2 length check of the magic: the layout, or nullopt (reported).
-std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes,
-                                          const Where& where, Report* report) {
+std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes, const Where& where,
+                                          Report* report) {
   if (bytes.size() < kManifestMagicFqn0.size()) {
     report->Error("M2", kDataLoss,
-                  absl::StrCat("manifest is ", bytes.size(),
-                               " bytes, shorter than its ",
+                  absl::StrCat("manifest is ", bytes.size(), " bytes, shorter than its ",
                                kManifestMagicFqn0.size(), "-byte magic"),
                   where);
     return std::nullopt;
@@ -313,8 +313,8 @@ std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes,
                                kManifestMagicFqn0.size());
   if (magic == kManifestMagicFqn0) return ManifestFormat::kFqn0;
   if (magic == kManifestMagicFqn3) return ManifestFormat::kFqn3;
-  const bool transitional = magic.substr(0, 9) == kManifestMagicPrefix &&
-                            magic[9] >= '1' && magic[9] <= '9';
+  const bool transitional =
+      magic.substr(0, 9) == kManifestMagicPrefix && magic[9] >= '1' && magic[9] <= '9';
   if (transitional) {
     report->Error("M1", absl::StatusCode::kUnimplemented,
                   absl::StrCat("manifest version '", internal::Sv(magic),
@@ -324,22 +324,20 @@ std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes,
                   where);
   } else {
     report->Error("M1", kDataLoss,
-                  absl::StrCat("bad manifest magic '", internal::Escaped(magic),
-                               "', expected ", internal::Sv(kExpectedFormats)),
+                  absl::StrCat("bad manifest magic '", internal::Escaped(magic), "', expected ",
+                               internal::Sv(kExpectedFormats)),
                   where);
   }
   return std::nullopt;
 }
 
 // ETCUDAFQN0's variant list, then M4. False when the bytes cannot be framed.
-bool DecodeVariants(Cursor& in, Manifest* m, const Where& where,
-                    Report* report) {
+bool DecodeVariants(Cursor& in, Manifest* m, const Where& where, Report* report) {
   uint32_t num_variants;
   if (!in.Read(&num_variants, "num_variants")) return false;
   if (num_variants < 1 || num_variants > kMaxVariants) {
     report->Error("M4", kDataLoss,
-                  absl::StrCat("num_variants is ", num_variants,
-                               ", outside 1..", kMaxVariants),
+                  absl::StrCat("num_variants is ", num_variants, ", outside 1..", kMaxVariants),
                   where);
     if (num_variants > kMaxVariants) return false;  // Untrustworthy.
   }
@@ -358,8 +356,7 @@ bool DecodeVariants(Cursor& in, Manifest* m, const Where& where,
 }
 
 // ETCUDAFQN3's single so_blob_key, read as one untargeted variant, then M4.
-bool DecodeReleasedVariant(Cursor& in, Manifest* m, const Where& where,
-                           Report* report) {
+bool DecodeReleasedVariant(Cursor& in, Manifest* m, const Where& where, Report* report) {
   Variant v;  // target_sm 0, ptx_compute 0, flags 0.
   if (!in.ReadString(&v.so_blob_key, "so_blob_key")) return false;
   m->variants.push_back(std::move(v));
@@ -383,9 +380,7 @@ struct FqnHash {
 };
 struct FqnEq {
   const std::vector<WeightEntry>* entries;
-  bool operator()(uint32_t a, uint32_t b) const {
-    return (*entries)[a].fqn == (*entries)[b].fqn;
-  }
+  bool operator()(uint32_t a, uint32_t b) const { return (*entries)[a].fqn == (*entries)[b].fqn; }
 };
 
 // Entry `i` at the cursor into `e` (M5), and the hash of its fqn into
@@ -405,8 +400,8 @@ bool DecodeEntry(Cursor& in, uint32_t i, WeightEntry& e, size_t& fqn_hash, NameA
   }
   if (ndim > kMaxDims) {
     report->Error("M5", kDataLoss,
-                  absl::StrCat("entry ", i, " ('", internal::Escaped(e.fqn),
-                               "'): ndim is ", ndim, ", over the limit ", kMaxDims),
+                  absl::StrCat("entry ", i, " ('", internal::Escaped(e.fqn), "'): ndim is ", ndim,
+                               ", over the limit ", kMaxDims),
                   Where{.file = where.file, .fqn = std::string(e.fqn), .source = where.source});
     return false;  // The rest of the bytes cannot be framed.
   }
@@ -455,28 +450,28 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m, Nam
   uint32_t num_entries;
   if (!in.Read(&num_entries, "num_entries")) return false;
   if (num_entries > kMaxManifestEntries) {
-    report->Error("M5", kDataLoss,
-                  absl::StrCat("num_entries is ", num_entries, ", over the limit ",
-                               kMaxManifestEntries),
-                  where);
+    report->Error(
+        "M5", kDataLoss,
+        absl::StrCat("num_entries is ", num_entries, ", over the limit ", kMaxManifestEntries),
+        where);
     return false;
   }
   // Each entry takes at least 40 bytes; do not reserve more than could fit.
   constexpr size_t kMinEntryBytes = 4 + 4 + 8 + 4 + 4 + 8 + 4;
   const size_t fit = in.remaining() / kMinEntryBytes;
   const uint32_t half = num_entries / 2;
-  const std::optional<size_t> second =
-      num_entries >= kParallelDecodeEntries && num_entries <= fit &&
-              std::thread::hardware_concurrency() > 1
-          ? SkipEntries(bytes, in.pos(), half, where)
-          : std::nullopt;
+  const std::optional<size_t> second = num_entries >= kParallelDecodeEntries &&
+                                               num_entries <= fit &&
+                                               std::thread::hardware_concurrency() > 1
+                                           ? SkipEntries(bytes, in.pos(), half, where)
+                                           : std::nullopt;
   if (!second) {
     m->entries.reserve(std::min<size_t>(num_entries, fit));
     fqn_hashes->reserve(m->entries.capacity());
     for (uint32_t i = 0; i < num_entries; ++i) {
       // Decoded in place; on a framing failure the manifest is dropped whole.
-      if (!DecodeEntry(in, i, m->entries.emplace_back(), fqn_hashes->emplace_back(), names,
-                       where, report)) {
+      if (!DecodeEntry(in, i, m->entries.emplace_back(), fqn_hashes->emplace_back(), names, where,
+                       report)) {
         return false;
       }
     }
@@ -494,9 +489,9 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m, Nam
       try {
         Cursor tail(bytes, *second, where, &second_report);
         for (uint32_t i = half; i < num_entries && second_ok; ++i) {
-          second_ok = DecodeEntry(tail, i, m->entries[i], (*fqn_hashes)[i],
-                                  names != nullptr ? &second_names : nullptr,
-                                  where, &second_report);
+          second_ok =
+              DecodeEntry(tail, i, m->entries[i], (*fqn_hashes)[i],
+                          names != nullptr ? &second_names : nullptr, where, &second_report);
         }
         end = tail.pos();
       } catch (...) {
@@ -530,10 +525,12 @@ void CheckUniqueFqns(Manifest* m, const std::vector<size_t>& fqn_hashes, const W
     if (!inserted) {
       WeightEntry& e = m->entries[i];
       report->Error("M6", kDataLoss,
-                    absl::StrCat("weight '", internal::Sv(e.fqn), "' appears twice (entries ",
-                                 *it, " and ", i, ")"),
-                    Where{.file = where.file, .key = std::string(e.storage_key),
-                          .fqn = std::string(e.fqn), .source = where.source});
+                    absl::StrCat("weight '", internal::Sv(e.fqn), "' appears twice (entries ", *it,
+                                 " and ", i, ")"),
+                    Where{.file = where.file,
+                          .key = std::string(e.storage_key),
+                          .fqn = std::string(e.fqn),
+                          .source = where.source});
       e.well_formed = false;
     }
   }
@@ -545,14 +542,14 @@ std::string_view ManifestFormatName(ManifestFormat format) {
   return format == ManifestFormat::kFqn3 ? kManifestMagicFqn3 : kManifestMagicFqn0;
 }
 
-std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
-                                       const Where& where, Report* report) {
+std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes, const Where& where,
+                                       Report* report) {
   return DecodeManifest(bytes, nullptr, where, report);
 }
 
 std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
-                                       std::shared_ptr<const void> bytes_owner,
-                                       const Where& where, Report* report) {
+                                       std::shared_ptr<const void> bytes_owner, const Where& where,
+                                       Report* report) {
   const std::optional<ManifestFormat> format = DecodeMagic(bytes, where, report);
   if (!format) return std::nullopt;
   Cursor in(bytes, kManifestMagicFqn0.size(), where, report);
@@ -571,18 +568,17 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
   }
   if (in.remaining() != 0) {
     report->Error("M3", kDataLoss,
-                  absl::StrCat(in.remaining(), " trailing bytes after the last "
+                  absl::StrCat(in.remaining(),
+                               " trailing bytes after the last "
                                "entry, at offset ",
-                               in.pos(), " of ",
-                               bytes.size()),
+                               in.pos(), " of ", bytes.size()),
                   where);
   }
   CheckUniqueFqns(&m, fqn_hashes, where, report);
   return m;
 }
 
-absl::StatusOr<Manifest> ParseManifest(absl::Span<const uint8_t> bytes,
-                                       std::string_view name) {
+absl::StatusOr<Manifest> ParseManifest(absl::Span<const uint8_t> bytes, std::string_view name) {
   Report report;
   auto m = DecodeManifest(bytes, Where{.file = std::string(name)}, &report);
   if (!report.ok()) return report.FirstError();
@@ -606,12 +602,10 @@ absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
     u32(static_cast<uint32_t>(s.size()));
     out.insert(out.end(), s.begin(), s.end());
   };
-  if (manifest.variants.size() > kMaxVariants ||
-      manifest.entries.size() > kMaxManifestEntries) {
+  if (manifest.variants.size() > kMaxVariants || manifest.entries.size() > kMaxManifestEntries) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "manifest has ", manifest.variants.size(), " variants and ",
-        manifest.entries.size(), " entries; limits are ", kMaxVariants, " and ",
-        kMaxManifestEntries));
+        "manifest has ", manifest.variants.size(), " variants and ", manifest.entries.size(),
+        " entries; limits are ", kMaxVariants, " and ", kMaxManifestEntries));
   }
   for (const WeightEntry& e : manifest.entries) {
     PTD_RETURN_IF_ERROR(CheckWeightEntry(e));  // The rank must frame the bytes.
@@ -649,8 +643,7 @@ absl::StatusOr<std::vector<uint8_t>> EncodeManifest(const Manifest& manifest) {
   return out;
 }
 
-absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants,
-                                            uint32_t sm) {
+absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants, uint32_t sm) {
   if (variants.size() == 1 && variants[0].target_sm == 0) {
     return VariantChoice{.index = 0, .via_ptx = false};
   }
@@ -661,13 +654,12 @@ absl::StatusOr<VariantChoice> SelectVariant(absl::Span<const Variant> variants,
   }
   for (size_t i = 0; i < variants.size(); ++i) {
     const Variant& v = variants[i];
-    if (v.ptx_compute != 0 && v.ptx_compute <= sm &&
-        (v.fallback_only() || variants.size() == 1)) {
+    if (v.ptx_compute != 0 && v.ptx_compute <= sm && (v.fallback_only() || variants.size() == 1)) {
       return VariantChoice{.index = i, .via_ptx = true};
     }
   }
-  return absl::NotFoundError(absl::StrCat("no variant fits sm ", sm, " (",
-                                          variants.size(), " variants)"));
+  return absl::NotFoundError(
+      absl::StrCat("no variant fits sm ", sm, " (", variants.size(), " variants)"));
 }
 
 namespace {
@@ -678,8 +670,7 @@ std::string_view DeviceKeyName(int32_t device_type) {
 
 }  // namespace
 
-std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
-                          std::string_view so_blob_key) {
+std::string StorageKeyFor(std::string_view fqn, int32_t device_type, std::string_view so_blob_key) {
   const std::string_view device = DeviceKeyName(device_type);
   if (absl::StartsWith(internal::Sv(fqn), internal::Sv(kLibraryConstantPrefix))) {
     return absl::StrCat(internal::Sv(kCudaWeightKeyPrefix), internal::Sv(device), ":",
@@ -692,8 +683,8 @@ std::string StorageKeyFor(std::string_view fqn, int32_t device_type,
 bool IsLibraryConstantKeyOf(std::string_view key, std::string_view so_blob_key) {
   for (const int32_t device : {kDeviceTypeCuda, kDeviceTypeCpu}) {
     const std::string prefix =
-        absl::StrCat(internal::Sv(kCudaWeightKeyPrefix), internal::Sv(DeviceKeyName(device)),
-                     ":", internal::Sv(so_blob_key), ":");
+        absl::StrCat(internal::Sv(kCudaWeightKeyPrefix), internal::Sv(DeviceKeyName(device)), ":",
+                     internal::Sv(so_blob_key), ":");
     if (absl::StartsWith(internal::Sv(key), prefix)) return true;
   }
   return false;

@@ -6,11 +6,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "flatbuffers/flatbuffers.h"
-#include "runtime/internal/strings.h"
+
+#include "ptd/scalar_type.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/ext_header.h"
-#include "ptd/scalar_type.h"
+#include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
 #include "schema/flat_tensor_generated.h"
 
@@ -23,16 +24,15 @@ constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
 // cannot be read (so nothing else can be checked). `data_in_file` is set
 // false when the data region runs past the end of the file (H4): the
 // FlatBuffer can still be checked, but segments past the end cannot be read.
-bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
-                 bool* data_in_file) {
+bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h, bool* data_in_file) {
   const std::string& file = source.name();
   const Where where{.file = file};
   const uint64_t size = source.size();
   *data_in_file = true;
   if (size < kMinPtdFileSize) {
     report->Error("H1", kDataLoss,
-                  absl::StrCat("file is ", size, " bytes, shorter than the ",
-                               kMinPtdFileSize, "-byte minimum"),
+                  absl::StrCat("file is ", size, " bytes, shorter than the ", kMinPtdFileSize,
+                               "-byte minimum"),
                   where);
     return false;
   }
@@ -45,10 +45,8 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
   const std::string_view eh_magic(reinterpret_cast<const char*>(raw + 8), 4);
   if (fb_id != "FT01" || eh_magic != internal::kPtdHeaderMagic) {
     report->Error("H2", kDataLoss,
-                  absl::StrCat("bad magic: bytes 4..12 are '",
-                               internal::Escaped(fb_id), "' '",
-                               internal::Escaped(eh_magic),
-                               "', expected 'FT01' 'FH01'"),
+                  absl::StrCat("bad magic: bytes 4..12 are '", internal::Escaped(fb_id), "' '",
+                               internal::Escaped(eh_magic), "', expected 'FT01' 'FH01'"),
                   where);
     return false;
   }
@@ -56,15 +54,14 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
 
   bool ok = true;
   if (h->header_length < kPtdHeaderLength) {
-    report->Error("H3", kDataLoss,
-                  absl::StrCat("header length ", h->header_length,
-                               " is less than ", kPtdHeaderLength),
-                  where);
+    report->Error(
+        "H3", kDataLoss,
+        absl::StrCat("header length ", h->header_length, " is less than ", kPtdHeaderLength),
+        where);
     ok = false;
   } else if (h->header_length > h->flatbuffer_offset) {
     report->Error("H3", kDataLoss,
-                  absl::StrCat("header length ", h->header_length,
-                               " exceeds flatbuffer_offset ",
+                  absl::StrCat("header length ", h->header_length, " exceeds flatbuffer_offset ",
                                h->flatbuffer_offset),
                   where);
     ok = false;
@@ -72,55 +69,53 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
   const auto fb_end = internal::CheckedAdd(h->flatbuffer_offset, h->flatbuffer_size);
   if (!fb_end) {
     report->Error("H4", kDataLoss,
-                  absl::StrCat("flatbuffer_offset ", h->flatbuffer_offset,
-                               " + flatbuffer_size ", h->flatbuffer_size,
-                               " overflows"),
+                  absl::StrCat("flatbuffer_offset ", h->flatbuffer_offset, " + flatbuffer_size ",
+                               h->flatbuffer_size, " overflows"),
                   where);
     return false;
   }
   if (*fb_end >= internal::kMaxFlatBufferSize) {
-    report->Error("H4", kDataLoss,
-                  absl::StrCat("FlatBuffer region is ", *fb_end,
-                               " bytes, at or over FlatBuffers' limit of ",
-                               internal::kMaxFlatBufferSize, " (2^31 - 1)"),
-                  where);
+    report->Error(
+        "H4", kDataLoss,
+        absl::StrCat("FlatBuffer region is ", *fb_end, " bytes, at or over FlatBuffers' limit of ",
+                     internal::kMaxFlatBufferSize, " (2^31 - 1)"),
+        where);
     ok = false;
   }
   if (*fb_end > h->segment_base_offset) {
     report->Error("H4", kDataLoss,
-                  absl::StrCat("FlatBuffer ends at ", *fb_end,
-                               ", after segment_base_offset ",
+                  absl::StrCat("FlatBuffer ends at ", *fb_end, ", after segment_base_offset ",
                                h->segment_base_offset),
                   where);
     ok = false;
   }
   if (*fb_end > size) {
-    report->Error("H4", kDataLoss,
-                  absl::StrCat("FlatBuffer ends at ", *fb_end,
-                               ", past the end of the ", size, "-byte file"),
-                  where);
+    report->Error(
+        "H4", kDataLoss,
+        absl::StrCat("FlatBuffer ends at ", *fb_end, ", past the end of the ", size, "-byte file"),
+        where);
     ok = false;
   }
   const auto data_end = internal::CheckedAdd(h->segment_base_offset, h->segment_data_size);
   if (!data_end) {
     report->Error("H4", kDataLoss,
                   absl::StrCat("segment_base_offset ", h->segment_base_offset,
-                               " + segment_data_size ", h->segment_data_size,
-                               " overflows"),
+                               " + segment_data_size ", h->segment_data_size, " overflows"),
                   where);
     *data_in_file = false;
   } else if (*data_end > size) {
-    report->Error("H4", kDataLoss,
-                  absl::StrCat("segment_base_offset ", h->segment_base_offset,
-                               " + segment_data_size ", h->segment_data_size,
-                               " = ", *data_end, " exceeds the file size ", size),
-                  where);
+    report->Error(
+        "H4", kDataLoss,
+        absl::StrCat("segment_base_offset ", h->segment_base_offset, " + segment_data_size ",
+                     h->segment_data_size, " = ", *data_end, " exceeds the file size ", size),
+        where);
     *data_in_file = false;
   } else if (*data_end < size) {
     report->Warning("H5",
                     absl::StrCat(size - *data_end,
                                  " trailing bytes after the data region, which "
-                                 "ends at ", *data_end, " of ", size),
+                                 "ends at ",
+                                 *data_end, " of ", size),
                     where);
   }
   return ok;
@@ -128,16 +123,14 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h,
 
 }  // namespace
 
-void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
-                       uint32_t segment_index,
-                       std::optional<uint64_t> segment_size, const Where& where,
-                       Report* report) {
+void CheckTensorLayout(const TensorLayout& layout, std::string_view key, uint32_t segment_index,
+                       std::optional<uint64_t> segment_size, const Where& where, Report* report) {
   const auto elem = ElementSize(layout.scalar_type);
   if (!elem) {
-    report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(key), "': unknown scalar type ",
-                               layout.scalar_type),
-                  where);
+    report->Error(
+        "C8", kDataLoss,
+        absl::StrCat("key '", internal::Sv(key), "': unknown scalar type ", layout.scalar_type),
+        where);
   }
   bool sizes_ok = true;
   for (size_t i = 0; i < layout.sizes.size(); ++i) {
@@ -150,20 +143,21 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
     }
   }
   if (layout.dim_order.size() != layout.sizes.size()) {
-    report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(key), "': dim_order has ",
-                               layout.dim_order.size(), " entries, sizes has ",
-                               layout.sizes.size()),
-                  where);
+    report->Error(
+        "C8", kDataLoss,
+        absl::StrCat("key '", internal::Sv(key), "': dim_order has ", layout.dim_order.size(),
+                     " entries, sizes has ", layout.sizes.size()),
+        where);
   } else {
     std::vector<bool> seen(layout.dim_order.size(), false);
     for (size_t i = 0; i < layout.dim_order.size(); ++i) {
       const uint8_t d = layout.dim_order[i];
       if (d >= seen.size() || seen[d]) {
         report->Error("C8", kDataLoss,
-                      absl::StrCat("key '", internal::Sv(key), "': dim_order is not a "
-                                   "permutation of 0..", seen.size() - 1,
-                                   " (dim_order[", i, "] = ", d, ")"),
+                      absl::StrCat("key '", internal::Sv(key),
+                                   "': dim_order is not a "
+                                   "permutation of 0..",
+                                   seen.size() - 1, " (dim_order[", i, "] = ", d, ")"),
                       where);
         break;
       }
@@ -175,21 +169,19 @@ void CheckTensorLayout(const TensorLayout& layout, std::string_view key,
   for (int32_t s : layout.sizes) {
     if (nbytes) nbytes = internal::CheckedMul(*nbytes, static_cast<uint64_t>(s));
   }
-  const bool any_zero = std::find(layout.sizes.begin(), layout.sizes.end(), 0) !=
-                        layout.sizes.end();
+  const bool any_zero =
+      std::find(layout.sizes.begin(), layout.sizes.end(), 0) != layout.sizes.end();
   if (any_zero) nbytes = 0;
   if (!nbytes) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(key),
-                               "': layout byte size overflows 64 bits"),
+                  absl::StrCat("key '", internal::Sv(key), "': layout byte size overflows 64 bits"),
                   where);
     return;
   }
   if (segment_size && *nbytes > *segment_size) {
     report->Error("C8", kDataLoss,
                   absl::StrCat("key '", internal::Sv(key), "': layout needs ", *nbytes,
-                               " bytes, segment ", segment_index,
-                               " holds ", *segment_size),
+                               " bytes, segment ", segment_index, " holds ", *segment_size),
                   where);
   }
 }
@@ -198,9 +190,8 @@ namespace {
 
 // C4, C5: the segment table, each segment marked in or out of bounds.
 std::vector<Segment> DecodeSegments(
-    const flatbuffers::Vector<flatbuffers::Offset<fb::DataSegment>>& segs,
-    const PtdHeader& h, uint64_t file_size, bool data_in_file,
-    const std::string& file, Report* report) {
+    const flatbuffers::Vector<flatbuffers::Offset<fb::DataSegment>>& segs, const PtdHeader& h,
+    uint64_t file_size, bool data_in_file, const std::string& file, Report* report) {
   std::vector<Segment> segments;
   segments.reserve(segs.size());
   std::optional<uint64_t> prev_end = 0;
@@ -211,22 +202,18 @@ std::vector<Segment> DecodeSegments(
     const auto sw = [&] { return Where{.file = file, .segment = i}; };
     if (!internal::RangeInside(seg.offset, seg.size, h.segment_data_size)) {
       report->Error("C4", kDataLoss,
-                    absl::StrCat("segment ", i, ": offset ", seg.offset,
-                                 " + size ", seg.size,
-                                 " exceeds segment_data_size ",
-                                 h.segment_data_size),
+                    absl::StrCat("segment ", i, ": offset ", seg.offset, " + size ", seg.size,
+                                 " exceeds segment_data_size ", h.segment_data_size),
                     sw());
       seg.in_bounds = false;
     } else if (const auto abs = internal::CheckedAdd(h.segment_base_offset, seg.offset);
-               !data_in_file &&
-               (!abs || !internal::RangeInside(*abs, seg.size, file_size))) {
+               !data_in_file && (!abs || !internal::RangeInside(*abs, seg.size, file_size))) {
       seg.in_bounds = false;  // H4 already reported the short file.
     }
     if (prev_end && seg.offset < *prev_end) {
       report->Error("C5", kDataLoss,
                     absl::StrCat("segment ", i, " starts at ", seg.offset,
-                                 ", before the end of segment ", i - 1,
-                                 " at ", *prev_end),
+                                 ", before the end of segment ", i - 1, " at ", *prev_end),
                     sw());
     }
     prev_end = internal::CheckedAdd(seg.offset, seg.size);
@@ -236,24 +223,20 @@ std::vector<Segment> DecodeSegments(
 }
 
 // C6 for one entry's key: sets e->key, returns whether the key is usable.
-bool DecodeKey(const fb::NamedData& nd, uint32_t i, const Where& where,
-               NamedDataEntry* e, Report* report) {
+bool DecodeKey(const fb::NamedData& nd, uint32_t i, const Where& where, NamedDataEntry* e,
+               Report* report) {
   if (nd.key() == nullptr) {
-    report->Error("C6", kDataLoss,
-                  absl::StrCat("named_data[", i, "] has no key"), where);
+    report->Error("C6", kDataLoss, absl::StrCat("named_data[", i, "] has no key"), where);
     return false;
   }
   e->key = nd.key()->string_view();
   if (e->key.empty()) {
-    report->Error("C6", kDataLoss,
-                  absl::StrCat("named_data[", i, "] has an empty key"),
-                  where);
+    report->Error("C6", kDataLoss, absl::StrCat("named_data[", i, "] has an empty key"), where);
     return false;
   }
   if (!internal::IsValidUtf8(e->key)) {
     report->Error("C6", kDataLoss,
-                  absl::StrCat("named_data[", i, "]: key '",
-                               internal::Escaped(e->key),
+                  absl::StrCat("named_data[", i, "]: key '", internal::Escaped(e->key),
                                "' is not valid UTF-8"),
                   where);
     return false;
@@ -263,28 +246,23 @@ bool DecodeKey(const fb::NamedData& nd, uint32_t i, const Where& where,
 
 // C8: the entry's tensor layout, decoded and checked against its segment.
 TensorLayout DecodeLayout(const fb::TensorLayout& l, const NamedDataEntry& e,
-                          std::optional<uint64_t> seg_size, const Where& kw,
-                          Report* report) {
+                          std::optional<uint64_t> seg_size, const Where& kw, Report* report) {
   TensorLayout layout;
   layout.scalar_type = static_cast<int8_t>(l.scalar_type());
   bool present = true;
   if (l.sizes() == nullptr) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(e.key), "': layout has no sizes"),
-                  kw);
+                  absl::StrCat("key '", internal::Sv(e.key), "': layout has no sizes"), kw);
     present = false;
   } else {
     layout.sizes.assign(l.sizes()->begin(), l.sizes()->end());
   }
   if (l.dim_order() == nullptr) {
     report->Error("C8", kDataLoss,
-                  absl::StrCat("key '", internal::Sv(e.key),
-                               "': layout has no dim_order"),
-                  kw);
+                  absl::StrCat("key '", internal::Sv(e.key), "': layout has no dim_order"), kw);
     present = false;
   } else {
-    layout.dim_order.assign(l.dim_order()->begin(),
-                            l.dim_order()->end());
+    layout.dim_order.assign(l.dim_order()->begin(), l.dim_order()->end());
   }
   if (present) {
     CheckTensorLayout(layout, e.key, e.segment_index, seg_size, kw, report);
@@ -322,12 +300,11 @@ void DecodeNamedData(
     };
     std::optional<uint64_t> seg_size;
     if (e.segment_index >= segments.size()) {
-      report->Error("C7", kDataLoss,
-                    absl::StrCat("key '", internal::Escaped(e.key),
-                                 "': segment_index ", e.segment_index,
-                                 " is out of range (", segments.size(),
-                                 " segments)"),
-                    kw());
+      report->Error(
+          "C7", kDataLoss,
+          absl::StrCat("key '", internal::Escaped(e.key), "': segment_index ", e.segment_index,
+                       " is out of range (", segments.size(), " segments)"),
+          kw());
     } else {
       seg_size = segments[e.segment_index].size;
     }
@@ -347,19 +324,21 @@ void DecodeNamedData(
     if (!key_oks[i]) continue;
     const NamedDataEntry& stored = (*named)[i];
     if (auto [it, inserted] = index->insert(&stored); !inserted) {
-      report->Error("C6", kDataLoss,
-                    absl::StrCat("key '", internal::Sv(stored.key), "' appears more than once"
-                                 " (entries ", *it - named->data(), " and ", i, ")"),
-                    Where{.file = file, .key = std::string(stored.key),
-                          .segment = stored.segment_index});
+      report->Error(
+          "C6", kDataLoss,
+          absl::StrCat("key '", internal::Sv(stored.key),
+                       "' appears more than once"
+                       " (entries ",
+                       *it - named->data(), " and ", i, ")"),
+          Where{.file = file, .key = std::string(stored.key), .segment = stored.segment_index});
     }
   }
 }
 
 }  // namespace
 
-std::unique_ptr<Container> Container::Verify(
-    std::shared_ptr<const FileSource> source, Report* report) {
+std::unique_ptr<Container> Container::Verify(std::shared_ptr<const FileSource> source,
+                                             Report* report) {
   std::unique_ptr<Container> c(new Container(std::move(source)));
   const std::string& file = c->source_->name();
   const Where where{.file = file};
@@ -373,16 +352,14 @@ std::unique_ptr<Container> Container::Verify(
   const uint64_t fb_len = h.flatbuffer_offset + h.flatbuffer_size;  // Checked.
   auto fb = ReadBytes(*c->source_, 0, fb_len);
   if (!fb.ok()) {
-    report->Error("C1", fb.status().code(), std::string(fb.status().message()),
-                  where);
+    report->Error("C1", fb.status().code(), std::string(fb.status().message()), where);
     return nullptr;
   }
   flatbuffers::Verifier verifier(fb->data(), fb->size(), internal::kVerifierMaxDepth,
                                  internal::kVerifierMaxTables, /*check_alignment=*/true);
   if (!fb::VerifyFlatTensorBuffer(verifier)) {
     report->Error("C1", kDataLoss,
-                  absl::StrCat("the ", fb_len,
-                               "-byte FlatBuffer fails the FlatBuffers verifier"),
+                  absl::StrCat("the ", fb_len, "-byte FlatBuffer fails the FlatBuffers verifier"),
                   where);
     return nullptr;
   }
@@ -394,8 +371,7 @@ std::unique_ptr<Container> Container::Verify(
   c->version_ = root->version();
   if (c->version_ != kPtdVersion) {
     report->Error("C2", absl::StatusCode::kUnimplemented,
-                  absl::StrCat("version ", c->version_,
-                               " is not supported (this reader supports ",
+                  absl::StrCat("version ", c->version_, " is not supported (this reader supports ",
                                kPtdVersion, ")"),
                   where);
   }
@@ -408,13 +384,11 @@ std::unique_ptr<Container> Container::Verify(
   }
   // C4, C5.
   if (const auto* segs = root->segments()) {
-    c->segments_ = DecodeSegments(*segs, h, c->source_->size(), data_in_file,
-                                  file, report);
+    c->segments_ = DecodeSegments(*segs, h, c->source_->size(), data_in_file, file, report);
   }
   // C6, C7, C8.
   if (const auto* named = root->named_data()) {
-    DecodeNamedData(*named, c->segments_, file, &c->named_data_, &c->layouts_,
-                    &c->index_, report);
+    DecodeNamedData(*named, c->segments_, file, &c->named_data_, &c->layouts_, &c->index_, report);
   }
   return c;
 }
@@ -434,15 +408,13 @@ const NamedDataEntry* Container::Find(std::string_view key) const {
 
 absl::StatusOr<Bytes> Container::SegmentData(uint32_t index) const {
   if (index >= segments_.size()) {
-    return absl::OutOfRangeError(absl::StrCat(path(), ": segment ", index,
-                                              " is out of range (",
+    return absl::OutOfRangeError(absl::StrCat(path(), ": segment ", index, " is out of range (",
                                               segments_.size(), " segments)"));
   }
   const Segment& s = segments_[index];
   if (!s.in_bounds) {
-    return absl::DataLossError(absl::StrCat(
-        path(), ": segment ", index, " (offset ", s.offset, ", size ", s.size,
-        ") lies outside the data region"));
+    return absl::DataLossError(absl::StrCat(path(), ": segment ", index, " (offset ", s.offset,
+                                            ", size ", s.size, ") lies outside the data region"));
   }
   return ReadBytes(*source_, header_.segment_base_offset + s.offset, s.size);
 }

@@ -7,6 +7,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "flatbuffers/flatbuffers.h"
+
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/ext_header.h"
@@ -20,12 +21,10 @@ namespace {
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
-bool SameLayout(const std::optional<TensorLayout>& a,
-                const std::optional<TensorLayout>& b) {
+bool SameLayout(const std::optional<TensorLayout>& a, const std::optional<TensorLayout>& b) {
   if (a.has_value() != b.has_value()) return false;
   if (!a) return true;
-  return a->scalar_type == b->scalar_type && a->sizes == b->sizes &&
-         a->dim_order == b->dim_order;
+  return a->scalar_type == b->scalar_type && a->sizes == b->sizes && a->dim_order == b->dim_order;
 }
 
 // Zero bytes for padding, written in bounded chunks.
@@ -43,8 +42,7 @@ absl::Status WriteZeros(const WriteFn& write, uint64_t n) {
 
 PtdWriter::PtdWriter(PtdWriterOptions options) : options_(options) {}
 
-absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data,
-                            uint64_t alignment,
+absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data, uint64_t alignment,
                             std::optional<TensorLayout> layout) {
   if (key.empty()) return absl::InvalidArgumentError("empty named-data key");
   if (!internal::IsValidUtf8(key)) {
@@ -52,8 +50,8 @@ absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data,
         absl::StrCat("key '", internal::Escaped(key), "' is not valid UTF-8"));
   }
   if (!IsPowerOfTwo(alignment)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key '", key, "': alignment ", alignment, " is not a power of two"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key '", key, "': alignment ", alignment, " is not a power of two"));
   }
   if (layout) {
     Report report;
@@ -62,21 +60,18 @@ absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data,
       return absl::InvalidArgumentError(report.errors().front().message);
     }
   }
-  const std::string_view content(reinterpret_cast<const char*>(data.data()),
-                                 data.size());
+  const std::string_view content(reinterpret_cast<const char*>(data.data()), data.size());
   if (auto it = key_index_.find(key); it != key_index_.end()) {
     const Entry& prev = entries_[it->second];
     const auto& bytes = buffers_[prev.buffer].bytes;
     const bool same_bytes =
-        bytes.size() == data.size() &&
-        std::equal(bytes.begin(), bytes.end(), data.begin());
+        bytes.size() == data.size() && std::equal(bytes.begin(), bytes.end(), data.begin());
     if (same_bytes && SameLayout(prev.layout, layout)) {
-      buffers_[prev.buffer].alignment =
-          std::lcm(buffers_[prev.buffer].alignment, alignment);
+      buffers_[prev.buffer].alignment = std::lcm(buffers_[prev.buffer].alignment, alignment);
       return absl::OkStatus();
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key '", key, "' was already added with other bytes or layout"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key '", key, "' was already added with other bytes or layout"));
   }
 
   // Identical bytes are stored once.
@@ -85,8 +80,7 @@ absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data,
   std::optional<uint32_t> buffer;
   for (uint32_t b : candidates) {
     const auto& bytes = buffers_[b].bytes;
-    if (bytes.size() == data.size() &&
-        std::equal(bytes.begin(), bytes.end(), data.begin())) {
+    if (bytes.size() == data.size() && std::equal(bytes.begin(), bytes.end(), data.begin())) {
       buffer = b;
       break;
     }
@@ -95,21 +89,18 @@ absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data,
     buffers_[*buffer].alignment = std::lcm(buffers_[*buffer].alignment, alignment);
   } else {
     buffer = static_cast<uint32_t>(buffers_.size());
-    buffers_.push_back(Buffer{.bytes = {data.begin(), data.end()},
-                              .alignment = alignment});
+    buffers_.push_back(Buffer{.bytes = {data.begin(), data.end()}, .alignment = alignment});
     candidates.push_back(*buffer);
   }
   key_index_.emplace(key, static_cast<uint32_t>(entries_.size()));
-  entries_.push_back(
-      Entry{.key = std::move(key), .buffer = *buffer, .layout = std::move(layout)});
+  entries_.push_back(Entry{.key = std::move(key), .buffer = *buffer, .layout = std::move(layout)});
   return absl::OkStatus();
 }
 
 absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
   if (!IsPowerOfTwo(options_.segment_alignment)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("segment alignment ", options_.segment_alignment,
-                     " is not a power of two"));
+        absl::StrCat("segment alignment ", options_.segment_alignment, " is not a power of two"));
   }
   Plan plan;
   // Segment placement, relative to the base.
@@ -129,23 +120,21 @@ absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
   std::vector<flatbuffers::Offset<fb::DataSegment>> segments;
   segments.reserve(buffers_.size());
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    segments.push_back(
-        fb::CreateDataSegment(fbb, plan.offsets[i], buffers_[i].bytes.size()));
+    segments.push_back(fb::CreateDataSegment(fbb, plan.offsets[i], buffers_[i].bytes.size()));
   }
   std::vector<flatbuffers::Offset<fb::NamedData>> named;
   named.reserve(entries_.size());
   for (const Entry& e : entries_) {
     flatbuffers::Offset<fb::TensorLayout> layout = 0;
     if (e.layout) {
-      layout = fb::CreateTensorLayout(
-          fbb, static_cast<fb::ScalarType>(e.layout->scalar_type),
-          fbb.CreateVector(e.layout->sizes), fbb.CreateVector(e.layout->dim_order));
+      layout = fb::CreateTensorLayout(fbb, static_cast<fb::ScalarType>(e.layout->scalar_type),
+                                      fbb.CreateVector(e.layout->sizes),
+                                      fbb.CreateVector(e.layout->dim_order));
     }
-    named.push_back(
-        fb::CreateNamedData(fbb, fbb.CreateString(e.key), e.buffer, layout));
+    named.push_back(fb::CreateNamedData(fbb, fbb.CreateString(e.key), e.buffer, layout));
   }
-  auto root = fb::CreateFlatTensor(fbb, kPtdVersion, fbb.CreateVector(segments),
-                                   fbb.CreateVector(named));
+  auto root =
+      fb::CreateFlatTensor(fbb, kPtdVersion, fbb.CreateVector(segments), fbb.CreateVector(named));
   fb::FinishFlatTensorBuffer(fbb, root);
   const uint8_t* buf = fbb.GetBufferPointer();
   const uint64_t fb_size = fbb.GetSize();
@@ -159,8 +148,7 @@ absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
   plan.segment_base_offset = *internal::AlignUp(fb_end, options_.segment_alignment);
   plan.head.assign(fb_end, 0);
   internal::SpliceFlatBuffer(absl::MakeConstSpan(buf, fb_size),
-                             static_cast<uint32_t>(kPtdHeaderBlockSize),
-                             absl::MakeSpan(plan.head));
+                             static_cast<uint32_t>(kPtdHeaderBlockSize), absl::MakeSpan(plan.head));
   internal::EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
                                       .flatbuffer_offset = kPtdHeaderBlockSize,
                                       .flatbuffer_size = fb_size,
@@ -195,8 +183,7 @@ absl::StatusOr<std::vector<uint8_t>> PtdWriter::Serialize() const {
 
 absl::Status PtdWriter::Write(const std::string& path) const {
   PTD_ASSIGN_OR_RETURN(Plan plan, MakePlan());
-  return WriteFileAtomically(
-      path, [&](const WriteFn& write) { return Emit(plan, write); });
+  return WriteFileAtomically(path, [&](const WriteFn& write) { return Emit(plan, write); });
 }
 
 }  // namespace ptd

@@ -8,12 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "flatbuffers/flatbuffers.h"
+
+#include "ptd/manifest.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/check.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/ext_header.h"
 #include "runtime/internal/strings.h"
-#include "ptd/manifest.h"
 #include "schema/program_generated.h"
 
 namespace ptd {
@@ -35,8 +36,7 @@ constexpr int kLocationSegment = static_cast<int>(fb::DataLocation::SEGMENT);
 // Where a diagnostic applies: the file, and the delegate or segment.
 // (Built field by field: designated initializers that leave fields out trip
 // -Wmissing-field-initializers on GCC 12.)
-Where At(const std::string& file,
-         std::optional<std::string> source = std::nullopt,
+Where At(const std::string& file, std::optional<std::string> source = std::nullopt,
          std::optional<uint64_t> segment = std::nullopt) {
   Where w;
   w.file = file;
@@ -57,11 +57,11 @@ bool StartsWith(absl::Span<const uint8_t> bytes, std::string_view prefix) {
 // P1: the FlatBuffer must be under FlatBuffers' 2^31-byte limit.
 bool CheckProgramSize(uint64_t program_size, const std::string& path, Report* report) {
   if (program_size < kMaxFlatBufferSize) return true;
-  report->Error("P1", absl::StatusCode::kDataLoss,
-                absl::StrCat("program_size ", program_size,
-                             " is not under the FlatBuffer limit of ",
-                             kMaxFlatBufferSize, " bytes"),
-                At(path));
+  report->Error(
+      "P1", absl::StatusCode::kDataLoss,
+      absl::StrCat("program_size ", program_size, " is not under the FlatBuffer limit of ",
+                   kMaxFlatBufferSize, " bytes"),
+      At(path));
   return false;
 }
 
@@ -84,24 +84,20 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
   }
   std::array<uint8_t, internal::kPteHeaderEnd> raw{};
   const uint64_t to_read = std::min<uint64_t>(raw.size(), file_size);
-  if (absl::Status s = source.ReadAt(0, absl::MakeSpan(raw.data(), to_read));
-      !s.ok()) {
-    report->Error(
-        "P1", s.code(),
-        absl::StrCat("cannot read the extended header: ", s.message()),
-        At(path));
+  if (absl::Status s = source.ReadAt(0, absl::MakeSpan(raw.data(), to_read)); !s.ok()) {
+    report->Error("P1", s.code(), absl::StrCat("cannot read the extended header: ", s.message()),
+                  At(path));
     return std::nullopt;
   }
 
   bool ok = true;
   if (std::memcmp(raw.data() + 4, kProgramIdentifier.data(), 4) != 0) {
-    report->Error(
-        "P1", absl::StatusCode::kDataLoss,
-        absl::StrCat("FlatBuffer identifier at bytes 4..8 is '",
-                     internal::Escaped(std::string_view(
-                         reinterpret_cast<const char*>(raw.data() + 4), 4)),
-                     "', expected '", kProgramIdentifier, "'"),
-        At(path));
+    report->Error("P1", absl::StatusCode::kDataLoss,
+                  absl::StrCat("FlatBuffer identifier at bytes 4..8 is '",
+                               internal::Escaped(std::string_view(
+                                   reinterpret_cast<const char*>(raw.data() + 4), 4)),
+                               "', expected '", kProgramIdentifier, "'"),
+                  At(path));
     ok = false;
   }
   if (to_read < kHeaderOffset + kHeaderMagic.size() ||
@@ -135,18 +131,16 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
   if (!internal::RangeInside(kHeaderOffset, h.header_length, file_size)) {
     report->Error(
         "P1", absl::StatusCode::kDataLoss,
-        absl::StrCat("extended header length ", h.header_length, " at offset ",
-                     kHeaderOffset, " runs past the end of the ", file_size,
-                     "-byte file"),
+        absl::StrCat("extended header length ", h.header_length, " at offset ", kHeaderOffset,
+                     " runs past the end of the ", file_size, "-byte file"),
         At(path));
     return std::nullopt;
   }
   if (h.program_size > file_size) {
-    report->Error(
-        "P1", absl::StatusCode::kDataLoss,
-        absl::StrCat("program_size ", h.program_size,
-                     " is past the end of the ", file_size, "-byte file"),
-        At(path));
+    report->Error("P1", absl::StatusCode::kDataLoss,
+                  absl::StrCat("program_size ", h.program_size, " is past the end of the ",
+                               file_size, "-byte file"),
+                  At(path));
     ok = false;
   } else if (!CheckProgramSize(h.program_size, path, report)) {
     ok = false;
@@ -171,9 +165,8 @@ using SegmentTable = flatbuffers::Vector<flatbuffers::Offset<fb::DataSegment>>;
 
 // P1: every segment lies inside the file. Returns, per segment, whether it
 // does.
-std::vector<bool> CheckSegments(const SegmentTable* segments,
-                                const PteHeader& header, uint64_t file_size,
-                                const std::string& path, Report* report) {
+std::vector<bool> CheckSegments(const SegmentTable* segments, const PteHeader& header,
+                                uint64_t file_size, const std::string& path, Report* report) {
   const uint32_t num_segments = segments == nullptr ? 0 : segments->size();
   std::vector<bool> segment_ok(num_segments, false);
   // Without an extended header there is no segment data: a delegate that
@@ -186,19 +179,16 @@ std::vector<bool> CheckSegments(const SegmentTable* segments,
     if (!start.has_value() || !internal::CheckedAdd(*start, seg->size()).has_value()) {
       report->Error(
           "P1", absl::StatusCode::kDataLoss,
-          absl::StrCat("segment ", i, ": segment_base_offset ",
-                       header.segment_base_offset, " + offset ", seg->offset(),
-                       " + size ", seg->size(), " overflows 64 bits"),
+          absl::StrCat("segment ", i, ": segment_base_offset ", header.segment_base_offset,
+                       " + offset ", seg->offset(), " + size ", seg->size(), " overflows 64 bits"),
           At(path, std::nullopt, i));
     } else if (!internal::RangeInside(*start, seg->size(), file_size)) {
-      report->Error(
-          "P1", absl::StatusCode::kDataLoss,
-          absl::StrCat("segment ", i, ": bytes [", *start, ", ",
-                       *start + seg->size(), ") (segment_base_offset ",
-                       header.segment_base_offset, " + offset ", seg->offset(),
-                       ", size ", seg->size(), ") are past the end of the ",
-                       file_size, "-byte file"),
-          At(path, std::nullopt, i));
+      report->Error("P1", absl::StatusCode::kDataLoss,
+                    absl::StrCat("segment ", i, ": bytes [", *start, ", ", *start + seg->size(),
+                                 ") (segment_base_offset ", header.segment_base_offset,
+                                 " + offset ", seg->offset(), ", size ", seg->size(),
+                                 ") are past the end of the ", file_size, "-byte file"),
+                    At(path, std::nullopt, i));
     } else {
       segment_ok[i] = true;
     }
@@ -224,13 +214,11 @@ bool LocatePayload(const fb::BackendDelegate& delegate, const PayloadContext& ct
   const uint32_t num_inline = inline_data == nullptr ? 0 : inline_data->size();
   const auto* segments = ctx.program->segments();
   const uint32_t num_segments = static_cast<uint32_t>(ctx.segment_ok.size());
-  const std::string place = absl::StrCat("method '", p->delegate.method,
-                                         "' delegate ", p->delegate.delegate_index,
-                                         ": ");
+  const std::string place =
+      absl::StrCat("method '", p->delegate.method, "' delegate ", p->delegate.delegate_index, ": ");
   const Where where = At(ctx.path, p->delegate.source);
   auto missing = [&](std::string what) {
-    report->Error("P2", absl::StatusCode::kDataLoss,
-                  absl::StrCat(place, what), where);
+    report->Error("P2", absl::StatusCode::kDataLoss, absl::StrCat(place, what), where);
     return false;
   };
   const fb::BackendDelegateDataReference* ref = delegate.processed();
@@ -239,13 +227,13 @@ bool LocatePayload(const fb::BackendDelegate& delegate, const PayloadContext& ct
   const uint32_t index = ref->index();
   if (location == kLocationInline) {
     if (index >= num_inline) {
-      return missing(absl::StrCat("inline data ", index, " is out of range (",
-                                  num_inline, " entries)"));
+      return missing(
+          absl::StrCat("inline data ", index, " is out of range (", num_inline, " entries)"));
     }
     const auto* data = inline_data->Get(index)->data();
     if (data == nullptr || data->size() == 0) {
-      return missing(absl::StrCat("inline data ", index,
-                                  data == nullptr ? " has no data" : " is empty"));
+      return missing(
+          absl::StrCat("inline data ", index, data == nullptr ? " has no data" : " is empty"));
     }
     // Verified to lie inside the FlatBuffer, hence inside the file.
     p->offset = static_cast<uint64_t>(data->data() - ctx.fb_span.data());
@@ -254,8 +242,8 @@ bool LocatePayload(const fb::BackendDelegate& delegate, const PayloadContext& ct
   }
   if (location == kLocationSegment) {
     if (index >= num_segments) {
-      return missing(absl::StrCat("segment ", index, " is out of range (",
-                                  num_segments, " segments)"));
+      return missing(
+          absl::StrCat("segment ", index, " is out of range (", num_segments, " segments)"));
     }
     const fb::DataSegment* seg = segments->Get(index);
     if (!ctx.header.present) {
@@ -265,12 +253,10 @@ bool LocatePayload(const fb::BackendDelegate& delegate, const PayloadContext& ct
                                   kHeaderMagic, "' at bytes 8..12), so no segment data"));
     }
     if (!ctx.segment_ok[index]) {
-      report->Error(
-          "P2", absl::StatusCode::kDataLoss,
-          absl::StrCat(place, "segment ", index, " (offset ",
-                       seg->offset(), ", size ", seg->size(),
-                       ") is not inside the ", ctx.file_size, "-byte file"),
-          At(ctx.path, p->delegate.source, index));
+      report->Error("P2", absl::StatusCode::kDataLoss,
+                    absl::StrCat(place, "segment ", index, " (offset ", seg->offset(), ", size ",
+                                 seg->size(), ") is not inside the ", ctx.file_size, "-byte file"),
+                    At(ctx.path, p->delegate.source, index));
       return false;
     }
     if (seg->size() == 0) return missing(absl::StrCat("segment ", index, " is empty"));
@@ -278,14 +264,12 @@ bool LocatePayload(const fb::BackendDelegate& delegate, const PayloadContext& ct
     p->size = seg->size();
     return true;
   }
-  return missing(absl::StrCat("unknown processed data location ", location,
-                              " (expected ", kLocationInline, " INLINE or ",
-                              kLocationSegment, " SEGMENT)"));
+  return missing(absl::StrCat("unknown processed data location ", location, " (expected ",
+                              kLocationInline, " INLINE or ", kLocationSegment, " SEGMENT)"));
 }
 
 // P2 over every CUDA delegate of every plan, and P4 when there is none.
-std::vector<PendingPayload> FindCudaPayloads(const PayloadContext& ctx,
-                                             Report* report) {
+std::vector<PendingPayload> FindCudaPayloads(const PayloadContext& ctx, Report* report) {
   std::vector<PendingPayload> pending;
   uint64_t num_cuda = 0;
   if (const auto* plans = ctx.program->execution_plan(); plans != nullptr) {
@@ -306,10 +290,9 @@ std::vector<PendingPayload> FindCudaPayloads(const PayloadContext& ctx,
     }
   }
   if (num_cuda == 0) {
-    report->Warning("P4",
-                    absl::StrCat("program has no CUDA delegate ('",
-                                 internal::Sv(kCudaBackendId), "')"),
-                    At(ctx.path));
+    report->Warning(
+        "P4", absl::StrCat("program has no CUDA delegate ('", internal::Sv(kCudaBackendId), "')"),
+        At(ctx.path));
   }
   return pending;
 }
@@ -319,8 +302,7 @@ std::vector<PendingPayload> FindCudaPayloads(const PayloadContext& ctx,
 // delegates (none when that read fails, reported as P2), each marked manifest
 // or legacy (P4).
 std::vector<CudaDelegate> AttachPayloads(std::vector<PendingPayload> pending,
-                                         const FileSource& source,
-                                         Bytes* region, Report* report) {
+                                         const FileSource& source, Bytes* region, Report* report) {
   const std::string& path = source.name();
   bool all_views = true;
   uint64_t lo = source.size();
@@ -328,15 +310,14 @@ std::vector<CudaDelegate> AttachPayloads(std::vector<PendingPayload> pending,
   for (const PendingPayload& p : pending) {
     lo = std::min(lo, p.offset);
     hi = std::max(hi, p.offset + p.size);
-    if (all_views && !source.View(p.offset, p.size).has_value())
-      all_views = false;
+    if (all_views && !source.View(p.offset, p.size).has_value()) all_views = false;
   }
   if (!all_views) {
     absl::StatusOr<Bytes> read = ReadBytes(source, lo, hi - lo);
     if (!read.ok()) {
       report->Error("P2", read.status().code(),
-                    absl::StrCat("cannot read the CUDA payloads in bytes [", lo,
-                                 ", ", hi, "): ", read.status().message()),
+                    absl::StrCat("cannot read the CUDA payloads in bytes [", lo, ", ", hi,
+                                 "): ", read.status().message()),
                     At(path));
       return {};
     }
@@ -349,20 +330,17 @@ std::vector<CudaDelegate> AttachPayloads(std::vector<PendingPayload> pending,
     if (all_views) {
       delegate.payload = Bytes::Borrowed(*source.View(p.offset, p.size));
     } else {
-      delegate.payload =
-          Bytes::Borrowed(region->span().subspan(p.offset - lo, p.size));
+      delegate.payload = Bytes::Borrowed(region->span().subspan(p.offset - lo, p.size));
     }
-    delegate.is_manifest =
-        StartsWith(delegate.payload.span(), kManifestMagicPrefix);
+    delegate.is_manifest = StartsWith(delegate.payload.span(), kManifestMagicPrefix);
     if (!delegate.is_manifest) {
-      report->Warning("P4",
-                      absl::StrCat("method '", delegate.method, "' delegate ",
-                                   delegate.delegate_index, ": the ",
-                                   delegate.payload.size(),
-                                   "-byte CUDA payload does not start with '",
-                                   internal::Sv(kManifestMagicPrefix),
-                                   "' (legacy payload), not verified"),
-                      At(path, delegate.source));
+      report->Warning(
+          "P4",
+          absl::StrCat("method '", delegate.method, "' delegate ", delegate.delegate_index,
+                       ": the ", delegate.payload.size(),
+                       "-byte CUDA payload does not start with '",
+                       internal::Sv(kManifestMagicPrefix), "' (legacy payload), not verified"),
+          At(path, delegate.source));
     }
   }
   return delegates;
@@ -370,8 +348,7 @@ std::vector<CudaDelegate> AttachPayloads(std::vector<PendingPayload> pending,
 
 }  // namespace
 
-std::unique_ptr<Program> Program::Verify(
-    std::shared_ptr<const FileSource> source, Report* report) {
+std::unique_ptr<Program> Program::Verify(std::shared_ptr<const FileSource> source, Report* report) {
   PTD_CHECK(source != nullptr);
   PTD_CHECK(report != nullptr);
   const std::string& path = source->name();
@@ -383,23 +360,21 @@ std::unique_ptr<Program> Program::Verify(
   // The FlatBuffer: a view of a mapping, or a copy for pread.
   absl::StatusOr<Bytes> fb_bytes = ReadBytes(*source, 0, header->program_size);
   if (!fb_bytes.ok()) {
-    report->Error(
-        "P1", fb_bytes.status().code(),
-        absl::StrCat("cannot read the ", header->program_size,
-                     "-byte FlatBuffer: ", fb_bytes.status().message()),
-        At(path));
+    report->Error("P1", fb_bytes.status().code(),
+                  absl::StrCat("cannot read the ", header->program_size,
+                               "-byte FlatBuffer: ", fb_bytes.status().message()),
+                  At(path));
     return nullptr;
   }
   const absl::Span<const uint8_t> fb_span = fb_bytes->span();
-  flatbuffers::Verifier verifier(fb_span.data(), fb_span.size(), kMaxDepth,
-                                 kMaxTables, /*check_alignment=*/true);
+  flatbuffers::Verifier verifier(fb_span.data(), fb_span.size(), kMaxDepth, kMaxTables,
+                                 /*check_alignment=*/true);
   if (!fb::VerifyProgramBuffer(verifier)) {
     report->Error("P1", absl::StatusCode::kDataLoss,
                   absl::StrCat("the ", header->program_size,
                                "-byte program FlatBuffer fails the FlatBuffers "
                                "verifier (depth <= ",
-                               kMaxDepth, ", tables <= ", kMaxTables,
-                               ", alignment checked)"),
+                               kMaxDepth, ", tables <= ", kMaxTables, ", alignment checked)"),
                   At(path));
     return nullptr;
   }
@@ -409,14 +384,13 @@ std::unique_ptr<Program> Program::Verify(
   program->header_ = *header;
 
   // P1: every segment lies inside the file.
-  const std::vector<bool> segment_ok = CheckSegments(
-      fb_program->segments(), *header, file_size, path, report);
+  const std::vector<bool> segment_ok =
+      CheckSegments(fb_program->segments(), *header, file_size, path, report);
 
   if (const auto* named = fb_program->named_data(); named != nullptr) {
     program->named_data_keys_.reserve(named->size());
     for (const fb::NamedData* nd : *named) {
-      if (nd->key() != nullptr)
-        program->named_data_keys_.emplace_back(nd->key()->str());
+      if (nd->key() != nullptr) program->named_data_keys_.emplace_back(nd->key()->str());
     }
   }
 
@@ -427,13 +401,12 @@ std::unique_ptr<Program> Program::Verify(
                            .header = *header,
                            .file_size = file_size,
                            .path = path};
-  program->delegates_ = AttachPayloads(FindCudaPayloads(ctx, report), *source,
-                                       &program->payload_region_, report);
+  program->delegates_ =
+      AttachPayloads(FindCudaPayloads(ctx, report), *source, &program->payload_region_, report);
   return program;
 }
 
-absl::StatusOr<std::unique_ptr<Program>> Program::Open(
-    std::shared_ptr<const FileSource> source) {
+absl::StatusOr<std::unique_ptr<Program>> Program::Open(std::shared_ptr<const FileSource> source) {
   Report report;
   std::unique_ptr<Program> program = Verify(std::move(source), &report);
   if (!report.ok()) return report.FirstError();

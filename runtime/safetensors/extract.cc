@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/checkpoint.h"
 #include "ptd/safetensors.h"
 #include "ptd/scalar_type.h"

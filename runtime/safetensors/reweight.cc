@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "flatbuffers/flatbuffers.h"
+
 #include "ptd/checkpoint.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/safetensors.h"
@@ -774,8 +775,8 @@ absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const Bun
       fp = absl::HashOf(e.size);
       const WriteFn fingerprinted = [&](absl::Span<const uint8_t> b) {
         if (!exact_layout) {
-          fp = absl::HashOf(fp, absl::string_view(reinterpret_cast<const char*>(b.data()),
-                                                  b.size()));
+          fp = absl::HashOf(fp,
+                            absl::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
         }
         return write(b);
       };

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/status_macros.h"
@@ -33,13 +34,11 @@ using Json = nlohmann::json;
 // tensor.rs' Dtype, in its declaration order ("increasing alignment order":
 // the writer sorts by it, largest first).
 constexpr std::array<SafetensorsDtype, 20> kDtypes = {{
-    {"BOOL", 8, 11, 0},     {"F4", 4, -1, 1},        {"F6_E2M3", 6, -1, 2},
-    {"F6_E3M2", 6, -1, 3},  {"U8", 8, 0, 4},         {"I8", 8, 1, 5},
-    {"F8_E5M2", 8, 23, 6},  {"F8_E4M3", 8, 24, 7},   {"F8_E8M0", 8, -1, 8},
-    {"I16", 16, 2, 9},      {"U16", 16, 27, 10},     {"F16", 16, 5, 11},
-    {"BF16", 16, 15, 12},   {"I32", 32, 3, 13},      {"U32", 32, 28, 14},
-    {"F32", 32, 6, 15},     {"C64", 64, -1, 16},     {"F64", 64, 7, 17},
-    {"I64", 64, 4, 18},     {"U64", 64, 29, 19},
+    {"BOOL", 8, 11, 0},    {"F4", 4, -1, 1},   {"F6_E2M3", 6, -1, 2}, {"F6_E3M2", 6, -1, 3},
+    {"U8", 8, 0, 4},       {"I8", 8, 1, 5},    {"F8_E5M2", 8, 23, 6}, {"F8_E4M3", 8, 24, 7},
+    {"F8_E8M0", 8, -1, 8}, {"I16", 16, 2, 9},  {"U16", 16, 27, 10},   {"F16", 16, 5, 11},
+    {"BF16", 16, 15, 12},  {"I32", 32, 3, 13}, {"U32", 32, 28, 14},   {"F32", 32, 6, 15},
+    {"C64", 64, -1, 16},   {"F64", 64, 7, 17}, {"I64", 64, 4, 18},    {"U64", 64, 29, 19},
 }};
 
 // A name for messages: quoted, control characters and bad bytes made visible.
@@ -82,8 +81,7 @@ Json ParseJsonNoDuplicates(std::string_view text, std::string_view ordered,
   std::string duplicate;
   bool top_level_duplicate = false;
   bool in_ordered = false;  // The last top-level key was `ordered`.
-  const Json::parser_callback_t cb = [&](int depth, Json::parse_event_t event,
-                                         Json& parsed) {
+  const Json::parser_callback_t cb = [&](int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
       case Json::parse_event_t::object_start:
         keys.emplace_back();
@@ -115,8 +113,8 @@ Json ParseJsonNoDuplicates(std::string_view text, std::string_view ordered,
     return Json();
   }
   if (!duplicate.empty()) {
-    *error = absl::StrCat(top_level_duplicate ? "name " : "key ", Quoted(duplicate),
-                          " appears twice");
+    *error =
+        absl::StrCat(top_level_duplicate ? "name " : "key ", Quoted(duplicate), " appears twice");
     return Json();
   }
   return j;
@@ -143,8 +141,7 @@ const SafetensorsDtype* SafetensorsDtypeFor(int32_t scalar_type) {
 
 // ---- the reader ----
 
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(
-    std::shared_ptr<const FileSource> source) {
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(std::shared_ptr<const FileSource> source) {
   if (source == nullptr) return absl::InvalidArgumentError("SafetensorsFile::Open: no source");
   const std::string& file = source->name();
   const auto loss = [&](std::string_view rule, auto&&... parts) {
@@ -152,23 +149,22 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(
   };
   const uint64_t size = source->size();
   if (size < 8) {
-    return loss("S1", "the file is ", size,
-                " bytes, shorter than the 8-byte header length");
+    return loss("S1", "the file is ", size, " bytes, shorter than the 8-byte header length");
   }
   uint8_t len_bytes[8];
   PTD_RETURN_IF_ERROR(source->ReadAt(0, absl::MakeSpan(len_bytes, 8)));
   const uint64_t n = internal::LoadLE<uint64_t>(len_bytes);
   if (n > kSafetensorsMaxHeaderBytes) {
-    return loss("S2", "header length ", n, " exceeds the limit of ",
-                kSafetensorsMaxHeaderBytes, " bytes");
+    return loss("S2", "header length ", n, " exceeds the limit of ", kSafetensorsMaxHeaderBytes,
+                " bytes");
   }
   if (!internal::RangeInside(8, n, size)) {  // 8 + n <= size, without overflow.
-    return loss("S1", "header length ", n, " needs ", n + 8,
-                " bytes (8 + N) but the file is ", size, " bytes");
+    return loss("S1", "header length ", n, " needs ", n + 8, " bytes (8 + N) but the file is ",
+                size, " bytes");
   }
   std::string text(n, '\0');
-  PTD_RETURN_IF_ERROR(source->ReadAt(
-      8, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
+  PTD_RETURN_IF_ERROR(
+      source->ReadAt(8, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
   if (!internal::IsValidUtf8(text)) {
     return loss("S3", "the ", n, "-byte header is not valid UTF-8");
   }
@@ -234,8 +230,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(
       t.shape.push_back(shape[i].get<uint64_t>());
     }
     const Json& offsets = value["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !IsU64(offsets[0]) ||
-        !IsU64(offsets[1])) {
+    if (!offsets.is_array() || offsets.size() != 2 || !IsU64(offsets[0]) || !IsU64(offsets[1])) {
       return loss("S4", where, "data_offsets is ", offsets.dump(),
                   ", not [begin, end] of non-negative integers");
     }
@@ -260,9 +255,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(
     }
     if (t.begin != expected) {
       const std::string after =
-          previous == nullptr ? std::string("the data buffer starts at 0")
-                              : absl::StrCat("the previous tensor ", Quoted(previous->name),
-                                             " ends at ", expected);
+          previous == nullptr
+              ? std::string("the data buffer starts at 0")
+              : absl::StrCat("the previous tensor ", Quoted(previous->name), " ends at ", expected);
       return loss("S6", where, "data_offsets begin at ", t.begin, " but ", after,
                   t.begin < expected ? " (overlap)" : " (gap)");
     }
@@ -283,10 +278,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(
     previous = &t;
   }
   if (expected != data_size) {
-    return loss("S6", "the tensors end at ", expected, " but the data buffer holds ",
-                data_size, " bytes (", expected < data_size ? "bytes past the last tensor"
-                                                            : "the file is truncated",
-                ")");
+    return loss("S6", "the tensors end at ", expected, " but the data buffer holds ", data_size,
+                " bytes (",
+                expected < data_size ? "bytes past the last tensor" : "the file is truncated", ")");
   }
   out.index_.reserve(out.tensors_.size());
   for (size_t i = 0; i < out.tensors_.size(); ++i) {
@@ -351,8 +345,8 @@ absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::str
                 kSafetensorsMaxHeaderBytes);
   }
   std::string text(index->size(), '\0');
-  PTD_RETURN_IF_ERROR(index->ReadAt(
-      0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
+  PTD_RETURN_IF_ERROR(
+      index->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
   if (!internal::IsValidUtf8(text)) return loss("the index is not valid UTF-8");
   std::string error;
   std::vector<std::string> order;
@@ -392,8 +386,8 @@ absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::str
     const std::string shard_path = dir + shard;
     auto source = OpenFile(shard_path, false);
     if (!source.ok()) {
-      return loss("weight_map names ", Quoted(shard), ", which cannot be opened: ",
-                  source.status().message());
+      return loss("weight_map names ", Quoted(shard),
+                  ", which cannot be opened: ", source.status().message());
     }
     PTD_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(*std::move(source)));
     out.paths_.push_back(shard_path);
@@ -442,11 +436,10 @@ absl::StatusOr<SafetensorsLayout> PlanSafetensors(
     const std::vector<std::pair<std::string, std::string>>& metadata) {
   absl::flat_hash_set<std::string> names;
   for (const SafetensorsTensorSpec& t : tensors) {
-    if (t.name.empty() || t.name == kSafetensorsMetadataKey ||
-        !internal::IsValidUtf8(t.name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("safetensors: bad tensor name ", Quoted(t.name),
-                       " (empty, \"__metadata__\" or not UTF-8)"));
+    if (t.name.empty() || t.name == kSafetensorsMetadataKey || !internal::IsValidUtf8(t.name)) {
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: bad tensor name ",
+                                                     Quoted(t.name),
+                                                     " (empty, \"__metadata__\" or not UTF-8)"));
     }
     if (t.dtype == nullptr) {
       return absl::InvalidArgumentError(
@@ -481,8 +474,7 @@ absl::StatusOr<SafetensorsLayout> PlanSafetensors(
   // order, each {"dtype","shape","data_offsets"}. Members are appended as
   // text: an ordered_json object would look each name up linearly.
   std::string text = "{";
-  const auto member = [](std::string* out, const std::string& name,
-                          const std::string& value_json) {
+  const auto member = [](std::string* out, const std::string& name, const std::string& value_json) {
     if (out->size() > 1) *out += ',';
     *out += Json(name).dump();
     *out += ':';
@@ -500,18 +492,18 @@ absl::StatusOr<SafetensorsLayout> PlanSafetensors(
     const std::optional<uint64_t> bytes = ElementBytes(spec.shape, *spec.dtype, &partial);
     const std::optional<uint64_t> end = bytes ? CheckedAdd(offset, *bytes) : std::nullopt;
     if (!end) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "safetensors: tensor ", Quoted(spec.name), ": shape ", ShapeString(spec.shape),
-          " x ", Sv(spec.dtype->name),
-          partial ? " is not a whole number of bytes" : " overflows 64 bits"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: tensor ", Quoted(spec.name), ": shape ",
+                       ShapeString(spec.shape), " x ", Sv(spec.dtype->name),
+                       partial ? " is not a whole number of bytes" : " overflows 64 bits"));
     }
     nlohmann::ordered_json info = nlohmann::ordered_json::object();
     info["dtype"] = std::string(spec.dtype->name);
     info["shape"] = spec.shape;
     info["data_offsets"] = nlohmann::ordered_json::array({offset, *end});
     member(&text, spec.name, info.dump());
-    layout.tensors.push_back(SafetensorsTensor{std::move(spec.name), spec.dtype,
-                                               std::move(spec.shape), offset, *end});
+    layout.tensors.push_back(
+        SafetensorsTensor{std::move(spec.name), spec.dtype, std::move(spec.shape), offset, *end});
     offset = *end;
   }
   text += '}';
@@ -536,8 +528,7 @@ absl::Status WriteSafetensors(
       uint64_t written = 0;
       const auto too_many = [&](uint64_t n) {
         return absl::InvalidArgumentError(absl::StrCat(
-            path, ": tensor ", Quoted(t.name), ": the fill wrote ", n, " bytes, not ",
-            t.nbytes()));
+            path, ": tensor ", Quoted(t.name), ": the fill wrote ", n, " bytes, not ", t.nbytes()));
       };
       const WriteFn counted = [&](absl::Span<const uint8_t> bytes) -> absl::Status {
         if (bytes.size() > t.nbytes() - written) return too_many(written + bytes.size());

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+
 #include "ptd/checkpoint.h"
 #include "ptd/scalar_type.h"
 

@@ -56,8 +56,8 @@ struct AsyncDevice::State {
   std::vector<std::set<uint64_t>> outstanding;
   std::set<uint64_t> all_outstanding;
   std::map<uintptr_t, size_t> device_blocks;  // Guarded by mu: base -> size.
-  AsyncCounts counts;                          // Guarded by mu.
-  DeviceStats stats;                           // Guarded by mu.
+  AsyncCounts counts;                         // Guarded by mu.
+  DeviceStats stats;                          // Guarded by mu.
   std::vector<std::thread> workers;
 
   // Marks copy `c` done. REQUIRES: mu held.
@@ -71,9 +71,7 @@ struct AsyncDevice::State {
 
   // Waits until every copy with id <= `last` is done. REQUIRES: lock holds mu.
   void WaitAllLocked(std::unique_lock<std::mutex>& lock, uint64_t last) {
-    done_cv.wait(lock, [&] {
-      return all_outstanding.empty() || *all_outstanding.begin() > last;
-    });
+    done_cv.wait(lock, [&] { return all_outstanding.empty() || *all_outstanding.begin() > last; });
   }
 
   // True when [p, p + n) lies inside one device block. REQUIRES: mu held.
@@ -136,7 +134,7 @@ struct AsyncDevice::State {
       });
       stats.live_staging_bytes -= size;
     }
-    ::operator delete(block, std::align_val_t{kDeviceAlignment});
+    ::operator delete (block, std::align_val_t{kDeviceAlignment});
   }
 
   void FreeDevice(void* block, size_t size) {
@@ -146,7 +144,7 @@ struct AsyncDevice::State {
       stats.live_allocations -= 1;
       stats.live_bytes -= size;
     }
-    ::operator delete(block, std::align_val_t{kDeviceAlignment});
+    ::operator delete (block, std::align_val_t{kDeviceAlignment});
   }
 };
 
@@ -191,7 +189,7 @@ void AsyncDevice::set_broken_wait(bool broken) {
 
 absl::StatusOr<DeviceBuffer> AsyncDevice::Allocate(size_t nbytes) {
   const size_t size = std::max<size_t>(nbytes, 1);
-  void* p = ::operator new(size, std::align_val_t{kDeviceAlignment}, std::nothrow);
+  void* p = ::operator new (size, std::align_val_t{kDeviceAlignment}, std::nothrow);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("async:0: out of memory (", nbytes, " bytes requested)"));
@@ -205,15 +203,13 @@ absl::StatusOr<DeviceBuffer> AsyncDevice::Allocate(size_t nbytes) {
     s.live_allocations += 1;
     s.live_bytes += size;
   }
-  std::shared_ptr<void> block(p, [state = state_, size](void* q) {
-    state->FreeDevice(q, size);
-  });
+  std::shared_ptr<void> block(p, [state = state_, size](void* q) { state->FreeDevice(q, size); });
   return DeviceBuffer(std::move(block), p, nbytes);
 }
 
 absl::StatusOr<HostBuffer> AsyncDevice::AllocateStaging(size_t nbytes) {
   const size_t size = std::max<size_t>(nbytes, 1);
-  void* p = ::operator new(size, std::align_val_t{kDeviceAlignment}, std::nothrow);
+  void* p = ::operator new (size, std::align_val_t{kDeviceAlignment}, std::nothrow);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("async:0: out of host memory (", nbytes, " bytes of staging)"));
@@ -232,9 +228,9 @@ absl::StatusOr<CopyTicket> AsyncDevice::CopyToDeviceAsync(void* dst, const void*
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (nbytes > 0 && !s.InDeviceMemoryLocked(dst, nbytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CopyToDeviceAsync on async:0: the destination (", nbytes,
-        " bytes) is not inside one block of this device's memory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopyToDeviceAsync on async:0: the destination (", nbytes,
+                     " bytes) is not inside one block of this device's memory"));
   }
   const uint64_t id = s.next_id++;
   const auto stream = static_cast<uint32_t>(id % s.outstanding.size());
@@ -244,8 +240,7 @@ absl::StatusOr<CopyTicket> AsyncDevice::CopyToDeviceAsync(void* dst, const void*
   s.outstanding[stream].insert(id);
   s.all_outstanding.insert(id);
   s.counts.copies += 1;
-  s.counts.max_in_flight =
-      std::max<uint64_t>(s.counts.max_in_flight, s.all_outstanding.size());
+  s.counts.max_in_flight = std::max<uint64_t>(s.counts.max_in_flight, s.all_outstanding.size());
   s.stats.copies += 1;
   s.stats.copied_bytes += nbytes;
   s.work_cv.notify_one();
@@ -281,9 +276,9 @@ absl::Status AsyncDevice::CopyToHost(void* dst, const void* src, size_t nbytes) 
   s.counts.bytes_to_host += nbytes;
   if (nbytes == 0) return absl::OkStatus();
   if (!s.InDeviceMemoryLocked(src, nbytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CopyToHost on async:0: the source (", nbytes,
-        " bytes) is not inside one block of this device's memory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopyToHost on async:0: the source (", nbytes,
+                     " bytes) is not inside one block of this device's memory"));
   }
   // Like CudaDevice: sees every copy issued before it.
   s.WaitAllLocked(lock, s.next_id - 1);

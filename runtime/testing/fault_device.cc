@@ -13,8 +13,7 @@ struct FaultDevice::Shared {
 };
 
 FaultDevice::FaultDevice(std::shared_ptr<Device> inner, FaultPlan plan)
-    : inner_(std::move(inner)), plan_(std::move(plan)),
-      shared_(std::make_shared<Shared>()) {}
+    : inner_(std::move(inner)), plan_(std::move(plan)), shared_(std::make_shared<Shared>()) {}
 
 FaultDevice::~FaultDevice() {
   std::lock_guard<std::mutex> lock(mu_);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+
 #include "ptd/sha256.h"
 #include "ptd/view_digest.h"
 #include "runtime/internal/checked_math.h"
@@ -67,8 +68,10 @@ void DigestWeight(const Container& c, const std::string& source, const VerifyOpt
     return;
   }
   const WeightEntry& e = *v->entry;
-  const Where where{.file = c.path(), .key = std::string(e.storage_key),
-                    .fqn = std::string(e.fqn), .source = source};
+  const Where where{.file = c.path(),
+                    .key = std::string(e.storage_key),
+                    .fqn = std::string(e.fqn),
+                    .source = source};
   if (OverDigestLimit(*v, options, stats, where, report)) return;
   const uint32_t seg = w->named->segment_index;
   Sha256 hash;

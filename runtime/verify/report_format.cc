@@ -12,11 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+
 #include "ptd/manifest.h"
 #include "ptd/scalar_type.h"
+#include "ptd/verify.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
-#include "ptd/verify.h"
 
 namespace ptd {
 namespace {
@@ -205,9 +206,8 @@ void ContainerLine(const VerifiedContainer& p, std::string* out) {
     return;
   }
   absl::StrAppend(out, ", version ", c->version(), ", segment base ",
-                  c->header().segment_base_offset, ", ",
-                  ByteSize(c->header().segment_data_size), " of segment data, ",
-                  Plural(p.segment_count, "segment", "segments"), ", ",
+                  c->header().segment_base_offset, ", ", ByteSize(c->header().segment_data_size),
+                  " of segment data, ", Plural(p.segment_count, "segment", "segments"), ", ",
                   Plural(p.key_count, "key", "keys"), ", segment alignment ",
                   c->ObservedSegmentAlignment(), "\n");
 }
@@ -216,17 +216,16 @@ void ContainerLine(const VerifiedContainer& p, std::string* out) {
 bool KeyTable(const VerifyOutcome& o, const TextOptions& text, std::string* out) {
   const VerifiedContainer& p = o.ptd;
   if (p.keys.empty()) return false;
-  const std::vector<Column> columns = {{"key"},         {"segment", true},
-                                       {"file offset", true}, {"bytes", true},
-                                       {"layout"},      {"sha256"}};
+  const std::vector<Column> columns = {{"key"},         {"segment", true}, {"file offset", true},
+                                       {"bytes", true}, {"layout"},        {"sha256"}};
   std::vector<std::vector<std::string>> rows;
   const size_t shown = std::min(Shown(p.key_count, text), p.keys.size());
   for (size_t i = 0; i < shown; ++i) {
     const VerifiedKey& k = p.keys[i];
     std::string layout = "-";
     if (const TensorLayout* l = k.entry->layout) {
-      layout = absl::StrCat(internal::Sv(ScalarTypeName(l->scalar_type)), Dims(l->sizes),
-                            " order", Dims(l->dim_order));
+      layout = absl::StrCat(internal::Sv(ScalarTypeName(l->scalar_type)), Dims(l->sizes), " order",
+                            Dims(l->dim_order));
     }
     rows.push_back({Str(k.entry->key), absl::StrCat(k.entry->segment_index), Num(k.file_offset),
                     Num(k.size), layout, DigestCell(o.options.digest, k.sha256)});
@@ -271,10 +270,17 @@ bool ManifestTable(const VerifyOutcome& o, const VerifiedManifest& vm,
   if (vm.weights.empty()) return false;
   // "required": the bytes the view reaches; "segment": the bytes the .ptd
   // holds for the storage; "manifest": the manifest's storage_nbytes.
-  const std::vector<Column> columns = {
-      {"fqn"},          {"dtype"},         {"sizes"},           {"strides"},
-      {"offset (elements)", true},         {"storage"},         {"required", true},
-      {"segment", true}, {"manifest", true}, {"sha256"},        {"notes"}};
+  const std::vector<Column> columns = {{"fqn"},
+                                       {"dtype"},
+                                       {"sizes"},
+                                       {"strides"},
+                                       {"offset (elements)", true},
+                                       {"storage"},
+                                       {"required", true},
+                                       {"segment", true},
+                                       {"manifest", true},
+                                       {"sha256"},
+                                       {"notes"}};
   const bool keys_cut = o.ptd.keys.size() < o.ptd.key_count;
   std::vector<std::vector<std::string>> rows;
   const size_t shown = std::min(Shown(vm.weight_count, text), vm.weights.size());

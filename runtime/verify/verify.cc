@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
 #include "runtime/internal/strings.h"
@@ -42,7 +43,9 @@ void ListContainer(const Container& c, const VerifyOptions& options, VerifiedCon
 }
 
 VerifiedWeight ListWeight(const WeightEntry& e, const ResolvedWeight* w, const Container* c) {
-  VerifiedWeight v{.entry = &e, .resolved = w, .runtime_owned = e.runtime_owned(),
+  VerifiedWeight v{.entry = &e,
+                   .resolved = w,
+                   .runtime_owned = e.runtime_owned(),
                    .stats_dtype = IsStatsDtype(e.dtype)};
   if (w != nullptr && w->extent) v.required_nbytes = w->extent->required_nbytes;
   if (c != nullptr && w != nullptr && w->named != nullptr) {
@@ -71,8 +74,8 @@ VerifiedManifest ListManifest(const SourcedManifest& s, const ResolvedManifest* 
       options.digest || options.stats ? m.weight_count : Listed(m.weight_count, options);
   m.weights.reserve(listed);
   for (size_t i = 0; i < listed; ++i) {
-    m.weights.push_back(ListWeight(s.manifest.entries[i],
-                                   resolved ? &resolved->weights[i] : nullptr, c));
+    m.weights.push_back(
+        ListWeight(s.manifest.entries[i], resolved ? &resolved->weights[i] : nullptr, c));
   }
   return m;
 }
@@ -121,8 +124,8 @@ void NoteHint(const std::vector<Diagnostic>& errors, const FileSource& source, F
                           InputRole::kManifest});
         break;
       case FileKind::kPtd:
-        hints->push_back({i, "this is a .ptd weight container (FlatTensor 'FT01')",
-                          InputRole::kPtd});
+        hints->push_back(
+            {i, "this is a .ptd weight container (FlatTensor 'FT01')", InputRole::kPtd});
         break;
       case FileKind::kPte:
         hints->push_back({i, "this is an ExecuTorch program (.pte, 'ET12')", InputRole::kPte});

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "ptd/manifest.h"
 
 namespace ptd {
@@ -192,9 +193,7 @@ json WarningsJson(const VerifyOutcome& out) {
 }  // namespace
 
 json DiagnosticJson(const Diagnostic& d) {
-  json j{{"rule", d.rule},
-         {"message", d.message},
-         {"code", absl::StatusCodeToString(d.code)}};
+  json j{{"rule", d.rule}, {"message", d.message}, {"code", absl::StatusCodeToString(d.code)}};
   if (!d.file.empty()) j["file"] = d.file;
   if (d.key) j["key"] = *d.key;
   if (d.fqn) j["fqn"] = *d.fqn;
@@ -206,14 +205,14 @@ json DiagnosticJson(const Diagnostic& d) {
 json VerifyJson(const VerifyOutcome& out, const JsonExtras& extras) {
   if (out.bundle == nullptr) {
     // The inputs could not be opened: nothing was verified.
-    return json{{"ok", false},
-                {"error", out.io_errors.empty()
-                              ? std::string()
-                              : std::string(out.io_errors.front().status.message())},
-                {"ptd", ContainerJson(out.ptd, out.options, extras)},
-                {"manifests", json::array()},
-                {"errors", ErrorsJson(out, extras.names)},
-                {"warnings", json::array()}};
+    return json{
+        {"ok", false},
+        {"error", out.io_errors.empty() ? std::string()
+                                        : std::string(out.io_errors.front().status.message())},
+        {"ptd", ContainerJson(out.ptd, out.options, extras)},
+        {"manifests", json::array()},
+        {"errors", ErrorsJson(out, extras.names)},
+        {"warnings", json::array()}};
   }
   // ok, ptd, manifests, errors, warnings, error; ptd-load adds device,
   // load, runtime_owned, timings, materialized and repeat. With room for

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "ptd/sha256.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/status_macros.h"
@@ -103,8 +104,7 @@ class SpanSource final : public FileSource {
     if (!dst.empty()) std::memcpy(dst.data(), bytes_.data() + offset, dst.size());
     return absl::OkStatus();
   }
-  std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
-                                                uint64_t len) const override {
+  std::optional<absl::Span<const uint8_t>> View(uint64_t offset, uint64_t len) const override {
     if (!internal::RangeInside(offset, len, bytes_.size())) return std::nullopt;
     return bytes_.subspan(offset, len);
   }
@@ -122,14 +122,12 @@ absl::Status GatherView(absl::Span<const uint8_t> storage, const ViewSpec& view,
   return GatherView(source, 0, storage.size(), view, sink);
 }
 
-absl::StatusOr<std::string> DigestView(absl::Span<const uint8_t> storage,
-                                       const ViewSpec& view) {
+absl::StatusOr<std::string> DigestView(absl::Span<const uint8_t> storage, const ViewSpec& view) {
   const SpanSource source(storage);
   return DigestView(source, 0, storage.size(), view);
 }
 
-absl::StatusOr<std::string> DigestRange(const FileSource& source, uint64_t offset,
-                                        uint64_t len) {
+absl::StatusOr<std::string> DigestRange(const FileSource& source, uint64_t offset, uint64_t len) {
   Sha256 h;
   if (auto v = source.View(offset, len)) {
     h.Update(*v);
@@ -145,15 +143,15 @@ absl::StatusOr<std::string> DigestRange(const FileSource& source, uint64_t offse
   return h.HexDigest();
 }
 
-absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
-                        uint64_t storage_nbytes, const ViewSpec& view,
+absl::Status GatherView(const FileSource& source, uint64_t storage_offset, uint64_t storage_nbytes,
+                        const ViewSpec& view,
                         const std::function<void(absl::Span<const uint8_t>)>& sink) {
   const GeometryResult g = ComputeExtent(view);
   if (!g.ok()) return absl::InvalidArgumentError(g.detail);
   if (g.extent.required_nbytes > storage_nbytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("view requires ", g.extent.required_nbytes,
-                     " bytes from a ", storage_nbytes, "-byte storage"));
+    return absl::InvalidArgumentError(absl::StrCat("view requires ", g.extent.required_nbytes,
+                                                   " bytes from a ", storage_nbytes,
+                                                   "-byte storage"));
   }
   if (g.extent.empty()) return absl::OkStatus();
 
@@ -238,13 +236,11 @@ absl::Status GatherView(const FileSource& source, uint64_t storage_offset,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> DigestView(const FileSource& source,
-                                       uint64_t storage_offset,
-                                       uint64_t storage_nbytes,
-                                       const ViewSpec& view) {
+absl::StatusOr<std::string> DigestView(const FileSource& source, uint64_t storage_offset,
+                                       uint64_t storage_nbytes, const ViewSpec& view) {
   Sha256 h;
   PTD_RETURN_IF_ERROR(GatherView(source, storage_offset, storage_nbytes, view,
-                             [&](absl::Span<const uint8_t> b) { h.Update(b); }));
+                                 [&](absl::Span<const uint8_t> b) { h.Update(b); }));
   return h.HexDigest();
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+
 #include "runtime/internal/status_macros.h"
 
 namespace ptd {
@@ -76,15 +77,13 @@ void WeightBundle::ReadManifestFile(const FileSource& source, Report* report) {
   }
 }
 
-void WeightBundle::ReadProgram(std::shared_ptr<const FileSource> source,
-                               Report* report) {
+void WeightBundle::ReadProgram(std::shared_ptr<const FileSource> source, Report* report) {
   program_ = Program::Verify(std::move(source), report);
   if (!program_) return;
   for (const CudaDelegate& d : program_->cuda_delegates()) {
     if (!d.is_manifest) continue;  // Legacy payload: P4, reported.
     if (auto m = DecodeManifest(d.payload.span(),
-                                Where{.file = program_->path(), .source = d.source},
-                                report)) {
+                                Where{.file = program_->path(), .source = d.source}, report)) {
       manifests_->push_back({d.source, std::move(*m), program_->path()});
     }
   }
@@ -92,8 +91,8 @@ void WeightBundle::ReadProgram(std::shared_ptr<const FileSource> source,
 
 void WeightBundle::CheckLibraryKeys(Report* report) const {
   if (!program_) return;
-  const absl::flat_hash_set<std::string_view> pte_keys(
-      program_->named_data_keys().begin(), program_->named_data_keys().end());
+  const absl::flat_hash_set<std::string_view> pte_keys(program_->named_data_keys().begin(),
+                                                       program_->named_data_keys().end());
   for (const SourcedManifest& s : *manifests_) {
     if (s.source == kStandaloneManifestSource) continue;
     for (size_t i = 0; i < s.manifest.variants.size(); ++i) {
@@ -116,8 +115,8 @@ WeightBundle WeightBundle::Verify(const BundleSources& sources, Report* report) 
   // of its own while the container is verified. Its diagnostics follow the
   // container's, as when run one after the other, and what the thread
   // throws (std::bad_alloc) is rethrown here.
-  const bool beside = sources.ptd && sources.manifest &&
-                      sources.manifest->size() >= kDecodeManifestOnAThreadBytes;
+  const bool beside =
+      sources.ptd && sources.manifest && sources.manifest->size() >= kDecodeManifestOnAThreadBytes;
   Report manifest_report;
   std::exception_ptr thrown;
   {

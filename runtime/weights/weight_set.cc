@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/scalar_type.h"
 #include "runtime/internal/strings.h"
 
@@ -32,8 +33,7 @@ struct Reach {
 // One resolution run: the state the rules share across manifests.
 class Resolver {
  public:
-  Resolver(const Container* container, const WeightSet::StorageSizeFn* storage_size,
-           Report* report)
+  Resolver(const Container* container, const WeightSet::StorageSizeFn* storage_size, Report* report)
       : container_(container),
         storage_size_(storage_size),
         report_(report),
@@ -123,11 +123,12 @@ class Resolver {
       if (!r.any_view || size == 0) continue;
       if (r.end != 0 && r.first == 0 && r.end >= size) continue;  // All reached.
       // Built only for a warning.
-      const Where where{.file = file_,
-                        .key = seg_key[i] ? std::optional<std::string>(seg_key[i]->key)
-                                          : std::nullopt,
-                        .segment = i};
-      const std::string key = seg_key[i] ? absl::StrCat(" ('", internal::Sv(seg_key[i]->key), "')") : "";
+      const Where where{
+          .file = file_,
+          .key = seg_key[i] ? std::optional<std::string>(seg_key[i]->key) : std::nullopt,
+          .segment = i};
+      const std::string key =
+          seg_key[i] ? absl::StrCat(" ('", internal::Sv(seg_key[i]->key), "')") : "";
       if (r.end == 0) {
         report_->Warning("G5",
                          absl::StrCat("segment ", i, key, ": none of its ", size,
@@ -135,10 +136,9 @@ class Resolver {
                          where);
       } else {
         report_->Warning("G5",
-                         absl::StrCat("segment ", i, key, ": views reach bytes [",
-                                      r.first, ", ", r.end, ") of ", size, "; ",
-                                      r.first, " bytes before and ", size - r.end,
-                                      " bytes after are unused"),
+                         absl::StrCat("segment ", i, key, ": views reach bytes [", r.first, ", ",
+                                      r.end, ") of ", size, "; ", r.first, " bytes before and ",
+                                      size - r.end, " bytes after are unused"),
                          where);
       }
     }
@@ -151,11 +151,10 @@ class Resolver {
     for (size_t k = 0; k < named.size(); ++k) {
       const NamedDataEntry& nd = named[k];
       if (!referenced[k] && IsCudaWeightKey(nd.key)) {
-        report_->Warning("X3",
-                         absl::StrCat("storage key '", internal::Sv(nd.key),
-                                      "' is referenced by no manifest"),
-                         Where{.file = file_, .key = std::string(nd.key),
-                               .segment = nd.segment_index});
+        report_->Warning(
+            "X3",
+            absl::StrCat("storage key '", internal::Sv(nd.key), "' is referenced by no manifest"),
+            Where{.file = file_, .key = std::string(nd.key), .segment = nd.segment_index});
       }
     }
   }
@@ -166,19 +165,21 @@ class Resolver {
            std::optional<uint64_t> segment = std::nullopt) const {
     return At(e, source, file_, segment);
   }
-  static Where At(const WeightEntry& e, const std::string& source,
-                  const std::string& file,
+  static Where At(const WeightEntry& e, const std::string& source, const std::string& file,
                   std::optional<uint64_t> segment = std::nullopt) {
-    return Where{.file = file, .key = std::string(e.storage_key), .fqn = std::string(e.fqn),
-                 .segment = segment, .source = source};
+    return Where{.file = file,
+                 .key = std::string(e.storage_key),
+                 .fqn = std::string(e.fqn),
+                 .segment = segment,
+                 .source = source};
   }
   static std::string Name(const WeightEntry& e) {
     return absl::StrCat("weight '", internal::Sv(e.fqn), "'");
   }
 
   // G1, G2. Diagnostics name `file`: the manifest's.
-  bool CheckGeometry(const WeightEntry& e, const std::string& source,
-                     const std::string& file, ResolvedWeight* w) {
+  bool CheckGeometry(const WeightEntry& e, const std::string& source, const std::string& file,
+                     ResolvedWeight* w) {
     const GeometryResult g = ComputeExtent(w->view());
     if (!g.ok()) {
       report_->Error("G1", kDataLoss,
@@ -189,9 +190,8 @@ class Resolver {
     w->extent = g.extent;
     if (g.extent.required_nbytes > e.storage_nbytes) {
       report_->Error("G2", kDataLoss,
-                     absl::StrCat(Name(e), ": view requires ",
-                                  g.extent.required_nbytes, " bytes from a ",
-                                  e.storage_nbytes, "-byte storage"),
+                     absl::StrCat(Name(e), ": view requires ", g.extent.required_nbytes,
+                                  " bytes from a ", e.storage_nbytes, "-byte storage"),
                      At(e, source, file));
       return false;
     }
@@ -228,8 +228,8 @@ class Resolver {
       if (mine == theirs) return;
       report_->Error("G4", kDataLoss,
                      absl::StrCat(Name(e), ": storage '", internal::Sv(e.storage_key), "' has ",
-                                  internal::Sv(field), " ", mine, ", but weight '", internal::Sv(o.fqn),
-                                  "' (", *o.source, ") says ", theirs),
+                                  internal::Sv(field), " ", mine, ", but weight '",
+                                  internal::Sv(o.fqn), "' (", *o.source, ") says ", theirs),
                      At(e, source, file));
       ok = false;
     };
@@ -247,22 +247,20 @@ class Resolver {
     if (container_ == nullptr || named == nullptr) return;
     const std::optional<uint64_t> size = container_->SegmentSize(*named);
     const uint64_t segment = named->segment_index;
-    report_->Warning(
-        "R1",
-        absl::StrCat(Name(e), " is runtime-owned, but its storage key '", internal::Sv(e.storage_key),
-                     "' is stored in the .ptd: ",
-                     size ? absl::StrCat(*size, " bytes") : std::string("a segment"),
-                     " (segment ", segment, ") that the runtime never reads"),
-        At(e, source, file_, segment));
+    report_->Warning("R1",
+                     absl::StrCat(Name(e), " is runtime-owned, but its storage key '",
+                                  internal::Sv(e.storage_key), "' is stored in the .ptd: ",
+                                  size ? absl::StrCat(*size, " bytes") : std::string("a segment"),
+                                  " (segment ", segment, ") that the runtime never reads"),
+                     At(e, source, file_, segment));
   }
 
   // X1, G3, and the bytes the view reaches (for G5). A view that failed
   // G1/G2 (`view_ok` false) marks nothing reached, and an entry that failed
   // G4 (`shared_ok` false) is not compared with the segment (G3): each cause
   // is reported once. REQUIRES: a container.
-  bool LocateStorage(const WeightEntry& e, const NamedDataEntry* named,
-                     const std::string& source, bool view_ok, bool shared_ok,
-                     ResolvedWeight* w) {
+  bool LocateStorage(const WeightEntry& e, const NamedDataEntry* named, const std::string& source,
+                     bool view_ok, bool shared_ok, ResolvedWeight* w) {
     w->named = named;
     if (w->named == nullptr) {
       report_->Error("X1", absl::StatusCode::kNotFound,
@@ -276,10 +274,9 @@ class Resolver {
     bool ok = true;
     if (*seg_size != e.storage_nbytes && shared_ok) {
       report_->Error("G3", kDataLoss,
-                     absl::StrCat(Name(e), ": segment ", w->named->segment_index,
-                                  " behind '", internal::Sv(e.storage_key), "' holds ",
-                                  *seg_size, " bytes, manifest says ",
-                                  e.storage_nbytes),
+                     absl::StrCat(Name(e), ": segment ", w->named->segment_index, " behind '",
+                                  internal::Sv(e.storage_key), "' holds ", *seg_size,
+                                  " bytes, manifest says ", e.storage_nbytes),
                      At(e, source, w->named->segment_index));
       ok = false;
     }
@@ -297,8 +294,7 @@ class Resolver {
   }
 
   // X1, G3 against a source that knows only the size behind each key.
-  bool CheckStorageSize(const WeightEntry& e, const std::string& source,
-                        bool shared_ok) const {
+  bool CheckStorageSize(const WeightEntry& e, const std::string& source, bool shared_ok) const {
     const std::optional<uint64_t> size = (*storage_size_)(e.storage_key);
     if (!size) {
       report_->Error("X1", absl::StatusCode::kNotFound,
@@ -311,8 +307,7 @@ class Resolver {
       if (!shared_ok) return false;  // G4 reported the disagreement.
       report_->Error("G3", kDataLoss,
                      absl::StrCat(Name(e), ": the bytes behind '", internal::Sv(e.storage_key),
-                                  "' are ", *size, " bytes, manifest says ",
-                                  e.storage_nbytes),
+                                  "' are ", *size, " bytes, manifest says ", e.storage_nbytes),
                      At(e, source));
       return false;
     }
@@ -360,8 +355,7 @@ ViewSpec ResolvedWeight::view() const {
                   .strides = entry->strides};
 }
 
-WeightSet WeightSet::Resolve(const Container& container,
-                             absl::Span<const ManifestInput> manifests,
+WeightSet WeightSet::Resolve(const Container& container, absl::Span<const ManifestInput> manifests,
                              Report* report) {
   return ResolveImpl(&container, nullptr, manifests, report);
 }
@@ -376,10 +370,8 @@ WeightSet WeightSet::ResolveSizes(absl::Span<const ManifestInput> manifests,
   return ResolveImpl(nullptr, &storage_size, manifests, report);
 }
 
-WeightSet WeightSet::ResolveImpl(const Container* container,
-                                 const StorageSizeFn* storage_size,
-                                 absl::Span<const ManifestInput> manifests,
-                                 Report* report) {
+WeightSet WeightSet::ResolveImpl(const Container* container, const StorageSizeFn* storage_size,
+                                 absl::Span<const ManifestInput> manifests, Report* report) {
   WeightSet set;
   Resolver resolver(container, storage_size, report);
   size_t total = 0;

@@ -3,6 +3,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/atomic_file.h"
 #include "ptd/scalar_type.h"
 #include "ptd/view_geometry.h"
@@ -12,17 +13,14 @@
 namespace ptd {
 namespace {
 
-
 absl::Status Reject(std::string message, std::string_view rule) {
   return absl::InvalidArgumentError(absl::StrCat(message, " (", internal::Sv(rule), ")"));
 }
 
 }  // namespace
 
-CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
-                                   std::vector<Variant> variants,
-                                   PtdWriterOptions options,
-                                   ManifestFormat manifest_format)
+CudaWeightWriter::CudaWeightWriter(std::string so_blob_key, std::vector<Variant> variants,
+                                   PtdWriterOptions options, ManifestFormat manifest_format)
     : so_blob_key_(std::move(so_blob_key)), ptd_(options) {
   if (variants.empty()) {
     variants.push_back(Variant{.so_blob_key = so_blob_key_});
@@ -32,8 +30,7 @@ CudaWeightWriter::CudaWeightWriter(std::string so_blob_key,
 }
 
 absl::StatusOr<WeightEntry> CudaWeightWriter::NewEntry(const WeightSpec& w,
-                                                       std::string_view storage_key,
-                                                       int64_t offset,
+                                                       std::string_view storage_key, int64_t offset,
                                                        uint64_t storage_nbytes) const {
   WeightEntry entry{.fqn = w.fqn,
                     .storage_key = storage_key,
@@ -42,13 +39,11 @@ absl::StatusOr<WeightEntry> CudaWeightWriter::NewEntry(const WeightSpec& w,
                     .device_type = w.device_type,
                     .storage_offset = offset,
                     .sizes = DimVector(w.properties.shape.begin(), w.properties.shape.end()),
-                    .strides = DimVector(w.properties.stride.begin(),
-                                         w.properties.stride.end())};
+                    .strides = DimVector(w.properties.stride.begin(), w.properties.stride.end())};
   // Never record what the decoder would reject (M5, M6).
   PTD_RETURN_IF_ERROR(CheckWeightEntry(entry));
   if (fqns_.contains(w.fqn)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
+    return absl::InvalidArgumentError(absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
   }
   return entry;
 }
@@ -60,8 +55,8 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
 
   // W1: a compact clone has its own storage and the original's shape and
   // strides; it is written at offset 0 and must span its storage exactly.
-  const bool clone = !w.value.is_original_storage &&
-                     w.value.sizes == props.shape && w.value.strides == props.stride;
+  const bool clone = !w.value.is_original_storage && w.value.sizes == props.shape &&
+                     w.value.strides == props.stride;
   const int64_t offset = clone ? 0 : props.offset;
   const std::string key = StorageKeyFor(w.fqn, w.device_type, so_blob_key_);
   PTD_ASSIGN_OR_RETURN(WeightEntry entry, NewEntry(w, key, offset, n));
@@ -70,8 +65,8 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
   // W2: any other value keeps the original's offset and storage size.
   if (!clone && props.storage_size && n < *props.storage_size) {
     return Reject(absl::StrCat("AOTI cloned storage is smaller than its "
-                               "TensorProperties (", n, " < ",
-                               *props.storage_size, " bytes)"),
+                               "TensorProperties (",
+                               n, " < ", *props.storage_size, " bytes)"),
                   "W2");
   }
 
@@ -81,20 +76,17 @@ absl::Status CudaWeightWriter::Add(const WeightSpec& w) {
                                                   .sizes = props.shape,
                                                   .strides = props.stride});
   if (!g.ok()) {
-    return Reject(absl::StrCat("AOTI view '", w.fqn, "' has invalid geometry: ",
-                               g.detail),
-                  "W3");
+    return Reject(absl::StrCat("AOTI view '", w.fqn, "' has invalid geometry: ", g.detail), "W3");
   }
   const uint64_t required = g.extent.required_nbytes;
   if (required > n) {
-    return Reject(absl::StrCat("AOTI view '", w.fqn, "' requires ", required,
-                               " bytes from a ", n, "-byte cloned storage"),
+    return Reject(absl::StrCat("AOTI view '", w.fqn, "' requires ", required, " bytes from a ", n,
+                               "-byte cloned storage"),
                   clone ? "W1" : "W3");
   }
   if (clone && required != n) {
-    return Reject(absl::StrCat("AOTI compact clone '", w.fqn, "' requires ",
-                               required, " bytes but its storage holds ", n,
-                               " (bytes past the view)"),
+    return Reject(absl::StrCat("AOTI compact clone '", w.fqn, "' requires ", required,
+                               " bytes but its storage holds ", n, " (bytes past the view)"),
                   "W1");
   }
 
@@ -117,15 +109,12 @@ absl::Status CudaWeightWriter::AddRuntimeOwned(const WeightSpec& w) {
                                                   .sizes = props.shape,
                                                   .strides = props.stride});
   if (!g.ok()) {
-    return Reject(absl::StrCat("AOTI view '", w.fqn, "' has invalid geometry: ",
-                               g.detail),
-                  "W3");
+    return Reject(absl::StrCat("AOTI view '", w.fqn, "' has invalid geometry: ", g.detail), "W3");
   }
   entry.storage_nbytes = props.storage_size.value_or(g.extent.required_nbytes);
   if (g.extent.required_nbytes > entry.storage_nbytes) {
     return Reject(absl::StrCat("AOTI runtime-owned view '", w.fqn, "' requires ",
-                               g.extent.required_nbytes, " bytes from a ",
-                               entry.storage_nbytes,
+                               g.extent.required_nbytes, " bytes from a ", entry.storage_nbytes,
                                "-byte storage (TensorProperties storage_size)"),
                   "W3");
   }

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "tests/testing/diagnostics.h"
 
 namespace ptd {
@@ -29,17 +30,17 @@ TEST(ReportTest, EmptyReportIsOk) {
 
 TEST(ReportTest, ErrorCarriesRulePlaceAndSuffix) {
   Report r;
-  const Diagnostic& d = r.Error("G2", absl::StatusCode::kDataLoss, "view too big",
-                                Where{.file = "m.ptd", .key = "k", .fqn = "w",
-                                      .segment = 3, .source = "manifest"});
+  const Diagnostic& d =
+      r.Error("G2", absl::StatusCode::kDataLoss, "view too big",
+              Where{.file = "m.ptd", .key = "k", .fqn = "w", .segment = 3, .source = "manifest"});
   EXPECT_EQ(d.severity, Severity::kError);
   EXPECT_EQ(d.message, "view too big (G2)");
   EXPECT_EQ(d.key, "k");
   EXPECT_EQ(d.fqn, "w");
   EXPECT_EQ(d.segment, 3u);
   EXPECT_FALSE(r.ok());
-  EXPECT_THAT(r, HasError("G2", AllOf(FileIs("m.ptd"), SourceIs("manifest"),
-                                      MessageHas("view too big"))));
+  EXPECT_THAT(
+      r, HasError("G2", AllOf(FileIs("m.ptd"), SourceIs("manifest"), MessageHas("view too big"))));
   EXPECT_THAT(r, HasDiagnostic("G2", absl::StatusCode::kDataLoss));
   EXPECT_THAT(r, Not(HasDiagnostic("G2", absl::StatusCode::kUnimplemented)));
   EXPECT_THAT(r, Not(HasError("G3")));

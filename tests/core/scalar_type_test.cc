@@ -7,9 +7,8 @@ namespace ptd {
 namespace {
 
 TEST(ScalarTypeTest, EveryKnownSizeMatchesTheSpec) {
-  const uint32_t sizes[kNumScalarTypes] = {1, 1, 2, 4, 8, 2, 4, 8, 4, 8,
-                                           16, 1, 1, 1, 4, 2, 1, 1, 1, 1,
-                                           1, 1, 2, 1, 1, 1, 1, 2, 4, 8};
+  const uint32_t sizes[kNumScalarTypes] = {1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4,
+                                           2, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1,  1, 2, 4, 8};
   for (int t = 0; t < kNumScalarTypes; ++t) {
     ASSERT_TRUE(ElementSize(t).has_value()) << t;
     EXPECT_EQ(*ElementSize(t), sizes[t]) << t;

@@ -10,25 +10,24 @@ namespace {
 
 TEST(Utf8Test, AcceptsValidSequences) {
   for (const std::string& s : {std::string(), std::string("ascii"),
-                              std::string("\xC3\xA9"),            // é
-                              std::string("\xE2\x82\xAC"),        // €
-                              std::string("\xF0\x9F\x98\x80"),    // U+1F600
-                              std::string("\xF4\x8F\xBF\xBF"),    // U+10FFFF
-                              std::string("a\0b", 3)}) {
+                               std::string("\xC3\xA9"),          // é
+                               std::string("\xE2\x82\xAC"),      // €
+                               std::string("\xF0\x9F\x98\x80"),  // U+1F600
+                               std::string("\xF4\x8F\xBF\xBF"),  // U+10FFFF
+                               std::string("a\0b", 3)}) {
     EXPECT_TRUE(IsValidUtf8(s)) << s;
   }
 }
 
 TEST(Utf8Test, RejectsInvalidSequences) {
-  for (const std::string& s : {std::string("\x80"),                 // Lone continuation.
-                              std::string("\xC0\xAF"),             // Overlong.
-                              std::string("\xE0\x80\xAF"),         // Overlong.
-                              std::string("\xED\xA0\x80"),         // Surrogate.
-                              std::string("\xF4\x90\x80\x80"),     // Above U+10FFFF.
-                              std::string("\xF5\x80\x80\x80"),
-                              std::string("\xC3"),                 // Truncated.
-                              std::string("\xE2\x82"),
-                              std::string("ok\xFF")}) {
+  for (const std::string& s : {std::string("\x80"),              // Lone continuation.
+                               std::string("\xC0\xAF"),          // Overlong.
+                               std::string("\xE0\x80\xAF"),      // Overlong.
+                               std::string("\xED\xA0\x80"),      // Surrogate.
+                               std::string("\xF4\x90\x80\x80"),  // Above U+10FFFF.
+                               std::string("\xF5\x80\x80\x80"),
+                               std::string("\xC3"),  // Truncated.
+                               std::string("\xE2\x82"), std::string("ok\xFF")}) {
     EXPECT_FALSE(IsValidUtf8(s)) << s.size();
   }
 }
@@ -53,7 +52,10 @@ TEST(Utf8Test, SequencesAnywhereInLongAsciiStrings) {
 TEST(Utf8Test, PrintableReplacesBadBytesAndEscapesControls) {
   EXPECT_EQ(PrintableUtf8("plain.key"), "plain.key");
   EXPECT_EQ(PrintableUtf8("\xC3\xA9t\xC3\xA9"), "\xC3\xA9t\xC3\xA9");
-  EXPECT_EQ(PrintableUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(PrintableUtf8("a\xFF"
+                          "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(PrintableUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // Per byte.
   EXPECT_EQ(PrintableUtf8("line\nbreak\ttab"), "line\\u000abreak\\u0009tab");
   EXPECT_EQ(PrintableUtf8(std::string("nul\0", 4)), "nul\\u0000");

@@ -1,6 +1,8 @@
 // Tests of CudaDevice's allocation, staging, copies and errors
 // (include/ptd/cuda_device.h). They need a GPU and skip without one, except
 // the Open tests, which check the clean error a machine without one gets.
+#include "ptd/cuda_device.h"
+
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -10,7 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ptd/cuda_device.h"
+
 #include "ptd/view_materialize.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -44,7 +46,8 @@ TEST_F(CudaTest, Identity) {
   ASSERT_TRUE(device_->compute_capability().has_value());
   EXPECT_GE(*device_->compute_capability(), 75u);
   EXPECT_THAT(device_->name(), StartsWith("cuda:0 ("));
-  EXPECT_THAT(device_->name(), HasSubstr(", sm_" + std::to_string(*device_->compute_capability()) + ")"));
+  EXPECT_THAT(device_->name(),
+              HasSubstr(", sm_" + std::to_string(*device_->compute_capability()) + ")"));
 }
 
 TEST_F(CudaTest, CopyRoundTripThroughStagingOnTwoStreams) {
@@ -148,11 +151,9 @@ TEST_F(CudaTest, ErrorsAreStatusesAndLeaveNothingAllocated) {
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
   EXPECT_THAT(std::string(huge.status().message()), StartsWith("cudaMalloc on cuda:0: "));
   const std::vector<size_t> too_many = {size_t{1} << 49, size_t{1} << 49, size_t{1} << 49};
-  EXPECT_EQ(device_->AllocateMany(too_many).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(device_->AllocateMany(too_many).status().code(), absl::StatusCode::kResourceExhausted);
   const std::vector<size_t> overflow = {~size_t{0} - 10, 100};
-  EXPECT_EQ(device_->AllocateMany(overflow).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(device_->AllocateMany(overflow).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(device_->stats().live_allocations, 0u);
   EXPECT_EQ(device_->stats().live_bytes, 0u);
 
@@ -216,9 +217,8 @@ TEST_F(CudaTest, CopyToHostAndMaterializeSeeCopiesNotWaitedOn) {
       ASSERT_TRUE(slot.ok());
       auto* p = static_cast<uint8_t*>(slot->data());
       for (size_t i = 0; i < kPiece; ++i) p[i] = static_cast<uint8_t>((off + i) * 7 + round);
-      ASSERT_TRUE(device_->CopyToDeviceAsync(static_cast<uint8_t*>(buffer->data()) + off, p,
-                                             kPiece)
-                      .ok());
+      ASSERT_TRUE(
+          device_->CopyToDeviceAsync(static_cast<uint8_t*>(buffer->data()) + off, p, kPiece).ok());
       slots.push_back(*std::move(slot));
     }
     std::vector<uint8_t> back(kBytes);
@@ -258,10 +258,10 @@ TEST_F(CudaTest, ABatchOfCopiesIsOneTicket) {
   std::vector<CopyRequest> requests;
   for (size_t i = 0; i < kPieces; ++i) {
     // Reversed: piece i goes to the place of piece kPieces - 1 - i.
-    requests.push_back(CopyRequest{
-        .dst = static_cast<uint8_t*>(buffer->data()) + (kPieces - 1 - i) * kPiece,
-        .src = p + i * kPiece,
-        .nbytes = kPiece});
+    requests.push_back(
+        CopyRequest{.dst = static_cast<uint8_t*>(buffer->data()) + (kPieces - 1 - i) * kPiece,
+                    .src = p + i * kPiece,
+                    .nbytes = kPiece});
   }
   const DeviceStats before = device_->stats();
   auto tickets = device_->CopyManyToDeviceAsync(requests);
@@ -277,7 +277,10 @@ TEST_F(CudaTest, ABatchOfCopiesIsOneTicket) {
 TEST_F(CudaTest, TheStagingCacheServesAnyLargeEnoughBlock) {
   device_->TrimStagingCache();
   const uint64_t allocations = device_->stats().staging_allocations;
-  { auto a = device_->AllocateStaging(3 * kMiB + 5); ASSERT_TRUE(a.ok()); }  // A 4 MiB class.
+  {
+    auto a = device_->AllocateStaging(3 * kMiB + 5);
+    ASSERT_TRUE(a.ok());
+  }  // A 4 MiB class.
   EXPECT_EQ(device_->staging_cache_bytes(), 4 * kMiB);
   for (size_t n : {size_t{4} * kMiB, 2 * kMiB + 1, kMiB, size_t{100}}) {
     SCOPED_TRACE(n);

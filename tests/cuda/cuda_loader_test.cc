@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/cuda_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
@@ -137,8 +138,9 @@ TEST_F(CudaTest, LoadCliDigestsAndMaterializesOnTheGpu) {
     if (tc["expect"] != "ok" || !tc.contains("manifest") || !tc.contains("weights")) continue;
     SCOPED_TRACE(tc["name"].get<std::string>());
     const auto r = ::ptd::testing::RunCommand(
-        ::ptd::testing::TestPath("PTD_LOAD_BINARY", PTD_LOAD_BINARY) + " --device cuda --json --digest --manifest " +
-        ConformancePath(tc["manifest"]) + " " + ConformancePath(tc["ptd"]));
+        ::ptd::testing::TestPath("PTD_LOAD_BINARY", PTD_LOAD_BINARY) +
+        " --device cuda --json --digest --manifest " + ConformancePath(tc["manifest"]) + " " +
+        ConformancePath(tc["ptd"]));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     const json j = json::parse(r.out);
     EXPECT_EQ(j["device"]["kind"], "cuda");
@@ -177,11 +179,13 @@ class CudaLoaderModelTest : public CudaTest {
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    model_ = WriteTestModel(dir_.path(), {4 * kKiB, 1 * kMiB, 3 * kMiB + 4, 12, 2 * kMiB, 64 * kKiB});
+    model_ =
+        WriteTestModel(dir_.path(), {4 * kKiB, 1 * kMiB, 3 * kMiB + 4, 12, 2 * kMiB, 64 * kKiB});
     paths_ = BundlePaths{.ptd = model_.ptd, .manifest = model_.manifest};
     auto host = LoadWeights(paths_, std::make_shared<HostDevice>());
     ASSERT_TRUE(host.ok()) << host.status();
-    for (const LoadedWeight& w : host->weights()) expected_.push_back(*DigestLoadedWeight(*host, w));
+    for (const LoadedWeight& w : host->weights())
+      expected_.push_back(*DigestLoadedWeight(*host, w));
   }
 
   static LoadOptions SmallRing() {
@@ -213,9 +217,13 @@ TEST_F(CudaLoaderModelTest, NthFaultIsACleanErrorAndFreesEverything) {
     const char* text;  // In the message.
   };
   const Phase phases[] = {
-      {"allocation", [](uint64_t n) { return FaultPlan{.fail_allocation = n}; }, {1, 3, 6},
+      {"allocation",
+       [](uint64_t n) { return FaultPlan{.fail_allocation = n}; },
+       {1, 3, 6},
        ": allocate on "},
-      {"staging", [](uint64_t n) { return FaultPlan{.fail_staging = n}; }, {1, 2, 3},
+      {"staging",
+       [](uint64_t n) { return FaultPlan{.fail_staging = n}; },
+       {1, 2, 3},
        "): stage: ring slot "},
       {"copy", [](uint64_t n) { return FaultPlan{.fail_copy = n}; }, {1, 2, 5, 10}, "): copy: "},
       {"wait", [](uint64_t n) { return FaultPlan{.fail_wait = n}; }, {1, 2, 5, 10}, "): wait: "},
@@ -319,11 +327,11 @@ TEST_F(CudaTest, MultiGiBLoadHoldsOnlyTheRingInHostMemory) {
   std::vector<std::string> want;
   for (size_t first = 0; first < model.fqns.size(); first += 8) {
     const std::vector<std::string> batch(
-        model.fqns.begin() + first,
-        model.fqns.begin() + std::min(first + 8, model.fqns.size()));
+        model.fqns.begin() + first, model.fqns.begin() + std::min(first + 8, model.fqns.size()));
     auto host = LoadWeights(paths, std::make_shared<HostDevice>(), LoadOptions{.fqns = batch});
     ASSERT_TRUE(host.ok()) << host.status();
-    for (const std::string& fqn : batch) want.push_back(*DigestLoadedWeight(*host, *host->Find(fqn)));
+    for (const std::string& fqn : batch)
+      want.push_back(*DigestLoadedWeight(*host, *host->Find(fqn)));
   }
   device_->TrimStagingCache();
   auto watched = std::make_shared<FaultDevice>(device_);  // No faults: counts staging.

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/cuda_device.h"
 #include "ptd/view_materialize.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -27,8 +28,7 @@ class CudaMaterializeTest : public CudaTest {
     auto block = device_->Allocate(storage.size() + misalign);
     ASSERT_TRUE(block.ok()) << block.status();
     const DeviceBuffer device_storage = block->Slice(misalign, storage.size());
-    auto ticket = device_->CopyToDeviceAsync(device_storage.data(), storage.data(),
-                                             storage.size());
+    auto ticket = device_->CopyToDeviceAsync(device_storage.data(), storage.data(), storage.size());
     ASSERT_TRUE(ticket.ok()) << ticket.status();
     ASSERT_TRUE(device_->Wait(*ticket).ok());
 
@@ -74,12 +74,12 @@ TEST_F(CudaMaterializeTest, RandomViewsMatchTheHostReference) {
     }
     if (rank > 0 && rng_() % 20 == 0) sizes[rng_() % rank] = 0;  // Empty.
     const int64_t offset = static_cast<int64_t>(rng_() % 5);
-    const ViewSpec view{.element_size = e, .storage_offset = offset, .sizes = sizes,
-                        .strides = strides};
+    const ViewSpec view{
+        .element_size = e, .storage_offset = offset, .sizes = sizes, .strides = strides};
     const GeometryResult geometry = ComputeExtent(view);
     ASSERT_TRUE(geometry.ok()) << geometry.detail;
-    const size_t storage_bytes = std::max<uint64_t>(geometry.extent.required_nbytes, 1) +
-                                 rng_() % 3;
+    const size_t storage_bytes =
+        std::max<uint64_t>(geometry.extent.required_nbytes, 1) + rng_() % 3;
     SCOPED_TRACE(::testing::Message() << "iteration " << iter << " e=" << e << " rank=" << rank);
     ExpectSameAsHost(RandomBytes(storage_bytes), view, rng_() % 4 == 0 ? 1 + rng_() % 7 : 0);
     if (HasFatalFailure()) return;
@@ -89,16 +89,17 @@ TEST_F(CudaMaterializeTest, RandomViewsMatchTheHostReference) {
 TEST_F(CudaMaterializeTest, ContiguousZeroDimAndEmpty) {
   const auto storage = RandomBytes(4096);
   const std::vector<int64_t> sizes = {8, 16, 4}, strides = {64, 4, 1};
-  ExpectSameAsHost(storage, {.element_size = 4, .storage_offset = 3, .sizes = sizes,
-                             .strides = strides});
+  ExpectSameAsHost(storage,
+                   {.element_size = 4, .storage_offset = 3, .sizes = sizes, .strides = strides});
   const std::vector<int64_t> none;
-  ExpectSameAsHost(storage, {.element_size = 8, .storage_offset = 7, .sizes = none,
-                             .strides = none});
+  ExpectSameAsHost(storage,
+                   {.element_size = 8, .storage_offset = 7, .sizes = none, .strides = none});
   const std::vector<int64_t> empty_sizes = {3, 0}, empty_strides = {1, 1};
   auto block = device_->Allocate(16);
   ASSERT_TRUE(block.ok());
-  auto empty = device_->Materialize(*block, {.element_size = 4, .storage_offset = 0,
-                                             .sizes = empty_sizes, .strides = empty_strides});
+  auto empty = device_->Materialize(
+      *block,
+      {.element_size = 4, .storage_offset = 0, .sizes = empty_sizes, .strides = empty_strides});
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->size(), 0u);
 }
@@ -110,8 +111,8 @@ TEST_F(CudaMaterializeTest, TransposeAcrossTileEdges) {
       const auto storage = RandomBytes(static_cast<size_t>(rows * cols) * e);
       const std::vector<int64_t> sizes = {rows, cols}, strides = {1, rows};
       SCOPED_TRACE(::testing::Message() << e << " bytes, " << rows << " x " << cols);
-      ExpectSameAsHost(storage, {.element_size = e, .storage_offset = 0, .sizes = sizes,
-                                 .strides = strides});
+      ExpectSameAsHost(
+          storage, {.element_size = e, .storage_offset = 0, .sizes = sizes, .strides = strides});
     }
   }
 }
@@ -121,8 +122,8 @@ TEST_F(CudaMaterializeTest, TransposeWithMoreRowTilesThanGridY) {
   const int64_t rows = (int64_t{1} << 21) + 3, cols = 3;
   const auto storage = RandomBytes(static_cast<size_t>(rows * cols));
   const std::vector<int64_t> sizes = {rows, cols}, strides = {1, rows};
-  ExpectSameAsHost(storage, {.element_size = 1, .storage_offset = 0, .sizes = sizes,
-                             .strides = strides});
+  ExpectSameAsHost(storage,
+                   {.element_size = 1, .storage_offset = 0, .sizes = sizes, .strides = strides});
 }
 
 TEST_F(CudaMaterializeTest, GatherBeyond2To31Elements) {
@@ -135,13 +136,14 @@ TEST_F(CudaMaterializeTest, GatherBeyond2To31Elements) {
   ASSERT_TRUE(ticket.ok());
   ASSERT_TRUE(device_->Wait(*ticket).ok());
   const std::vector<int64_t> sizes = {n}, strides = {0};
-  auto out = device_->Materialize(*storage, {.element_size = 1, .storage_offset = 0,
-                                             .sizes = sizes, .strides = strides});
+  auto out = device_->Materialize(
+      *storage, {.element_size = 1, .storage_offset = 0, .sizes = sizes, .strides = strides});
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), static_cast<size_t>(n));
   std::vector<uint8_t> tail(4096);
-  ASSERT_TRUE(device_->CopyToHost(tail.data(), static_cast<uint8_t*>(out->data()) + n - 4096,
-                                  tail.size()).ok());
+  ASSERT_TRUE(
+      device_->CopyToHost(tail.data(), static_cast<uint8_t*>(out->data()) + n - 4096, tail.size())
+          .ok());
   EXPECT_TRUE(std::all_of(tail.begin(), tail.end(), [&](uint8_t b) { return b == value; }));
 }
 
@@ -149,8 +151,8 @@ TEST_F(CudaMaterializeTest, RejectsAViewPastItsStorage) {
   auto storage = device_->Allocate(64);
   ASSERT_TRUE(storage.ok());
   const std::vector<int64_t> sizes = {17}, strides = {1};
-  const auto out = device_->Materialize(*storage, {.element_size = 4, .storage_offset = 0,
-                                                   .sizes = sizes, .strides = strides});
+  const auto out = device_->Materialize(
+      *storage, {.element_size = 4, .storage_offset = 0, .sizes = sizes, .strides = strides});
   EXPECT_EQ(out.status().code(), absl::StatusCode::kOutOfRange) << out.status();
   EXPECT_EQ(device_->stats().live_allocations, 1u);
 }

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "gtest/gtest.h"
+
 #include "ptd/cuda_device.h"
 
 namespace ptd {

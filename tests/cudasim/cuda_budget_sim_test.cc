@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/cuda_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
@@ -58,8 +59,8 @@ class CudaBudgetSimTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    model_ = new TestModel(
-        WriteTestModel(dir_->path(), std::vector<uint64_t>(kStorages, 4 * kMiB)));
+    model_ =
+        new TestModel(WriteTestModel(dir_->path(), std::vector<uint64_t>(kStorages, 4 * kMiB)));
     auto host = LoadWeights(paths(), std::make_shared<HostDevice>());
     ASSERT_TRUE(host.ok()) << host.status();
     want_ = new std::vector<std::string>();
@@ -74,7 +75,9 @@ class CudaBudgetSimTest : public ::testing::Test {
     delete model_;
     delete dir_;
   }
-  static BundlePaths paths() { return BundlePaths{.ptd = model_->ptd, .manifest = model_->manifest}; }
+  static BundlePaths paths() {
+    return BundlePaths{.ptd = model_->ptd, .manifest = model_->manifest};
+  }
 
   static TempDir* dir_;
   static TestModel* model_;
@@ -284,9 +287,11 @@ TEST_P(CudaBudgetConformanceCaseTest, BudgetZeroAndUnlimitedGiveTheSameDigests) 
   auto gpu = CudaDevice::Open(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   for (const BundlePaths& paths : ConformanceRoutes(tc)) {
-    for (const std::optional<uint64_t> budget : {std::optional<uint64_t>(0),
-                                                 std::optional<uint64_t>()}) {
-      SCOPED_TRACE(absl::StrCat(paths.pte ? "pte" : paths.manifest ? "manifest" : "container",
+    for (const std::optional<uint64_t> budget :
+         {std::optional<uint64_t>(0), std::optional<uint64_t>()}) {
+      SCOPED_TRACE(absl::StrCat(paths.pte        ? "pte"
+                                : paths.manifest ? "manifest"
+                                                 : "container",
                                 budget ? ", budget 0" : ", no budget"));
       auto w = LoadWeights(paths, *gpu, LoadOptions{.device_budget_bytes = budget});
       ASSERT_TRUE(w.ok()) << w.status();

@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/cuda_device.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
@@ -177,12 +178,13 @@ TEST(CudaSimTest, MaterializeIntoReusesTheCallersBuffer) {
   const uint64_t mallocs = cudasim::CallCount("cudaMalloc");
   const std::vector<int64_t> sizes = {64, 64}, strides = {1, 64};
   for (int i = 0; i < 10; ++i) {
-    ASSERT_TRUE((*gpu)
-                    ->MaterializeInto(*storage,
-                                      {.element_size = 2, .storage_offset = 0, .sizes = sizes,
-                                       .strides = strides},
-                                      *scratch)
-                    .ok());
+    ASSERT_TRUE(
+        (*gpu)
+            ->MaterializeInto(
+                *storage,
+                {.element_size = 2, .storage_offset = 0, .sizes = sizes, .strides = strides},
+                *scratch)
+            .ok());
   }
   EXPECT_EQ(cudasim::CallCount("cudaMalloc"), mallocs);
   // Too small a buffer is refused, before any launch.
@@ -251,8 +253,8 @@ TEST(CudaSimTest, PackedPiecesAreCoalescedIntoOneCopyPerSlot) {
   // And the bytes are right.
   size_t checked = 0;
   for (size_t i = 0; i < model.fqns.size(); i += 4099) {
-    auto host = LoadWeights(paths, std::make_shared<HostDevice>(),
-                            LoadOptions{.fqns = {model.fqns[i]}});
+    auto host =
+        LoadWeights(paths, std::make_shared<HostDevice>(), LoadOptions{.fqns = {model.fqns[i]}});
     ASSERT_TRUE(host.ok());
     EXPECT_EQ(*DigestLoadedStorage(*w, w->storage(*w->Find(model.fqns[i]))),
               *DigestLoadedStorage(*host, host->storage(*host->Find(model.fqns[i]))));

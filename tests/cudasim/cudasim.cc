@@ -37,7 +37,7 @@ namespace cudasim {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-constexpr uint64_t kDeviceAlign = 256;            // cudaMalloc's guarantee.
+constexpr uint64_t kDeviceAlign = 256;                // cudaMalloc's guarantee.
 constexpr uint64_t kPoisonBytes = uint64_t{1} << 36;  // Where stray kernel pointers land.
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -56,12 +56,30 @@ uint64_t ParseBytes(const char* name, const char* text) {
   if (end == text || errno != 0) Fatal(std::string(name) + "=" + text + ": not a byte count");
   uint64_t shift = 0;
   switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; ++end; break;
-    case 'm': case 'M': shift = 20; ++end; break;
-    case 'g': case 'G': shift = 30; ++end; break;
-    case 't': case 'T': shift = 40; ++end; break;
-    default: Fatal(std::string(name) + "=" + text + ": unknown suffix (K, M, G or T)");
+    case '\0':
+      break;
+    case 'k':
+    case 'K':
+      shift = 10;
+      ++end;
+      break;
+    case 'm':
+    case 'M':
+      shift = 20;
+      ++end;
+      break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      ++end;
+      break;
+    case 't':
+    case 'T':
+      shift = 40;
+      ++end;
+      break;
+    default:
+      Fatal(std::string(name) + "=" + text + ": unknown suffix (K, M, G or T)");
   }
   if (*end != '\0' || (shift != 0 && v > (~uint64_t{0} >> shift))) {
     Fatal(std::string(name) + "=" + text + ": not a byte count");
@@ -69,9 +87,9 @@ uint64_t ParseBytes(const char* name, const char* text) {
   return uint64_t{v} << shift;
 }
 
-const char* kCheckNames[] = {"protect",     "async",        "wait_event",  "legacy_sync",
-                             "free_sync",   "launch_config", "ordinal",    "capacity",
-                             "sticky",      "barrier",      "kernel_host", "pageable_d2h"};
+const char* kCheckNames[] = {"protect",   "async",         "wait_event",  "legacy_sync",
+                             "free_sync", "launch_config", "ordinal",     "capacity",
+                             "sticky",    "barrier",       "kernel_host", "pageable_d2h"};
 constexpr int kNumChecks = sizeof(kCheckNames) / sizeof(kCheckNames[0]);
 std::atomic<bool> g_disabled[kNumChecks];
 
@@ -106,9 +124,9 @@ struct GateFlag {
 struct Device;
 
 struct Op {
-  std::vector<MarkerPtr> deps;      // Run only once these are done.
-  std::shared_ptr<GateFlag> gate;   // Run only once it is open.
-  std::function<void()> run;        // Runs without the lock.
+  std::vector<MarkerPtr> deps;     // Run only once these are done.
+  std::shared_ptr<GateFlag> gate;  // Run only once it is open.
+  std::function<void()> run;       // Runs without the lock.
   MarkerPtr marker;
 };
 
@@ -119,9 +137,9 @@ struct CUstream_st {
   cudasim::Device* device = nullptr;
   bool legacy = false;
   bool non_blocking = false;
-  bool destroyed = false;                 // The handle is gone; drains, then frees itself.
-  std::deque<cudasim::Op> queue;          // Front: running or next.
-  cudasim::MarkerPtr tail;                // The last enqueued op's marker.
+  bool destroyed = false;         // The handle is gone; drains, then frees itself.
+  std::deque<cudasim::Op> queue;  // Front: running or next.
+  cudasim::MarkerPtr tail;        // The last enqueued op's marker.
   std::mt19937_64 rng;
 };
 
@@ -143,9 +161,9 @@ struct Allocation {
 struct Device {
   int index = 0;
   uint64_t capacity = 0;
-  uint64_t span = 0;             // Reserved address space.
-  uint8_t* host_base = nullptr;  // Device pointers: PROT_NONE to the host.
-  uint8_t* engine_base = nullptr;  // The same offsets, as the engines reach them.
+  uint64_t span = 0;                            // Reserved address space.
+  uint8_t* host_base = nullptr;                 // Device pointers: PROT_NONE to the host.
+  uint8_t* engine_base = nullptr;               // The same offsets, as the engines reach them.
   std::map<uintptr_t, Allocation> allocations;  // By the pointer handed out.
   std::map<uint64_t, uint64_t> free_ranges;     // Offset -> bytes.
   uint64_t used = 0;                            // Charged against the capacity.
@@ -355,8 +373,12 @@ void EngineLoop(CUstream_st* s) {
     lock.unlock();
     if (max_us > 0) {
       switch (draw % 4) {
-        case 0: case 1: break;
-        case 2: std::this_thread::yield(); break;
+        case 0:
+        case 1:
+          break;
+        case 2:
+          std::this_thread::yield();
+          break;
         default:
           std::this_thread::sleep_for(std::chrono::microseconds(1 + (draw >> 8) % max_us));
       }
@@ -480,12 +502,12 @@ bool InBounds(const Where& w, const void* p, size_t n) {
 }
 
 // The API preamble: counts, injects, checks the sticky error of `d`.
-#define CUDASIM_ENTER(api, device)                                               \
-  if (const cudaError_t injected_ = ::cudasim::Count(api)) {                      \
-    return ::cudasim::SetLast(injected_);                                         \
-  }                                                                               \
-  if (const cudaError_t sticky_ = ::cudasim::Sticky(device)) {                    \
-    return ::cudasim::SetLast(sticky_);                                           \
+#define CUDASIM_ENTER(api, device)                             \
+  if (const cudaError_t injected_ = ::cudasim::Count(api)) {   \
+    return ::cudasim::SetLast(injected_);                      \
+  }                                                            \
+  if (const cudaError_t sticky_ = ::cudasim::Sticky(device)) { \
+    return ::cudasim::SetLast(sticky_);                        \
   }
 
 cudaError_t ValidateDeviceOrdinal(int device) {
@@ -505,7 +527,8 @@ cudaError_t Memcpy(const char* api, void* dst, const void* src, size_t count, cu
   std::unique_lock<std::mutex> lock(g.mu);
   CUstream_st* s = Resolve(stream);
   CUDASIM_ENTER(api, s != nullptr ? s->device : Current());
-  if (s == nullptr) return SetLast(stream == nullptr ? cudaErrorNoDevice : cudaErrorInvalidResourceHandle);
+  if (s == nullptr)
+    return SetLast(stream == nullptr ? cudaErrorNoDevice : cudaErrorInvalidResourceHandle);
   Touch(s->device);
   if (count == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return SetLast(cudaErrorInvalidValue);
@@ -547,7 +570,8 @@ cudaError_t Memcpy(const char* api, void* dst, const void* src, size_t count, cu
     // write follows in stream order.
     WaitFor(lock, {s->tail});
     auto staged = std::make_shared<std::vector<uint8_t>>(in, in + count);
-    MarkerPtr m = Enqueue(lock, s, [out, staged] { std::memcpy(out, staged->data(), staged->size()); });
+    MarkerPtr m =
+        Enqueue(lock, s, [out, staged] { std::memcpy(out, staged->data(), staged->size()); });
     if (sync) WaitFor(lock, {m});
     return cudaSuccess;
   }
@@ -731,7 +755,8 @@ cudaError_t EnqueueKernel(const char* name, dim3 grid, dim3 block, size_t dynami
     return cudaSuccess;  // Nothing to run.
   }
   const uint64_t seed = s->rng();
-  Enqueue(lock, s, [grid, block, seed, body = std::move(body)] { RunGrid(grid, block, seed, body); });
+  Enqueue(lock, s,
+          [grid, block, seed, body = std::move(body)] { RunGrid(grid, block, seed, body); });
   return cudaSuccess;
 }
 
@@ -804,33 +829,58 @@ const char* ErrorName(cudaError_t e) {
 // CUDA's own messages for these codes.
 const char* ErrorString(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInitializationError: return "initialization error";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
-    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInitializationError:
+      return "initialization error";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer:
+      return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection:
+      return "invalid copy direction for memcpy";
     case cudaErrorInsufficientDriver:
       return "CUDA driver version is insufficient for CUDA runtime version";
-    case cudaErrorDevicesUnavailable: return "CUDA-capable device(s) is/are busy or unavailable";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
-    case cudaErrorLaunchTimeout: return "the launch timed out and was terminated";
-    case cudaErrorHardwareStackError: return "an illegal stack access was encountered";
-    case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
-    case cudaErrorMisalignedAddress: return "misaligned address";
-    case cudaErrorInvalidAddressSpace: return "operation not supported on global/shared address space";
-    case cudaErrorInvalidPc: return "invalid program counter";
-    case cudaErrorAssert: return "device-side assert triggered";
-    case cudaErrorECCUncorrectable: return "uncorrectable ECC error encountered";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    case cudaErrorNotSupported: return "operation not supported";
-    default: return "unrecognized error code";
+    case cudaErrorDevicesUnavailable:
+      return "CUDA-capable device(s) is/are busy or unavailable";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources:
+      return "too many resources requested for launch";
+    case cudaErrorLaunchTimeout:
+      return "the launch timed out and was terminated";
+    case cudaErrorHardwareStackError:
+      return "an illegal stack access was encountered";
+    case cudaErrorIllegalInstruction:
+      return "an illegal instruction was encountered";
+    case cudaErrorMisalignedAddress:
+      return "misaligned address";
+    case cudaErrorInvalidAddressSpace:
+      return "operation not supported on global/shared address space";
+    case cudaErrorInvalidPc:
+      return "invalid program counter";
+    case cudaErrorAssert:
+      return "device-side assert triggered";
+    case cudaErrorECCUncorrectable:
+      return "uncorrectable ECC error encountered";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+    case cudaErrorNotSupported:
+      return "operation not supported";
+    default:
+      return "unrecognized error code";
   }
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "tests/cudasim/cudasim.h"
 #include "tests/cudasim/kernel_prelude.h"
 
@@ -309,7 +310,7 @@ TEST(SimErrorTest, StickyErrorsStayAndOthersClear) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
   ASSERT_TRUE(Configure(CurrentConfig()));  // A fresh device: the test's own cleanup.
-  (void)cudaGetLastError();  // The thread's last error, no longer sticky.
+  (void)cudaGetLastError();                 // The thread's last error, no longer sticky.
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
@@ -380,8 +381,8 @@ __global__ void Sum(const uint8_t* in, uint32_t n, uint64_t* out) {
 }
 
 TEST_F(SimTest, KernelsReachDeviceAndPinnedMemory) {
-  PTD_CUDASIM_LAUNCH(Fill, dim3(kBytes / 256), dim3(256), 0, stream_)(
-      static_cast<uint8_t*>(device_), uint8_t{3}, uint32_t{kBytes});
+  PTD_CUDASIM_LAUNCH(Fill, dim3(kBytes / 256), dim3(256), 0, stream_)
+  (static_cast<uint8_t*>(device_), uint8_t{3}, uint32_t{kBytes});
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::memset(pinned(), 1, kBytes);
   auto* sum = reinterpret_cast<uint64_t*>(pinned2());
@@ -413,8 +414,8 @@ TEST_F(SimDeathTest, AKernelReadingPastItsAllocationDies) {
   EXPECT_DEATH(
       {
         uint64_t* sum = reinterpret_cast<uint64_t*>(pinned2());
-        PTD_CUDASIM_LAUNCH(Sum, dim3(1), dim3(1), 0, stream_)(static_cast<uint8_t*>(device_),
-                                                              uint32_t{kBytes + 4096}, sum);
+        PTD_CUDASIM_LAUNCH(Sum, dim3(1), dim3(1), 0, stream_)
+        (static_cast<uint8_t*>(device_), uint32_t{kBytes + 4096}, sum);
         (void)cudaStreamSynchronize(stream_);
         std::fprintf(stderr, "read past the allocation: %llu\n",
                      static_cast<unsigned long long>(*sum));

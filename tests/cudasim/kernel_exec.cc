@@ -177,9 +177,7 @@ class Random {
     return z ^ (z >> 31);
   }
   // In [0, n), n <= 2^32 (multiply-shift; its bias is irrelevant here).
-  uint32_t Below(uint32_t n) {
-    return static_cast<uint32_t>(((Next() >> 32) * n) >> 32);
-  }
+  uint32_t Below(uint32_t n) { return static_cast<uint32_t>(((Next() >> 32) * n) >> 32); }
 
  private:
   uint64_t state_;
@@ -280,12 +278,12 @@ void Engine::Grow(size_t count) {
     __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
     __asm__ volatile("fnstcw %0" : "=m"(fpu_control));
     slot[-1] = reinterpret_cast<uint64_t>(&ptd_cudasim_fiber_start);
-    slot[-2] = 0;                                         // rbp
-    slot[-3] = 0;                                         // rbx
-    slot[-4] = reinterpret_cast<uint64_t>(fiber.get());   // r12: Main's argument.
-    slot[-5] = reinterpret_cast<uint64_t>(&Engine::Main); // r13: called.
-    slot[-6] = 0;                                         // r14
-    slot[-7] = 0;                                         // r15
+    slot[-2] = 0;                                          // rbp
+    slot[-3] = 0;                                          // rbx
+    slot[-4] = reinterpret_cast<uint64_t>(fiber.get());    // r12: Main's argument.
+    slot[-5] = reinterpret_cast<uint64_t>(&Engine::Main);  // r13: called.
+    slot[-6] = 0;                                          // r14
+    slot[-7] = 0;                                          // r15
     slot[-8] = uint64_t{mxcsr} | uint64_t{fpu_control} << 32;
     fiber->sp = &slot[-8];
 #else
@@ -328,8 +326,7 @@ void Engine::Yield(Fiber* fiber) {
   __tsan_switch_to_fiber(scheduler_tsan_fiber_, 0);
 #endif
 #ifdef PTD_CUDASIM_ASAN
-  __sanitizer_start_switch_fiber(&fiber->asan_fake_stack, scheduler_stack_,
-                                 scheduler_stack_bytes_);
+  __sanitizer_start_switch_fiber(&fiber->asan_fake_stack, scheduler_stack_, scheduler_stack_bytes_);
 #endif
 #ifdef PTD_CUDASIM_ASM_SWITCH
   ptd_cudasim_switch(&fiber->sp, scheduler_sp_);
@@ -358,8 +355,7 @@ void Engine::Main(Fiber* fiber) noexcept {
   __tsan_switch_to_fiber(engine->scheduler_tsan_fiber_, 0);
 #endif
 #ifdef PTD_CUDASIM_ASAN
-  __sanitizer_start_switch_fiber(nullptr, engine->scheduler_stack_,
-                                 engine->scheduler_stack_bytes_);
+  __sanitizer_start_switch_fiber(nullptr, engine->scheduler_stack_, engine->scheduler_stack_bytes_);
 #endif
 #ifdef PTD_CUDASIM_ASM_SWITCH
   ptd_cudasim_switch(&fiber->sp, engine->scheduler_sp_);

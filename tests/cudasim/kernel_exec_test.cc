@@ -2,6 +2,8 @@
 // CUDA's kernel language through kernel_prelude.h, run on RunGrid directly.
 // Each check of the engine has a test with a planted bug that only that
 // check catches: run with PTD_CUDASIM_DISABLE=barrier, BarrierIsReal fails.
+#include "tests/cudasim/kernel_exec.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <set>
@@ -9,8 +11,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "tests/cudasim/cudasim.h"
-#include "tests/cudasim/kernel_exec.h"
 #include "tests/cudasim/kernel_prelude.h"
 
 namespace cudasim {
@@ -153,8 +155,7 @@ TEST(KernelExecTest, IndicesCoverA3DGridAnd3DBlockOnce) {
   uint32_t errors = 0;
   uint32_t* const hits_data = hits.data();
   uint32_t* const errors_data = &errors;
-  RunGrid(grid, block, /*seed=*/7,
-          [=] { RecordIndexKernel(hits_data, errors_data, grid, block); });
+  RunGrid(grid, block, /*seed=*/7, [=] { RecordIndexKernel(hits_data, errors_data, grid, block); });
   EXPECT_EQ(errors, 0u);
   for (size_t i = 0; i < threads; ++i) ASSERT_EQ(hits[i], 1u) << "thread " << i;
 }

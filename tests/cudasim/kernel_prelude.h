@@ -122,8 +122,8 @@ class KernelLauncher {
 };
 
 template <typename... Params>
-KernelLauncher<Params...> MakeKernelLauncher(void (*kernel)(Params...), const char* name,
-                                             dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+KernelLauncher<Params...> MakeKernelLauncher(void (*kernel)(Params...), const char* name, dim3 grid,
+                                             dim3 block, size_t dynamic_shared_bytes,
                                              cudaStream_t stream) {
   return KernelLauncher<Params...>(kernel, name, grid, block, dynamic_shared_bytes, stream);
 }

@@ -49,6 +49,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+
 #include "ptd/container.h"
 #include "ptd/cuda_device.h"
 #include "ptd/file_source.h"
@@ -102,8 +103,8 @@ struct Model {
 const Model& TheModel() {
   static const std::unique_ptr<Model> m = [] {
     auto model = std::make_unique<Model>();
-    model->files = testing::WriteTestModel(model->dir.path(),
-                                           std::vector<uint64_t>(kStorages, kStorageBytes));
+    model->files =
+        testing::WriteTestModel(model->dir.path(), std::vector<uint64_t>(kStorages, kStorageBytes));
     auto src = OpenPreadFile(model->files.ptd);
     Check(src.ok(), src.status().ToString());
     auto c = Container::Open(std::shared_ptr<const FileSource>(std::move(*src)));
@@ -266,10 +267,8 @@ void BM_Load(benchmark::State& state, std::optional<uint64_t> budget) {
 
 void Register() {
   const auto reg = [](const char* name, auto fn) {
-    benchmark::RegisterBenchmark(name, fn)
-        ->UseManualTime()
-        ->Iterations(kReps)
-        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(name, fn)->UseManualTime()->Iterations(kReps)->Unit(
+        benchmark::kMillisecond);
   };
   reg("Ceiling/pread/reused", [](benchmark::State& s) { BM_Ceiling_Pread(s, true); });
   reg("Ceiling/pread/fresh", [](benchmark::State& s) { BM_Ceiling_Pread(s, false); });

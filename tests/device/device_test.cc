@@ -10,6 +10,7 @@
 #include "absl/strings/cord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/host_device.h"
 #include "ptd/open_device.h"
 #include "ptd/testing/fault_device.h"
@@ -145,8 +146,8 @@ TEST(FaultDeviceTest, FailsTheNthAllocationOfAllocateManyAndFreesTheRest) {
 TEST(FaultDeviceTest, FailsTheNthStagingCopyAndWaitWithTheChosenStatus) {
   auto host = std::make_shared<HostDevice>();
   const absl::Status boom = absl::InternalError("boom");
-  FaultDevice dev(host, FaultPlan{.fail_staging = 2, .fail_copy = 2, .fail_wait = 1,
-                                  .status = boom});
+  FaultDevice dev(host,
+                  FaultPlan{.fail_staging = 2, .fail_copy = 2, .fail_wait = 1, .status = boom});
   auto s1 = dev.AllocateStaging(8);
   EXPECT_TRUE(s1.ok());
   EXPECT_EQ(dev.AllocateStaging(8).status(), boom);

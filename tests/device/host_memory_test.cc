@@ -7,14 +7,15 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "ptd/host_device.h"
 #include "runtime/internal/buddyinfo.h"
 
@@ -129,9 +130,12 @@ TEST(HostMemoryTest, FreeHugePageBytesIsAtMostTheMachinesMemory) {
 
 // /proc/buddyinfo as this kind of machine writes it (orders 0 to 10).
 constexpr std::string_view kBuddyInfo =
-    "Node 0, zone      DMA      0      0      0      0      0      0      0      0      1      1      3 \n"
-    "Node 0, zone    DMA32      2      4      2      2      1      2      0      3      3      1    753 \n"
-    "Node 0, zone   Normal     35      2    226    186    529    687    530    380    197    112    263 \n";
+    "Node 0, zone      DMA      0      0      0      0      0      0      0      0      1      1   "
+    "   3 \n"
+    "Node 0, zone    DMA32      2      4      2      2      1      2      0      3      3      1   "
+    " 753 \n"
+    "Node 0, zone   Normal     35      2    226    186    529    687    530    380    197    112   "
+    " 263 \n";
 
 TEST(BuddyInfoTest, CountsBlocksOfAnOrderAndAboveAcrossZones) {
   // Order 9 (2 MiB huge pages on 4 KiB pages): an order-10 block is two.
@@ -173,8 +177,8 @@ TEST(HostMemoryTest, HugePageBlockIsAdvisedAndResidentBeforeAnyWrite) {
   ASSERT_TRUE(got.ok()) << got.status();
   const auto* base = static_cast<const uint8_t*>((*got)[0].data());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (2 * kMiB), 0u) << "2 MiB-aligned";
-  const size_t span = static_cast<size_t>(static_cast<const uint8_t*>((*got)[2].data()) +
-                                          sizes[2] - base);
+  const size_t span =
+      static_cast<size_t>(static_cast<const uint8_t*>((*got)[2].data()) + sizes[2] - base);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   // Pre-faulted: every page is there before the loader writes one byte.
   EXPECT_EQ(ResidentPages(base, span), static_cast<long>((span + page - 1) / page));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "ptd/ptd_writer.h"
 #include "tests/executorch/et_testing.h"
 #include "tests/testing/test_util.h"
@@ -318,8 +319,7 @@ TEST_F(ContainerDataMapTest, LoadDataIntoKeyWithoutLayoutUpstreamSegfaults) {
 // Open verifies the file; upstream's load checks the header and the root
 // tables only, so a segment past the data region reaches get_data().
 TEST(ContainerDataMapOpenTest, RefusesABrokenFileUpstreamLoads) {
-  const std::string bad =
-      ::ptd::testing::ConformancePath("files/c12_segment_past_data_region.ptd");
+  const std::string bad = ::ptd::testing::ConformancePath("files/c12_segment_past_data_region.ptd");
   auto m = ContainerDataMap::OpenFile(bad);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss) << m.status();
@@ -365,23 +365,21 @@ TEST(ContainerDataMapScaleTest, LookupIsConstantTimeUpstreamIsLinear) {
   for (int i = 0; i < kSample; ++i) {
     ASSERT_EQ(up->map->get_data("absent.key").error(), Error::NotFound);
   }
-  const double up_per_lookup_s =
-      std::chrono::duration<double>(Clock::now() - t0).count() / kSample;
+  const double up_per_lookup_s = std::chrono::duration<double>(Clock::now() - t0).count() / kSample;
   t0 = Clock::now();
   for (int i = 0; i < kSample; ++i) {
     ASSERT_EQ((*ours)->get_data("absent.key").error(), Error::NotFound);
   }
-  const double ours_absent_s =
-      std::chrono::duration<double>(Clock::now() - t0).count() / kSample;
+  const double ours_absent_s = std::chrono::duration<double>(Clock::now() - t0).count() / kSample;
 
   // Upstream over every key: on average half a scan each.
   const double up_all_s = up_per_lookup_s * kKeys / 2;
-  std::printf("65536 keys, get_data of every key: ours %.3f s; upstream ~%.1f s "
-              "(extrapolated from %.1f us per full scan); absent key: ours %.2f us\n",
-              ours_all_s, up_all_s, up_per_lookup_s * 1e6, ours_absent_s * 1e6);
+  std::printf(
+      "65536 keys, get_data of every key: ours %.3f s; upstream ~%.1f s "
+      "(extrapolated from %.1f us per full scan); absent key: ours %.2f us\n",
+      ours_all_s, up_all_s, up_per_lookup_s * 1e6, ours_absent_s * 1e6);
   ::testing::Test::RecordProperty("ours_all_keys_s", std::to_string(ours_all_s));
-  ::testing::Test::RecordProperty("upstream_all_keys_s_extrapolated",
-                                  std::to_string(up_all_s));
+  ::testing::Test::RecordProperty("upstream_all_keys_s_extrapolated", std::to_string(up_all_s));
   // Generous bounds for a loaded shared machine and sanitizer builds.
   EXPECT_LT(ours_absent_s * 20, up_per_lookup_s);
   EXPECT_LT(ours_all_s, up_all_s);

@@ -28,12 +28,16 @@ class MallocDevice : public Device {
   bool host_accessible() const override { return true; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override {
     if (nbytes > limit) return absl::ResourceExhaustedError("over the limit");
-    void* p = std::aligned_alloc(kDeviceAlignment,
-                                 (std::max<size_t>(nbytes, 1) + kDeviceAlignment - 1) /
-                                     kDeviceAlignment * kDeviceAlignment);
+    void* p =
+        std::aligned_alloc(kDeviceAlignment, (std::max<size_t>(nbytes, 1) + kDeviceAlignment - 1) /
+                                                 kDeviceAlignment * kDeviceAlignment);
     ++live;
-    return DeviceBuffer(std::shared_ptr<void>(p, [this](void* q) { std::free(q); --live; }), p,
-                        nbytes);
+    return DeviceBuffer(std::shared_ptr<void>(p,
+                                              [this](void* q) {
+                                                std::free(q);
+                                                --live;
+                                              }),
+                        p, nbytes);
   }
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override { return Allocate(nbytes); }
   absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src, size_t n) override {

@@ -1,12 +1,11 @@
 #include "tests/executorch/et_testing.h"
 
+#include <executorch/runtime/platform/runtime.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
-
-#include <executorch/runtime/platform/runtime.h>
 
 #include "gtest/gtest.h"
 
@@ -14,8 +13,7 @@ namespace ptd::testing {
 
 using ::executorch::runtime::Error;
 
-std::unique_ptr<UpstreamMap> UpstreamMap::Open(const std::string& path,
-                                               Loader loader) {
+std::unique_ptr<UpstreamMap> UpstreamMap::Open(const std::string& path, Loader loader) {
   auto u = std::make_unique<UpstreamMap>();
   if (loader == Loader::kFile) {
     auto l = ::executorch::extension::FileDataLoader::from(path.c_str());
@@ -23,16 +21,14 @@ std::unique_ptr<UpstreamMap> UpstreamMap::Open(const std::string& path,
       u->error = l.error();
       return u;
     }
-    u->loader = std::make_unique<::executorch::extension::FileDataLoader>(
-        std::move(l.get()));
+    u->loader = std::make_unique<::executorch::extension::FileDataLoader>(std::move(l.get()));
   } else {
     auto l = ::executorch::extension::MmapDataLoader::from(path.c_str());
     if (!l.ok()) {
       u->error = l.error();
       return u;
     }
-    u->loader = std::make_unique<::executorch::extension::MmapDataLoader>(
-        std::move(l.get()));
+    u->loader = std::make_unique<::executorch::extension::MmapDataLoader>(std::move(l.get()));
   }
   auto m = ::executorch::extension::FlatTensorDataMap::load(u->loader.get());
   if (!m.ok()) {

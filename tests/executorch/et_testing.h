@@ -7,15 +7,15 @@
 #ifndef PTD_TESTS_EXECUTORCH_ET_TESTING_H_
 #define PTD_TESTS_EXECUTORCH_ET_TESTING_H_
 
-#include <functional>
-#include <memory>
-#include <optional>
-#include <string>
-
 #include <executorch/extension/data_loader/file_data_loader.h>
 #include <executorch/extension/data_loader/mmap_data_loader.h>
 #include <executorch/extension/flat_tensor/flat_tensor_data_map.h>
 #include <executorch/runtime/core/error.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
 
 namespace ptd::testing {
 
@@ -27,8 +27,7 @@ struct UpstreamMap {
   ::executorch::runtime::Error error = ::executorch::runtime::Error::Ok;
 
   // Check `error` (or `map.has_value()`) afterwards.
-  static std::unique_ptr<UpstreamMap> Open(const std::string& path,
-                                           Loader loader = Loader::kFile);
+  static std::unique_ptr<UpstreamMap> Open(const std::string& path, Loader loader = Loader::kFile);
 };
 
 // "0x20 NotFound" style names for assertion messages.

@@ -16,6 +16,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/byte_source.h"
 #include "ptd/executorch/container_data_map.h"
 #include "ptd/host_device.h"
@@ -127,8 +128,8 @@ class NamedDataMapSourceTest : public ::testing::Test {
       SCOPED_TRACE(staged ? "staged (64 KiB slots)" : "host");
       auto device = MakeDevice(staged);
       {
-        auto w = LoadWeightsFromNamedDataMap(
-            manifest_, map, device, LoadOptions{.ring_slot_bytes = 64 * kKiB}, so);
+        auto w = LoadWeightsFromNamedDataMap(manifest_, map, device,
+                                             LoadOptions{.ring_slot_bytes = 64 * kKiB}, so);
         ASSERT_TRUE(w.ok()) << w.status();
         EXPECT_EQ(Digests(*w), expected_);
         EXPECT_EQ(w->stats().storages, model_.fqns.size());
@@ -239,9 +240,9 @@ TEST_F(NamedDataMapSourceTest, FailingMapNamesTheKeyAndFreesEverything) {
     bool staged;
     const char* phase;
   };
-  for (const Case& c : {Case{"sizing", 1, false, "get_data of key"},
-                        Case{"read (host)", 2, false, "): read: "},
-                        Case{"read (staged, chunks)", 2, true, "): read: "}}) {
+  for (const Case& c :
+       {Case{"sizing", 1, false, "get_data of key"}, Case{"read (host)", 2, false, "): read: "},
+        Case{"read (staged, chunks)", 2, true, "): read: "}}) {
     SCOPED_TRACE(c.name);
     FailingMap map(*up->map);
     map.FailKey(key, c.nth, Error::AccessFailed);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+
 #include "ptd/executorch/container_data_map.h"
 #include "ptd/ptd_writer.h"
 #include "tests/executorch/et_testing.h"
@@ -92,8 +93,7 @@ std::vector<uint8_t> Bytes(size_t n, uint32_t seed) {
   return v;
 }
 
-TensorLayout Layout(int32_t type, std::vector<int32_t> sizes,
-                    std::vector<uint8_t> dim_order = {}) {
+TensorLayout Layout(int32_t type, std::vector<int32_t> sizes, std::vector<uint8_t> dim_order = {}) {
   TensorLayout l;
   l.scalar_type = type;
   if (dim_order.empty()) {
@@ -121,8 +121,9 @@ TEST_F(OracleTest, WriterLayoutsOfSeveralDtypes) {
   ASSERT_TRUE(w.Add("emb.weight", Bytes(8, 2), 16, Layout(15, {4})).ok());
   ASSERT_TRUE(w.Add("q", Bytes(16, 3), 1, Layout(1, {16})).ok());
   ASSERT_TRUE(w.Add("idx", Bytes(24, 4), 64, Layout(4, {3, 1})).ok());
-  ASSERT_TRUE(w.Add("conv.weight", Bytes(2 * 3 * 2 * 2 * 4, 5), 16,
-                    Layout(6, {2, 3, 2, 2}, {0, 2, 3, 1})).ok());  // channels-last
+  ASSERT_TRUE(
+      w.Add("conv.weight", Bytes(2 * 3 * 2 * 2 * 4, 5), 16, Layout(6, {2, 3, 2, 2}, {0, 2, 3, 1}))
+          .ok());  // channels-last
   ASSERT_TRUE(w.Add("scalar", Bytes(8, 6), 8, Layout(7, {})).ok());
   ASSERT_TRUE(w.Add("empty", {}, 1, Layout(6, {0, 5})).ok());
   Check(w);
@@ -134,7 +135,7 @@ TEST_F(OracleTest, WriterSharedSegments) {
   ASSERT_TRUE(w.Add("a", shared, 1, Layout(6, {16})).ok());
   ASSERT_TRUE(w.Add("pad", Bytes(3, 8)).ok());
   ASSERT_TRUE(w.Add("b", shared, 256, Layout(6, {4, 4})).ok());
-  ASSERT_TRUE(w.Add("c", shared, 32).ok());           // Same bytes, no layout.
+  ASSERT_TRUE(w.Add("c", shared, 32).ok());                         // Same bytes, no layout.
   ASSERT_TRUE(w.Add("d_prefix", shared, 1, Layout(0, {10})).ok());  // First 10 bytes.
   ASSERT_EQ(w.num_segments(), 2u);
   Check(w);
@@ -192,11 +193,10 @@ TEST_F(OracleTest, WriterRandomMixes) {
       const int t = static_cast<int>(rng() % 10);
       if (rng() % 3 != 0 && data.size() >= sizes_of[t]) {
         const int32_t n = static_cast<int32_t>(data.size() / sizes_of[t]);
-        layout = (n % 2 == 0 && n > 0) ? Layout(types[t], {2, n / 2}, {1, 0})
-                                       : Layout(types[t], {n});
+        layout =
+            (n % 2 == 0 && n > 0) ? Layout(types[t], {2, n / 2}, {1, 0}) : Layout(types[t], {n});
       }
-      ASSERT_TRUE(w.Add(absl::StrCat("k", file, ".", k), data,
-                        align, layout).ok());
+      ASSERT_TRUE(w.Add(absl::StrCat("k", file, ".", k), data, align, layout).ok());
     }
     Check(w);
   }
@@ -219,8 +219,7 @@ TEST(OracleConformanceTest, AcceptedConformanceFilesMatchUpstream) {
   }
   for (const auto& c : ::ptd::testing::ConformanceCases()) {
     if (c["expect"] != "ok") continue;
-    const std::string name =
-        std::filesystem::path(c["ptd"].get<std::string>()).filename().string();
+    const std::string name = std::filesystem::path(c["ptd"].get<std::string>()).filename().string();
     EXPECT_NE(std::find(accepted.begin(), accepted.end(), name), accepted.end()) << name;
   }
   EXPECT_GE(accepted.size(), 5u);

@@ -2,13 +2,6 @@
 // tests/data/executorch/*.pte, take their weights from our map, run, and the
 // outputs match eager PyTorch (tolerances from models.json). A counting
 // wrapper records what the runtime asks of the map.
-#include <cmath>
-#include <cstring>
-#include <memory>
-#include <string>
-#include <utility>
-#include <vector>
-
 #include <executorch/extension/data_loader/file_data_loader.h>
 #include <executorch/runtime/core/evalue.h>
 #include <executorch/runtime/core/hierarchical_allocator.h>
@@ -16,7 +9,15 @@
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
 
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
+
 #include "ptd/executorch/container_data_map.h"
 #include "ptd/ptd_writer.h"
 #include "tests/executorch/et_testing.h"
@@ -102,8 +103,7 @@ struct Runner {
         static_cast<uint32_t>(method_pool.size()), method_pool.data());
     planned_allocator = std::make_unique<et::HierarchicalAllocator>(
         et::Span<et::Span<uint8_t>>(planned_spans.data(), planned_spans.size()));
-    memory = std::make_unique<et::MemoryManager>(method_allocator.get(),
-                                                 planned_allocator.get());
+    memory = std::make_unique<et::MemoryManager>(method_allocator.get(), planned_allocator.get());
     return Error::Ok;
   }
 
@@ -124,8 +124,8 @@ std::vector<float> ReadFloats(const std::string& path) {
 std::vector<float> RunForward(et::Method& method, std::vector<float>& input) {
   et::etensor::TensorImpl::SizesType sizes[2] = {2, 16};
   et::etensor::TensorImpl::DimOrderType dim_order[2] = {0, 1};
-  et::etensor::TensorImpl impl(::executorch::aten::ScalarType::Float, 2, sizes,
-                               input.data(), dim_order);
+  et::etensor::TensorImpl impl(::executorch::aten::ScalarType::Float, 2, sizes, input.data(),
+                               dim_order);
   et::EValue in{::executorch::aten::Tensor(&impl)};
   EXPECT_EQ(method.set_input(in, 0), Error::Ok);
   const Error e = method.execute();
@@ -144,8 +144,7 @@ struct Model {
   double atol, rtol;
 };
 
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
-                 const Model& m) {
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const Model& m) {
   ASSERT_EQ(got.size(), want.size());
   double max_diff = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -156,8 +155,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
   std::printf("%s: max |got - expected| = %.3g\n", m.name, max_diff);
 }
 
-std::vector<std::string> Calls(const std::string& method,
-                               const std::vector<std::string>& keys) {
+std::vector<std::string> Calls(const std::string& method, const std::vector<std::string>& keys) {
   std::vector<std::string> v;
   for (const auto& k : keys) v.push_back(method + " " + k);
   return v;
@@ -248,8 +246,8 @@ TEST(ProgramUpstreamTest, UpstreamMapGetsTheSameCalls) {
 // A map without the program's keys: the runtime fails load_method cleanly
 // with NotFound (it relies on exactly that code), for both models.
 TEST(ProgramErrorTest, MissingKeysFailLoadMethodWithNotFound) {
-  for (auto [pte, ptd] : {std::pair{"mlp.pte", "mlp_xnnpack.ptd"},
-                          std::pair{"mlp_xnnpack.pte", "mlp.ptd"}}) {
+  for (auto [pte, ptd] :
+       {std::pair{"mlp.pte", "mlp_xnnpack.ptd"}, std::pair{"mlp_xnnpack.pte", "mlp.ptd"}}) {
     SCOPED_TRACE(pte);
     auto map = ContainerDataMap::OpenFile(DataPath(std::string("executorch/") + ptd));
     ASSERT_TRUE(map.ok());

@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include "ptd/report.h"
-#include "ptd/file_source.h"
 #include "ptd/container.h"
+#include "ptd/file_source.h"
+#include "ptd/report.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ptd::fuzz {

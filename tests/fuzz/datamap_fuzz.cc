@@ -10,6 +10,11 @@
 // get_data are read after the map is gone (they keep the container alive).
 //
 // Only built when the executorch package is found (TARGET ptd_executorch).
+#include <executorch/runtime/core/error.h>
+#include <executorch/runtime/core/freeable_buffer.h>
+#include <executorch/runtime/platform/platform.h>
+#include <executorch/runtime/platform/runtime.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,11 +22,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <executorch/runtime/core/error.h>
-#include <executorch/runtime/core/freeable_buffer.h>
-#include <executorch/runtime/platform/platform.h>
-#include <executorch/runtime/platform/runtime.h>
 
 #include "ptd/container.h"
 #include "ptd/executorch/container_data_map.h"
@@ -96,18 +96,15 @@ void Exercise(const ContainerDataMap& map, std::vector<FreeableBuffer>* kept) {
     // Exactly the right size: the first load_size bytes of the segment.
     std::vector<uint8_t> buf(load_size + 1, kCanary);
     FUZZ_CHECK(map.load_data_into(e.key, buf.data(), load_size) == Error::Ok);
-    FUZZ_CHECK(load_size == 0 ||
-               std::memcmp(buf.data(), data->data(), load_size) == 0);
+    FUZZ_CHECK(load_size == 0 || std::memcmp(buf.data(), data->data(), load_size) == 0);
     FUZZ_CHECK(buf[load_size] == kCanary);
     // Too small and too big: refused, nothing written.
     std::vector<uint8_t> fresh(load_size + 1, kCanary);
     if (load_size > 0) {
-      FUZZ_CHECK(map.load_data_into(e.key, fresh.data(), load_size - 1) ==
-                 Error::InvalidArgument);
+      FUZZ_CHECK(map.load_data_into(e.key, fresh.data(), load_size - 1) == Error::InvalidArgument);
       FUZZ_CHECK(map.load_data_into(e.key, nullptr, load_size) == Error::InvalidArgument);
     }
-    FUZZ_CHECK(map.load_data_into(e.key, fresh.data(), load_size + 1) ==
-               Error::InvalidArgument);
+    FUZZ_CHECK(map.load_data_into(e.key, fresh.data(), load_size + 1) == Error::InvalidArgument);
     for (uint8_t b : fresh) FUZZ_CHECK(b == kCanary);
     kept->push_back(std::move(*data));
   }
@@ -133,8 +130,8 @@ namespace {
 
 // The map logs each refused call (ET_LOG); millions of lines would slow the
 // fuzzer and bury its own output.
-void DropLogMessage(et_timestamp_t, et_pal_log_level_t, const char*, const char*,
-                    size_t, const char*, size_t) {}
+void DropLogMessage(et_timestamp_t, et_pal_log_level_t, const char*, const char*, size_t,
+                    const char*, size_t) {}
 
 }  // namespace
 

@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "ptd/report.h"
-#include "ptd/file_source.h"
 
-#define FUZZ_CHECK(cond)         \
-  do {                           \
+#include "ptd/file_source.h"
+#include "ptd/report.h"
+
+#define FUZZ_CHECK(cond)           \
+  do {                             \
     if (!(cond)) __builtin_trap(); \
   } while (0)
 
@@ -27,8 +28,7 @@ namespace ptd::fuzz {
 
 class NoViewSource final : public FileSource {
  public:
-  explicit NoViewSource(std::shared_ptr<const FileSource> inner)
-      : inner_(std::move(inner)) {}
+  explicit NoViewSource(std::shared_ptr<const FileSource> inner) : inner_(std::move(inner)) {}
   const std::string& name() const override { return inner_->name(); }
   uint64_t size() const override { return inner_->size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> dst) const override {
@@ -52,8 +52,7 @@ inline void Touch(absl::Span<const uint8_t> bytes) {
 // True when both reports hold the same errors and warnings (rule and code),
 // in the same order.
 inline bool SameDiagnostics(const Report& a, const Report& b) {
-  const auto same = [](const std::vector<Diagnostic>& x,
-                       const std::vector<Diagnostic>& y) {
+  const auto same = [](const std::vector<Diagnostic>& x, const std::vector<Diagnostic>& y) {
     if (x.size() != y.size()) return false;
     for (size_t i = 0; i < x.size(); ++i) {
       if (x[i].rule != y[i].rule || x[i].code != y[i].code) return false;

@@ -68,8 +68,7 @@ void CheckLoaded(const Container& c, const LoadedWeights& loaded) {
     const NamedDataEntry* e = c.Find(w.storage_key);
     FUZZ_CHECK(e != nullptr);
     const uint32_t seg = e->segment_index;
-    auto from_file = DigestView(c.source(), c.SegmentFileOffset(seg),
-                                c.segments()[seg].size, view);
+    auto from_file = DigestView(c.source(), c.SegmentFileOffset(seg), c.segments()[seg].size, view);
     FUZZ_CHECK(from_file.ok() && *from_file == *from_memory);
   }
 }
@@ -103,10 +102,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FaultPlan plan;
   if (fault) {
     switch (fault_kind) {
-      case 0: plan.fail_allocation = fault_at; break;
-      case 1: plan.fail_staging = fault_at; break;
-      case 2: plan.fail_copy = fault_at; break;
-      default: plan.fail_wait = fault_at; break;
+      case 0:
+        plan.fail_allocation = fault_at;
+        break;
+      case 1:
+        plan.fail_staging = fault_at;
+        break;
+      case 2:
+        plan.fail_copy = fault_at;
+        break;
+      default:
+        plan.fail_wait = fault_at;
+        break;
     }
   }
   if (staging) {
@@ -141,8 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         !bundle->manifests()[0].manifest.entries.empty()) {
       options.fqns.emplace_back(bundle->manifests()[0].manifest.entries[0].fqn);
     }
-    loaded = LoadWeights(std::make_shared<const WeightBundle>(*std::move(bundle)), device,
-                         options);
+    loaded = LoadWeights(std::make_shared<const WeightBundle>(*std::move(bundle)), device, options);
     if (loaded->ok()) {
       // Reopen the same bytes for the checks: the checks read the container
       // of their own, not the bundle the loaded weights hold.

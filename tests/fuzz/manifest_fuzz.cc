@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "ptd/report.h"
+
 #include "ptd/manifest.h"
+#include "ptd/report.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

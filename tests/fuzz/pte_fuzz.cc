@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "ptd/report.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
 #include "ptd/program.h"
+#include "ptd/report.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ptd::fuzz {
@@ -25,8 +25,7 @@ void Exercise(const Program& p) {
     Touch(payload);
     const bool magic =
         payload.size() >= kManifestMagicPrefix.size() &&
-        std::memcmp(payload.data(), kManifestMagicPrefix.data(),
-                    kManifestMagicPrefix.size()) == 0;
+        std::memcmp(payload.data(), kManifestMagicPrefix.data(), kManifestMagicPrefix.size()) == 0;
     FUZZ_CHECK(d.is_manifest == magic);
     if (!d.is_manifest) continue;
     Report report;

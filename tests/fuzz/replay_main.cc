@@ -43,8 +43,7 @@ bool Collect(const fs::path& path, std::vector<fs::path>* files) {
   }
   if (!fs::is_directory(path, ec)) return false;
   std::vector<fs::path> found;
-  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end;
-       it.increment(ec)) {
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     if (it->is_regular_file(ec)) found.push_back(it->path());
   }
   if (ec) return false;

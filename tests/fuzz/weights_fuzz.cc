@@ -14,15 +14,16 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "runtime/internal/bytes_le.h"
-#include "runtime/internal/checked_math.h"
-#include "ptd/report.h"
-#include "ptd/view_geometry.h"
+
+#include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
-#include "ptd/container.h"
+#include "ptd/report.h"
 #include "ptd/view_digest.h"
+#include "ptd/view_geometry.h"
 #include "ptd/weight_set.h"
+#include "runtime/internal/bytes_le.h"
+#include "runtime/internal/checked_math.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ptd::fuzz {
@@ -32,8 +33,8 @@ constexpr uint64_t kMaxDigestBytes = 1 << 20;  // Skip larger gathers.
 constexpr uint64_t kMaxNaiveBytes = 64 << 10;  // Reference-check smaller ones.
 
 // The view's elements in row-major order, one element at a time.
-std::vector<uint8_t> NaiveGather(absl::Span<const uint8_t> storage,
-                                 const ViewSpec& v, uint64_t numel) {
+std::vector<uint8_t> NaiveGather(absl::Span<const uint8_t> storage, const ViewSpec& v,
+                                 uint64_t numel) {
   std::vector<uint8_t> out;
   out.reserve(numel * v.element_size);
   std::vector<int64_t> idx(v.sizes.size(), 0);
@@ -42,8 +43,7 @@ std::vector<uint8_t> NaiveGather(absl::Span<const uint8_t> storage,
     for (size_t d = 0; d < idx.size(); ++d) elem += idx[d] * v.strides[d];
     const uint64_t byte = static_cast<uint64_t>(elem) * v.element_size;
     FUZZ_CHECK(internal::RangeInside(byte, v.element_size, storage.size()));
-    out.insert(out.end(), storage.begin() + byte,
-               storage.begin() + byte + v.element_size);
+    out.insert(out.end(), storage.begin() + byte, storage.begin() + byte + v.element_size);
     for (size_t d = idx.size(); d-- > 0;) {
       if (++idx[d] < v.sizes[d]) break;
       idx[d] = 0;
@@ -52,28 +52,25 @@ std::vector<uint8_t> NaiveGather(absl::Span<const uint8_t> storage,
   return out;
 }
 
-std::vector<uint8_t> Gather(const FileSource& source, uint64_t offset,
-                            uint64_t nbytes, const ViewSpec& v) {
+std::vector<uint8_t> Gather(const FileSource& source, uint64_t offset, uint64_t nbytes,
+                            const ViewSpec& v) {
   std::vector<uint8_t> out;
-  const absl::Status s =
-      GatherView(source, offset, nbytes, v, [&](absl::Span<const uint8_t> b) {
-        FUZZ_CHECK(!b.empty() && b.size() <= kGatherWindowBytes);
-        out.insert(out.end(), b.begin(), b.end());
-      });
+  const absl::Status s = GatherView(source, offset, nbytes, v, [&](absl::Span<const uint8_t> b) {
+    FUZZ_CHECK(!b.empty() && b.size() <= kGatherWindowBytes);
+    out.insert(out.end(), b.begin(), b.end());
+  });
   FUZZ_CHECK(s.ok());
   return out;
 }
 
-void CheckWeights(const Container& c, const FileSource& windowed,
-                  const WeightSet& set) {
+void CheckWeights(const Container& c, const FileSource& windowed, const WeightSet& set) {
   for (const ResolvedManifest& rm : set.manifests()) {
     for (const ResolvedWeight& w : rm.weights) {
       if (!w.ok) continue;
       if (w.runtime_owned) {
         // A runtime-owned weight has a computed extent within its manifest
         // size (G2) and no stored bytes to check.
-        FUZZ_CHECK(w.extent.has_value() &&
-                   w.extent->required_nbytes <= w.entry->storage_nbytes);
+        FUZZ_CHECK(w.extent.has_value() && w.extent->required_nbytes <= w.entry->storage_nbytes);
         continue;
       }
       // An ok weight has a key, a readable segment and a computed extent.
@@ -112,22 +109,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* ptd_begin = data + 4;
   const uint8_t* manifest_begin = data + 4 + (rest - manifest_len);
 
-  std::shared_ptr<const FileSource> source = MemorySource(
-      std::vector<uint8_t>(ptd_begin, manifest_begin), "fuzz.ptd");
+  std::shared_ptr<const FileSource> source =
+      MemorySource(std::vector<uint8_t>(ptd_begin, manifest_begin), "fuzz.ptd");
   // Separate heap copy so ASan sees reads past the manifest's end.
   const std::vector<uint8_t> manifest_bytes(manifest_begin, data + size);
 
   Report report;
   std::unique_ptr<Container> c = Container::Verify(source, &report);
-  std::optional<Manifest> m = DecodeManifest(
-      manifest_bytes, Where{.file = "fuzz.manifest", .source = "manifest"}, &report);
+  std::optional<Manifest> m =
+      DecodeManifest(manifest_bytes, Where{.file = "fuzz.manifest", .source = "manifest"}, &report);
   if (c == nullptr || !m.has_value()) return 0;
 
   const fuzz::NoViewSource windowed(source);
   const ManifestInput one[] = {{"manifest", &*m}};
   const WeightSet set = WeightSet::Resolve(*c, one, &report);
-  FUZZ_CHECK(set.manifests().size() == 1 &&
-             set.manifests()[0].weights.size() == m->entries.size());
+  FUZZ_CHECK(set.manifests().size() == 1 && set.manifests()[0].weights.size() == m->entries.size());
   fuzz::CheckWeights(*c, windowed, set);
 
   Report twice_report;

@@ -19,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "ptd/file_source.h"
 #include "ptd/scalar_type.h"
 #include "ptd/view_geometry.h"
@@ -68,8 +69,9 @@ void Run(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < kMaxWeights && !in.empty(); ++i) {
     WeightSpec w;
     const uint64_t name = in.Take(1);
-    w.fqn = name % 16 == 15 ? "" : name % 8 == 7 ? "_tensor_constant0"
-                                                 : absl::StrCat("w", name % 12);
+    w.fqn = name % 16 == 15 ? ""
+            : name % 8 == 7 ? "_tensor_constant0"
+                            : absl::StrCat("w", name % 12);
     w.dtype = static_cast<int32_t>(in.Take(1) % 32);
     w.device_type = static_cast<int32_t>(in.Take(1) % 3);
     storages.emplace_back(in.Take(2) % kMaxStorage, static_cast<uint8_t>(i));
@@ -109,14 +111,13 @@ void Run(const uint8_t* data, size_t size) {
       // The G rules agree: G1 (bad geometry) or G2 (needs more than given).
       const auto elem = ElementSize(w.dtype);
       FUZZ_CHECK(elem.has_value());
-      const bool clone = !w.value.is_original_storage &&
-                         w.value.sizes == w.properties.shape &&
+      const bool clone = !w.value.is_original_storage && w.value.sizes == w.properties.shape &&
                          w.value.strides == w.properties.stride;
-      const GeometryResult g = ComputeExtent(
-          ViewSpec{.element_size = *elem,
-                   .storage_offset = clone ? 0 : w.properties.offset,
-                   .sizes = w.properties.shape,
-                   .strides = w.properties.stride});
+      const GeometryResult g =
+          ComputeExtent(ViewSpec{.element_size = *elem,
+                                 .storage_offset = clone ? 0 : w.properties.offset,
+                                 .sizes = w.properties.shape,
+                                 .strides = w.properties.stride});
       FUZZ_CHECK(!g.ok() || g.extent.required_nbytes > w.value.storage.size());
     }
   }

@@ -13,13 +13,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/diagnostics.h"
-#include "ptd/scalar_type.h"
+
+#include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
-#include "ptd/container.h"
 #include "ptd/ptd_writer.h"
+#include "ptd/scalar_type.h"
 #include "ptd/weight_set.h"
+#include "tests/testing/diagnostics.h"
 
 namespace ptd {
 namespace {
@@ -31,10 +32,8 @@ constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
 GeometryResult Extent(uint32_t e, int64_t offset, std::vector<int64_t> sizes,
                       std::vector<int64_t> strides) {
-  return ComputeExtent(ViewSpec{.element_size = e,
-                                .storage_offset = offset,
-                                .sizes = sizes,
-                                .strides = strides});
+  return ComputeExtent(
+      ViewSpec{.element_size = e, .storage_offset = offset, .sizes = sizes, .strides = strides});
 }
 
 // required_nbytes of a view that must be valid.
@@ -57,9 +56,7 @@ TEST(ViewGeometryTest, RowSliceOfBig) {
   EXPECT_FALSE(g.extent.empty());
 }
 
-TEST(ViewGeometryTest, CompactCloneOfRowSlice) {
-  EXPECT_EQ(Required(4, 0, {3, 4}, {4, 1}), 48u);
-}
+TEST(ViewGeometryTest, CompactCloneOfRowSlice) { EXPECT_EQ(Required(4, 0, {3, 4}, {4, 1}), 48u); }
 
 TEST(ViewGeometryTest, ColumnSliceOfBig) {
   // big = 8x8 float32; big[:, 1:3]: sizes (8,2), strides (8,1), offset 1.
@@ -210,8 +207,8 @@ TEST(ViewGeometryTest, ContiguousStridesAreRowMajor) {
 TEST(ViewGeometryTest, IsContiguous) {
   const auto contiguous = [](int64_t offset, std::vector<int64_t> sizes,
                              std::vector<int64_t> strides) {
-    return IsContiguous(ViewSpec{.element_size = 4, .storage_offset = offset,
-                                 .sizes = sizes, .strides = strides});
+    return IsContiguous(
+        ViewSpec{.element_size = 4, .storage_offset = offset, .sizes = sizes, .strides = strides});
   };
   EXPECT_TRUE(contiguous(8, {3, 4}, {4, 1}));
   EXPECT_TRUE(contiguous(0, {}, {}));
@@ -219,8 +216,8 @@ TEST(ViewGeometryTest, IsContiguous) {
   EXPECT_FALSE(contiguous(0, {8, 2}, {8, 1}));        // Row gaps.
   EXPECT_FALSE(contiguous(0, {4, 8}, {1, 4}));        // Transposed.
   EXPECT_FALSE(contiguous(0, {2, 3, 4, 5}, {60, 1, 15, 3}));
-  EXPECT_FALSE(contiguous(0, {10, 4}, {0, 1}));        // Broadcast.
-  EXPECT_FALSE(contiguous(0, {3, 4}, {4}));            // Rank mismatch.
+  EXPECT_FALSE(contiguous(0, {10, 4}, {0, 1}));  // Broadcast.
+  EXPECT_FALSE(contiguous(0, {3, 4}, {4}));      // Rank mismatch.
 }
 
 // --- Property test -------------------------------------------------------------------------
@@ -274,11 +271,10 @@ std::vector<RandomView> RandomViews(uint64_t seed) {
 
 TEST(ViewGeometryTest, PropertyExtentMatchesBruteForce) {
   for (const RandomView& v : RandomViews(0x9e3779b97f4a7c15)) {
-    const GeometryResult g =
-        ComputeExtent(ViewSpec{.element_size = v.element_size,
-                               .storage_offset = v.offset,
-                               .sizes = v.sizes,
-                               .strides = v.strides});
+    const GeometryResult g = ComputeExtent(ViewSpec{.element_size = v.element_size,
+                                                    .storage_offset = v.offset,
+                                                    .sizes = v.sizes,
+                                                    .strides = v.strides});
     ASSERT_TRUE(g.ok()) << g.detail;
     ASSERT_EQ(g.extent.required_nbytes, v.brute_required)
         << "offset " << v.offset << " ndim " << v.sizes.size();
@@ -302,15 +298,15 @@ TEST(ViewGeometryTest, PropertyExactStorageVerifiesOneByteLessFailsG2) {
     for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
     const std::string key = "cuda_fqn_weight:cuda:" + fqn;
     ASSERT_TRUE(writer.Add(key, bytes).ok());
-    manifest.entries.push_back(WeightEntry{.fqn = manifest.KeepName(fqn),
-                                           .storage_key = manifest.KeepName(key),
-                                           .storage_nbytes = n,
-                                           .dtype = v.dtype,
-                                           .device_type = 1,
-                                           .storage_offset = v.offset,
-                                           .sizes = DimVector(v.sizes.begin(), v.sizes.end()),
-                                           .strides = DimVector(v.strides.begin(),
-                                                                v.strides.end())});
+    manifest.entries.push_back(
+        WeightEntry{.fqn = manifest.KeepName(fqn),
+                    .storage_key = manifest.KeepName(key),
+                    .storage_nbytes = n,
+                    .dtype = v.dtype,
+                    .device_type = 1,
+                    .storage_offset = v.offset,
+                    .sizes = DimVector(v.sizes.begin(), v.sizes.end()),
+                    .strides = DimVector(v.strides.begin(), v.strides.end())});
   };
   size_t expected_g2 = 0;
   for (size_t i = 0; i < views.size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "runtime/internal/collapsed_view.h"
 
 namespace ptd {
@@ -28,8 +29,8 @@ std::vector<uint8_t> Iota32(int n) {
 
 std::vector<int32_t> Materialize32(const std::vector<uint8_t>& storage, int64_t offset,
                                    std::vector<int64_t> sizes, std::vector<int64_t> strides) {
-  const ViewSpec view{.element_size = 4, .storage_offset = offset, .sizes = sizes,
-                      .strides = strides};
+  const ViewSpec view{
+      .element_size = 4, .storage_offset = offset, .sizes = sizes, .strides = strides};
   auto plan = PlanMaterialize(view, storage.size());
   EXPECT_TRUE(plan.ok()) << plan.status();
   if (!plan.ok()) return {};
@@ -66,8 +67,7 @@ TEST(MaterializeOnHostTest, OddElementSizeIsCopiedWhole) {
   // 3-byte elements, every other one.
   std::vector<uint8_t> storage = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   const std::vector<int64_t> sizes = {2}, strides = {2};
-  const ViewSpec view{.element_size = 3, .storage_offset = 0, .sizes = sizes,
-                      .strides = strides};
+  const ViewSpec view{.element_size = 3, .storage_offset = 0, .sizes = sizes, .strides = strides};
   std::vector<uint8_t> out(6);
   ASSERT_TRUE(MaterializeOnHost(storage, view, absl::MakeSpan(out)).ok());
   EXPECT_THAT(out, ElementsAre(1, 2, 3, 7, 8, 9));
@@ -75,12 +75,14 @@ TEST(MaterializeOnHostTest, OddElementSizeIsCopiedWhole) {
 
 TEST(PlanMaterializeTest, RejectsWhatItCannotCopy) {
   const std::vector<int64_t> big(65, 1);
-  EXPECT_THAT(PlanMaterialize({.element_size = 1, .sizes = big, .strides = big}, 1)
-                  .status().message(), HasSubstr("rank 65"));
+  EXPECT_THAT(
+      PlanMaterialize({.element_size = 1, .sizes = big, .strides = big}, 1).status().message(),
+      HasSubstr("rank 65"));
   const std::vector<int64_t> s2 = {2}, s1 = {1};
   const auto past = PlanMaterialize({.element_size = 4, .sizes = s2, .strides = s1}, 7);
   EXPECT_EQ(past.status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_THAT(past.status().message(), HasSubstr("reaches byte 8 of its storage but the storage has 7"));
+  EXPECT_THAT(past.status().message(),
+              HasSubstr("reaches byte 8 of its storage but the storage has 7"));
   const std::vector<int64_t> neg = {-1};
   EXPECT_EQ(PlanMaterialize({.element_size = 4, .sizes = neg, .strides = s1}, 64).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -88,11 +90,12 @@ TEST(PlanMaterializeTest, RejectsWhatItCannotCopy) {
             absl::StatusCode::kInvalidArgument);
   // 2^40 x 2^40 broadcast elements from one byte.
   const std::vector<int64_t> huge = {int64_t{1} << 40, int64_t{1} << 40}, zero = {0, 0};
-  EXPECT_EQ(PlanMaterialize({.element_size = 1, .sizes = huge, .strides = zero}, 1)
-                .status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(PlanMaterialize({.element_size = 1, .sizes = huge, .strides = zero}, 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
   std::vector<uint8_t> storage(8), out(3);
   EXPECT_EQ(MaterializeOnHost(storage, {.element_size = 4, .sizes = s2, .strides = s1},
-                              absl::MakeSpan(out)).code(),
+                              absl::MakeSpan(out))
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 

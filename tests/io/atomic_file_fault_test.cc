@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/atomic_file.h"
 #include "runtime/internal/file_ops.h"
 #include "tests/testing/test_util.h"
@@ -28,11 +29,16 @@ enum class Step { kOpen, kWrite, kFsync, kClose, kRename };
 
 const char* StepName(Step s) {
   switch (s) {
-    case Step::kOpen: return "open";
-    case Step::kWrite: return "write";
-    case Step::kFsync: return "fsync";
-    case Step::kClose: return "close";
-    case Step::kRename: return "rename";
+    case Step::kOpen:
+      return "open";
+    case Step::kWrite:
+      return "write";
+    case Step::kFsync:
+      return "fsync";
+    case Step::kClose:
+      return "close";
+    case Step::kRename:
+      return "rename";
   }
   return "?";
 }
@@ -121,8 +127,7 @@ TEST_P(AtomicFileFaultTest, OldTargetIntactNoTemporaryErrorNamesStepAndErrno) {
   const absl::Status s = internal::WriteFileAtomically(ops, path, Produce);
   ASSERT_TRUE(ops.fired()) << "the fault was never reached";
   ASSERT_FALSE(s.ok());
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr(std::string(StepName(c.step)) + " failed"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr(std::string(StepName(c.step)) + " failed"));
   EXPECT_THAT(std::string(s.message()), HasSubstr(std::strerror(c.err)));
   EXPECT_THAT(std::string(s.message()), HasSubstr("model.ptd"));
   EXPECT_EQ(s.code(), c.err == ENOSPC ? absl::StatusCode::kResourceExhausted
@@ -159,8 +164,7 @@ std::string CaseName(const ::testing::TestParamInfo<FaultCase>& info) {
          (info.param.err == ENOSPC ? "ENOSPC" : "EIO");
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryStep, AtomicFileFaultTest, ::testing::ValuesIn(Cases()),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(EveryStep, AtomicFileFaultTest, ::testing::ValuesIn(Cases()), CaseName);
 
 TEST(AtomicFileFaultTest, ShortWritesStillWriteEverything) {
   TempDir dir;

@@ -13,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -23,7 +24,6 @@ using ::ptd::testing::CountEntries;
 using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::TempDir;
 using ::testing::HasSubstr;
-
 
 mode_t ModeOf(const std::string& path) {
   struct stat st {};
@@ -64,10 +64,8 @@ TEST(AtomicFileTest, StreamsManyChunks) {
 }
 
 TEST(AtomicFileTest, NewFileModeFollowsTheUmaskWhichStaysUnchanged) {
-  for (const auto& [mask, want] : {std::pair<mode_t, mode_t>{022, 0644},
-                                   {027, 0640},
-                                   {077, 0600},
-                                   {002, 0664}}) {
+  for (const auto& [mask, want] :
+       {std::pair<mode_t, mode_t>{022, 0644}, {027, 0640}, {077, 0600}, {002, 0664}}) {
     TempDir dir;
     ScopedUmask scoped(mask);
     const std::string path = dir.File("m.bin");

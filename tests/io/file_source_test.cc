@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/container.h"
 #include "ptd/program.h"
 #include "tests/pte/pte_builder.h"
@@ -56,15 +57,11 @@ TEST(FileSourceTest, MmapPreadAndMemoryAgree) {
   for (const auto& src : s.all) {
     EXPECT_EQ(src->size(), bytes.size());
     EXPECT_EQ(src->name(), s.dir.File("f.bin"));
-    for (const auto& [offset, len] : {std::pair<uint64_t, size_t>{0, 5000},
-                                      {0, 0},
-                                      {4999, 1},
-                                      {1234, 777},
-                                      {5000, 0}}) {
+    for (const auto& [offset, len] :
+         {std::pair<uint64_t, size_t>{0, 5000}, {0, 0}, {4999, 1}, {1234, 777}, {5000, 0}}) {
       std::vector<uint8_t> got(len, 0xEE);
       ASSERT_TRUE(src->ReadAt(offset, absl::MakeSpan(got)).ok()) << offset;
-      EXPECT_EQ(got, std::vector<uint8_t>(bytes.begin() + offset,
-                                          bytes.begin() + offset + len));
+      EXPECT_EQ(got, std::vector<uint8_t>(bytes.begin() + offset, bytes.begin() + offset + len));
       absl::StatusOr<Bytes> b = ReadBytes(*src, offset, len);
       ASSERT_TRUE(b.ok()) << b.status();
       EXPECT_EQ(std::vector<uint8_t>(b->span().begin(), b->span().end()), got);
@@ -80,8 +77,7 @@ TEST(FileSourceTest, OutOfRangeReadsFailAlikeWithoutOverflow) {
     EXPECT_EQ(src->ReadAt(~uint64_t{0} - 3, absl::MakeSpan(buf)).code(),
               absl::StatusCode::kOutOfRange);
     EXPECT_EQ(ReadBytes(*src, 101, 0).status().code(), absl::StatusCode::kOutOfRange);
-    EXPECT_EQ(ReadBytes(*src, 50, ~uint64_t{0}).status().code(),
-              absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(ReadBytes(*src, 50, ~uint64_t{0}).status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_FALSE(src->View(95, 10).has_value());
   }
 }
@@ -152,8 +148,8 @@ TEST(FaultySourceTest, ContainerHeaderReadFailureIsH1WithTheIoCode) {
   src->FailReadAt(0, absl::UnavailableError("x.ptd: EIO"));
   Report report;
   EXPECT_EQ(Container::Verify(src, &report), nullptr);
-  EXPECT_THAT(report, HasError("H1", AllOf(CodeIs(absl::StatusCode::kUnavailable),
-                                           MessageHas("EIO"))));
+  EXPECT_THAT(report,
+              HasError("H1", AllOf(CodeIs(absl::StatusCode::kUnavailable), MessageHas("EIO"))));
 }
 
 TEST(FaultySourceTest, ContainerFlatBufferShortReadIsC1DataLoss) {
@@ -162,11 +158,10 @@ TEST(FaultySourceTest, ContainerFlatBufferShortReadIsC1DataLoss) {
   Report report;
   EXPECT_EQ(Container::Verify(src, &report), nullptr);
   EXPECT_THAT(report, HasDiagnostic("C1", absl::StatusCode::kDataLoss));
-  EXPECT_THAT(Container::Open(Faulty(::ptd::testing::BuildRawPtd(
-                                         ::ptd::testing::ValidRawPtd()),
-                                     "x.ptd"))
-                  .status(),
-              absl::OkStatus());
+  EXPECT_THAT(
+      Container::Open(Faulty(::ptd::testing::BuildRawPtd(::ptd::testing::ValidRawPtd()), "x.ptd"))
+          .status(),
+      absl::OkStatus());
 }
 
 TEST(FaultySourceTest, ContainerSegmentReadFailureReachesTheCaller) {

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/host_device.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
@@ -19,9 +20,7 @@ using ::ptd::testing::RunCommand;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-std::string Load(const std::string& args) {
-  return std::string(PTD_LOAD_BINARY) + " " + args;
-}
+std::string Load(const std::string& args) { return std::string(PTD_LOAD_BINARY) + " " + args; }
 
 // A block of 8 MiB or more is mapped, and advised for transparent huge
 // pages where THP is on, no hypervisor takes back free huge-page blocks, and
@@ -75,8 +74,8 @@ TEST(LoadCliTest, ReportsTheBytesAdvisedForHugePages) {
   }
   // --huge-pages forces either way; any other value is a usage error.
   const auto advised = [&](const std::string& flag) {
-    const auto run = RunCommand(Load("--device host --json " + flag + " --manifest " +
-                                     m.manifest + " " + m.ptd));
+    const auto run = RunCommand(
+        Load("--device host --json " + flag + " --manifest " + m.manifest + " " + m.ptd));
     EXPECT_EQ(run.exit_code, 0) << flag << "\n" << run.out;
     return json::parse(run.out)["load"]["huge_page_bytes"].get<uint64_t>();
   };
@@ -98,76 +97,77 @@ TEST(LoadCliTest, EveryOkCaseLoadsWithTheExpectedDigests) {
     }
     if (tc.contains("pte")) routes.push_back("--pte " + ConformancePath(tc["pte"]));
     for (const std::string& plain : routes) {
-     // Read, and mapped from the file: the same digests either way.
-     for (const std::string map : {"", "--map "}) {
-      const std::string route = map + plain;
-      const auto r = RunCommand(Load("--device host --json --digest " + route + " " +
-                                     ConformancePath(tc["ptd"])));
-      ASSERT_EQ(r.exit_code, 0) << route << "\n" << r.out;
-      const json j = json::parse(r.out);
-      // Conformance files are small: their blocks come from the heap.
-      EXPECT_EQ(j["load"]["huge_page_bytes"], 0);
-      if (map.empty()) {
-        EXPECT_EQ(j["load"]["mapped"], 0);
-      } else {
-        EXPECT_LE(j["load"]["mapped"].get<uint64_t>(), j["load"]["storages"].get<uint64_t>());
-        EXPECT_EQ(j["load"]["mapped"].get<uint64_t>() > 0, j["load"]["mappings"].get<uint64_t>() > 0);
-      }
-      EXPECT_TRUE(j["ok"].get<bool>());
-      EXPECT_EQ(j["device"]["kind"], "host");
-      EXPECT_TRUE(j["timings"].contains("total_s"));
-      EXPECT_TRUE(j["timings"].contains("first_weight_s"));
-      if (tc.contains("named_data")) {
-        for (const auto& want : tc["named_data"]) {
-          bool found = false;
-          for (const auto& got : j["ptd"]["named_data"]) {
-            if (got["key"] != want["key"]) continue;
-            found = true;
-            EXPECT_EQ(got["sha256"], want["sha256"]) << want["key"];
+      // Read, and mapped from the file: the same digests either way.
+      for (const std::string map : {"", "--map "}) {
+        const std::string route = map + plain;
+        const auto r = RunCommand(
+            Load("--device host --json --digest " + route + " " + ConformancePath(tc["ptd"])));
+        ASSERT_EQ(r.exit_code, 0) << route << "\n" << r.out;
+        const json j = json::parse(r.out);
+        // Conformance files are small: their blocks come from the heap.
+        EXPECT_EQ(j["load"]["huge_page_bytes"], 0);
+        if (map.empty()) {
+          EXPECT_EQ(j["load"]["mapped"], 0);
+        } else {
+          EXPECT_LE(j["load"]["mapped"].get<uint64_t>(), j["load"]["storages"].get<uint64_t>());
+          EXPECT_EQ(j["load"]["mapped"].get<uint64_t>() > 0,
+                    j["load"]["mappings"].get<uint64_t>() > 0);
+        }
+        EXPECT_TRUE(j["ok"].get<bool>());
+        EXPECT_EQ(j["device"]["kind"], "host");
+        EXPECT_TRUE(j["timings"].contains("total_s"));
+        EXPECT_TRUE(j["timings"].contains("first_weight_s"));
+        if (tc.contains("named_data")) {
+          for (const auto& want : tc["named_data"]) {
+            bool found = false;
+            for (const auto& got : j["ptd"]["named_data"]) {
+              if (got["key"] != want["key"]) continue;
+              found = true;
+              EXPECT_EQ(got["sha256"], want["sha256"]) << want["key"];
+            }
+            EXPECT_TRUE(found) << want["key"];
           }
-          EXPECT_TRUE(found) << want["key"];
         }
-      }
-      if (tc.contains("weights")) {
-        ASSERT_EQ(j["manifests"].size(), 1u);
-        for (const auto& want : tc["weights"]) {
-          bool found = false;
-          for (const auto& got : j["manifests"][0]["weights"]) {
-            if (got["fqn"] != want["fqn"]) continue;
-            found = true;
-            // Runtime-owned entries (no digest in cases.json) are listed,
-            // never loaded, and have no sha256.
-            const bool owned = want["sha256"].is_null();
-            EXPECT_EQ(got["runtime_owned"].get<bool>(), owned) << want["fqn"];
-            EXPECT_EQ(got["loaded"].get<bool>(), !owned) << want["fqn"];
-            EXPECT_EQ(got["sha256"], want["sha256"]) << want["fqn"];
+        if (tc.contains("weights")) {
+          ASSERT_EQ(j["manifests"].size(), 1u);
+          for (const auto& want : tc["weights"]) {
+            bool found = false;
+            for (const auto& got : j["manifests"][0]["weights"]) {
+              if (got["fqn"] != want["fqn"]) continue;
+              found = true;
+              // Runtime-owned entries (no digest in cases.json) are listed,
+              // never loaded, and have no sha256.
+              const bool owned = want["sha256"].is_null();
+              EXPECT_EQ(got["runtime_owned"].get<bool>(), owned) << want["fqn"];
+              EXPECT_EQ(got["loaded"].get<bool>(), !owned) << want["fqn"];
+              EXPECT_EQ(got["sha256"], want["sha256"]) << want["fqn"];
+            }
+            EXPECT_TRUE(found) << want["fqn"];
           }
-          EXPECT_TRUE(found) << want["fqn"];
+          size_t owned = 0;
+          for (const auto& want : tc["weights"]) owned += want["sha256"].is_null() ? 1 : 0;
+          EXPECT_EQ(j["load"]["weights"], tc["weights"].size() - owned);
+          EXPECT_EQ(j["load"]["runtime_owned"], owned);
+          ASSERT_EQ(j["runtime_owned"].size(), owned);
+          for (const auto& ro : j["runtime_owned"]) {
+            EXPECT_TRUE(ro.contains("required_nbytes") && ro.contains("sizes") &&
+                        ro.contains("strides") && ro.contains("storage_offset") &&
+                        ro.contains("dtype"))
+                << ro.dump();
+          }
         }
-        size_t owned = 0;
-        for (const auto& want : tc["weights"]) owned += want["sha256"].is_null() ? 1 : 0;
-        EXPECT_EQ(j["load"]["weights"], tc["weights"].size() - owned);
-        EXPECT_EQ(j["load"]["runtime_owned"], owned);
-        ASSERT_EQ(j["runtime_owned"].size(), owned);
-        for (const auto& ro : j["runtime_owned"]) {
-          EXPECT_TRUE(ro.contains("required_nbytes") && ro.contains("sizes") &&
-                      ro.contains("strides") && ro.contains("storage_offset") &&
-                      ro.contains("dtype"))
-              << ro.dump();
-        }
+        ++checked;
       }
-      ++checked;
-     }
     }
   }
   EXPECT_GE(checked, 10);
 }
 
 TEST(LoadCliTest, SubsetLoadsOnlyTheNamedWeights) {
-  const auto r = RunCommand(
-      Load("--json --digest --fqn layers.0.attn.q --fqn lm_head.weight --manifest " +
-           ConformancePath("files/k01_view_geometry.manifest") + " " +
-           ConformancePath("files/k01_view_geometry.ptd")));
+  const auto r =
+      RunCommand(Load("--json --digest --fqn layers.0.attn.q --fqn lm_head.weight --manifest " +
+                      ConformancePath("files/k01_view_geometry.manifest") + " " +
+                      ConformancePath("files/k01_view_geometry.ptd")));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json j = json::parse(r.out);
   EXPECT_EQ(j["load"]["weights"], 2);
@@ -181,10 +181,10 @@ TEST(LoadCliTest, SubsetLoadsOnlyTheNamedWeights) {
 }
 
 TEST(LoadCliTest, TextReportAndRepeat) {
-  const auto r = RunCommand(Load("--repeat 3 --threads 2 --manifest " +
-                                 ConformancePath("files/k02_one_storage_key_many_views.manifest") +
-                                 " " +
-                                 ConformancePath("files/k02_one_storage_key_many_views.ptd")));
+  const auto r =
+      RunCommand(Load("--repeat 3 --threads 2 --manifest " +
+                      ConformancePath("files/k02_one_storage_key_many_views.manifest") + " " +
+                      ConformancePath("files/k02_one_storage_key_many_views.ptd")));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("4 weights (3 reused, 0 runtime-owned), 1 storage, 192 bytes"));
   EXPECT_THAT(r.out, HasSubstr("3 loads: median"));
@@ -192,10 +192,10 @@ TEST(LoadCliTest, TextReportAndRepeat) {
 }
 
 TEST(LoadCliTest, MapSaysWhatItMapped) {
-  const auto r = RunCommand(Load("--map --device host --manifest " +
-                                 ConformancePath("files/k02_one_storage_key_many_views.manifest") +
-                                 " " +
-                                 ConformancePath("files/k02_one_storage_key_many_views.ptd")));
+  const auto r =
+      RunCommand(Load("--map --device host --manifest " +
+                      ConformancePath("files/k02_one_storage_key_many_views.manifest") + " " +
+                      ConformancePath("files/k02_one_storage_key_many_views.ptd")));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("0 reads of 0 bytes, 0 copies, 1 mapped from the file (192 bytes, "
                                "1 mapping)"));
@@ -204,8 +204,8 @@ TEST(LoadCliTest, MapSaysWhatItMapped) {
 
 TEST(LoadCliTest, ABrokenRuleIsExitOneAndLoadsNothing) {
   const auto r = RunCommand(Load("--json --manifest " +
-                                 ConformancePath("files/k12_storage_size_mismatch.manifest") +
-                                 " " + ConformancePath("files/k12_storage_size_mismatch.ptd")));
+                                 ConformancePath("files/k12_storage_size_mismatch.manifest") + " " +
+                                 ConformancePath("files/k12_storage_size_mismatch.ptd")));
   EXPECT_EQ(r.exit_code, 1);
   const json j = json::parse(r.out);
   EXPECT_FALSE(j["ok"].get<bool>());
@@ -224,9 +224,8 @@ TEST(LoadCliTest, UsageAndInputErrorsAreExitTwo) {
 }
 
 TEST(LoadCliTest, CudaWithoutCudaSaysSo) {
-  const auto r = RunCommand(
-      Load("--device cuda " + ConformancePath("files/c01_layouts_and_shared_segment.ptd") +
-           " 2>&1"));
+  const auto r = RunCommand(Load(
+      "--device cuda " + ConformancePath("files/c01_layouts_and_shared_segment.ptd") + " 2>&1"));
 #ifndef PTD_LOAD_HAS_CUDA
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.out, HasSubstr("built without CUDA"));

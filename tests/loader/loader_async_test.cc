@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/testing/async_device.h"
@@ -42,8 +43,8 @@ TEST(LoaderAsyncTest, A256MiBModelOfManyStoragesLandsByteForByte) {
   // 1 KiB .. 3 MiB storages, 256 MiB in all: packed reads, whole-slot reads
   // and chunked ones.
   std::vector<uint64_t> sizes;
-  const uint64_t pattern[] = {1 * kKiB, 3 * kMiB + 4, 64 * kKiB, 12, 1 * kMiB, 200 * kKiB,
-                              2 * kMiB};
+  const uint64_t pattern[] = {1 * kKiB, 3 * kMiB + 4, 64 * kKiB, 12,
+                              1 * kMiB, 200 * kKiB,   2 * kMiB};
   uint64_t total = 0;
   for (size_t i = 0; total < 256 * kMiB; ++i) {
     const uint64_t n = std::min(pattern[i % std::size(pattern)], 256 * kMiB - total);
@@ -108,7 +109,9 @@ TEST(LoaderAsyncTest, DigestOfATransposedViewReadsItsBytesBackInLargePieces) {
                   .Add(WeightSpec{.fqn = "w.t",
                                   .dtype = 6,
                                   .device_type = 1,
-                                  .value = {.storage = bytes, .sizes = sizes, .strides = strides,
+                                  .value = {.storage = bytes,
+                                            .sizes = sizes,
+                                            .strides = strides,
                                             .is_original_storage = true},
                                   .properties = {.offset = 0, .shape = sizes, .stride = strides}})
                   .ok());

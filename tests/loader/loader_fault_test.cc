@@ -15,6 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/testing/async_device.h"
@@ -73,16 +74,16 @@ class LoaderFaultTest : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
     model_ = WriteTestModel(dir_.path(), FaultSizes(), /*with_cpu_weight=*/true);
-    auto b = WeightBundle::Open(BundlePaths{.ptd = model_.ptd, .manifest = model_.manifest,
-                                            .use_mmap = false});
+    auto b = WeightBundle::Open(
+        BundlePaths{.ptd = model_.ptd, .manifest = model_.manifest, .use_mmap = false});
     ASSERT_TRUE(b.ok()) << b.status();
     bundle_ = std::make_shared<const WeightBundle>(*std::move(b));
     source_ = MakeContainerByteSource(*bundle_->container());
   }
   bool staged() const { return GetParam() != Path::kDirect; }
   LoadOptions Options() const {
-    return LoadOptions{.threads = 3, .ring_slots = 3, .ring_slot_bytes = 128 << 10,
-                       .max_read_bytes = 128 << 10};
+    return LoadOptions{
+        .threads = 3, .ring_slots = 3, .ring_slot_bytes = 128 << 10, .max_read_bytes = 128 << 10};
   }
 
   // Loads through the ByteSource entry with `plan` and `fail_read`, then
@@ -222,8 +223,7 @@ TEST(LoaderShrinkTest, MappedBundleOfAShrunkFileIsDataLossNotSigbus) {
   const TestModel m = WriteTestModel(dir.path(), {1 << 20, 4096});
   // Verified through a mapping (pread is the default): the loader still
   // reads with pread.
-  auto b = WeightBundle::Open(
-      BundlePaths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = true});
+  auto b = WeightBundle::Open(BundlePaths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = true});
   ASSERT_TRUE(b.ok());
   ASSERT_TRUE(b->container()->source().View(0, 0).has_value());  // A mapping.
   ASSERT_EQ(::truncate(m.ptd.c_str(), 8192), 0);
@@ -239,9 +239,12 @@ INSTANTIATE_TEST_SUITE_P(Paths, LoaderFaultTest,
                          ::testing::Values(Path::kDirect, Path::kStaged, Path::kAsync),
                          [](const auto& p) {
                            switch (p.param) {
-                             case Path::kDirect: return "Direct";
-                             case Path::kStaged: return "Staged";
-                             case Path::kAsync: return "Async";
+                             case Path::kDirect:
+                               return "Direct";
+                             case Path::kStaged:
+                               return "Staged";
+                             case Path::kAsync:
+                               return "Async";
                            }
                            return "";
                          });

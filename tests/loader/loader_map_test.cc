@@ -15,6 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/byte_source.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"

@@ -12,14 +12,15 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/byte_source.h"
 #include "ptd/host_device.h"
 #include "ptd/ptd_writer.h"
@@ -32,10 +33,10 @@ namespace ptd {
 namespace {
 
 using ::ptd::testing::ConformanceCases;
-using ::ptd::testing::ExpectLoadedAsCase;
 using ::ptd::testing::ConformancePath;
 using ::ptd::testing::ConformanceRoutes;
 using ::ptd::testing::CountingFileSource;
+using ::ptd::testing::ExpectLoadedAsCase;
 using ::ptd::testing::FakeCudaDevice;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::TestModel;
@@ -72,7 +73,8 @@ struct StagedDevice {
 };
 const StagedDevice kStagedDevices[] = {
     {"fake-cuda", [] { return std::shared_ptr<Device>(std::make_shared<FakeCudaDevice>()); }},
-    {"async", [] {
+    {"async",
+     [] {
        return std::shared_ptr<Device>(
            std::make_shared<AsyncDevice>(AsyncDeviceOptions{.compute_capability = 90}));
      }},
@@ -267,10 +269,9 @@ void ExpectBothPlansAgree(const json& tc, Target target) {
     EXPECT_EQ(a.fqn, b.fqn);
     EXPECT_EQ(a.storage, b.storage) << a.fqn;
     EXPECT_EQ(a.device, b.device) << a.fqn;
-    EXPECT_EQ(static_cast<uint8_t*>(a.data) -
-                  static_cast<uint8_t*>(by_entry->storage(a).buffer.data()),
-              static_cast<uint8_t*>(b.data) -
-                  static_cast<uint8_t*>(by_key->storage(b).buffer.data()))
+    EXPECT_EQ(
+        static_cast<uint8_t*>(a.data) - static_cast<uint8_t*>(by_entry->storage(a).buffer.data()),
+        static_cast<uint8_t*>(b.data) - static_cast<uint8_t*>(by_key->storage(b).buffer.data()))
         << a.fqn;
     EXPECT_EQ(by_entry->Find("manifest", a.fqn), &a);
   }
@@ -473,8 +474,8 @@ TEST(LoaderTest, PackedNeighboursBackToBackInMemoryAreReadStraightIntoThem) {
     ASSERT_TRUE(bundle.ok()) << bundle.status();
     const std::vector<uint8_t> manifest = ::ptd::testing::ReadFileBytes(m.manifest);
     DestinationRecorder source(MakeContainerByteSource(*bundle->container()));
-    auto w = LoadWeights(manifest, source, std::make_shared<HostDevice>(),
-                         LoadOptions{.threads = 1});
+    auto w =
+        LoadWeights(manifest, source, std::make_shared<HostDevice>(), LoadOptions{.threads = 1});
     ASSERT_TRUE(w.ok()) << w.status();
     EXPECT_EQ(w->stats().storages, 256u);
     EXPECT_LT(w->stats().reads, 16u);  // Packed: 256 KiB at a time, not 256 reads.
@@ -499,8 +500,7 @@ TEST(LoaderTest, PackedReadsThroughScratchGoAMebibyteAtATime) {
   ASSERT_TRUE(bundle.ok()) << bundle.status();
   const std::vector<uint8_t> manifest = ::ptd::testing::ReadFileBytes(m.manifest);
   DestinationRecorder source(MakeContainerByteSource(*bundle->container()));
-  auto w = LoadWeights(manifest, source, std::make_shared<HostDevice>(),
-                       LoadOptions{.threads = 2});
+  auto w = LoadWeights(manifest, source, std::make_shared<HostDevice>(), LoadOptions{.threads = 2});
   ASSERT_TRUE(w.ok()) << w.status();
   const std::vector<size_t> sizes = source.sizes();
   ASSERT_EQ(sizes.size(), w->stats().reads);
@@ -635,8 +635,8 @@ TEST(LoaderTest, TheDefaultRingIsTwoSlotsDeeperThanTheReaders) {
   for (size_t threads : {1, 4, 7}) {
     SCOPED_TRACE(threads);
     auto device = std::make_shared<FaultDevice>(std::make_shared<AsyncDevice>());
-    auto w = LoadWeights(paths, device,
-                         LoadOptions{.threads = threads, .ring_slot_bytes = 64 << 10});
+    auto w =
+        LoadWeights(paths, device, LoadOptions{.threads = threads, .ring_slot_bytes = 64 << 10});
     ASSERT_TRUE(w.ok()) << w.status();
     EXPECT_EQ(device->counts().staging_allocations, threads + 2);
   }
@@ -683,9 +683,12 @@ VariantFixture MakeVariantFixture() {
   const auto add = [&](std::string fqn, std::string key, uint8_t fill) {
     std::vector<uint8_t> bytes(16, fill);
     EXPECT_TRUE(w.Add(key, bytes).ok());
-    m.entries.push_back(WeightEntry{.fqn = m.KeepName(fqn), .storage_key = m.KeepName(key),
+    m.entries.push_back(WeightEntry{.fqn = m.KeepName(fqn),
+                                    .storage_key = m.KeepName(key),
                                     .storage_nbytes = 16,
-                                    .dtype = 6, .device_type = 1, .sizes = {4},
+                                    .dtype = 6,
+                                    .device_type = 1,
+                                    .sizes = {4},
                                     .strides = {1}});
   };
   add("layer.weight", "cuda_fqn_weight:cuda:layer.weight", 1);
@@ -713,8 +716,8 @@ TEST(LoaderTest, LibraryLocalConstantsFollowTheChosenVariant) {
     EXPECT_EQ(names(*on90), (std::set<std::string>{"layer.weight", "_tensor_constant1"}));
     EXPECT_EQ(on90->chosen_variants(), (std::vector<std::optional<size_t>>{1}));
   }
-  auto sm80 = LoadWeights(f.manifest, *source, std::make_shared<HostDevice>(),
-                          LoadOptions{.sm = 80});
+  auto sm80 =
+      LoadWeights(f.manifest, *source, std::make_shared<HostDevice>(), LoadOptions{.sm = 80});
   ASSERT_TRUE(sm80.ok());
   EXPECT_EQ(names(*sm80), (std::set<std::string>{"layer.weight", "_tensor_constant0"}));
   // The host has no capability: no variant is chosen, nothing is filtered.
@@ -747,8 +750,7 @@ TEST(LoaderTest, ByteSourceEntryVerifiesBeforeAllocating) {
        "(G3)"},
       {"key", [](Manifest& x) { x.entries[0].storage_key = "cuda_fqn_weight:cuda:none"; },
        absl::StatusCode::kNotFound, "(X1)"},
-      {"view", [](Manifest& x) { x.entries[0].sizes = {5}; }, absl::StatusCode::kDataLoss,
-       "(G2)"},
+      {"view", [](Manifest& x) { x.entries[0].sizes = {5}; }, absl::StatusCode::kDataLoss, "(G2)"},
   };
   for (const Case& c : cases) {
     Manifest bad = m;

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/testing/fault_device.h"
@@ -21,10 +22,10 @@
 namespace ptd {
 namespace {
 
+using ::ptd::internal::BudgetPlacement;
 using ::ptd::internal::CheckPlacement;
 using ::ptd::internal::DescribeBytes;
 using ::ptd::internal::MatchesAny;
-using ::ptd::internal::BudgetPlacement;
 using ::ptd::internal::PlaceStorages;
 using ::ptd::testing::FakeCudaDevice;
 using ::ptd::testing::TempDir;
@@ -76,8 +77,8 @@ TEST(PlacementTest, ABudgetOverTheFreeMemoryNamesTheShortfall) {
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("device budget 96 MiB (100663296 bytes) is 33554432 bytes more than the "
                         "67108864 bytes free on cuda:0, of 83886080"));
-  EXPECT_TRUE(CheckPlacement(p, 64 * kMiB, DeviceMemoryInfo{.free_bytes = 64 * kMiB}, "cuda:0")
-                  .ok());
+  EXPECT_TRUE(
+      CheckPlacement(p, 64 * kMiB, DeviceMemoryInfo{.free_bytes = 64 * kMiB}, "cuda:0").ok());
 }
 
 TEST(PlacementTest, AMappedShareOverThePinnableMemoryNamesTheShortfall) {
@@ -140,8 +141,8 @@ TEST(LoaderPlacementTest, ABudgetOnTheHostDeviceIsInvalidArgument) {
   TempDir dir;
   const auto model = WriteTestModel(dir.path(), {4096});
   const BundlePaths paths{.ptd = model.ptd, .manifest = model.manifest};
-  for (const LoadOptions& lo : {LoadOptions{.device_budget_bytes = 0},
-                                LoadOptions{.host_fqns = {"w*"}}}) {
+  for (const LoadOptions& lo :
+       {LoadOptions{.device_budget_bytes = 0}, LoadOptions{.host_fqns = {"w*"}}}) {
     auto w = LoadWeights(paths, std::make_shared<HostDevice>(), lo);
     EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument) << w.status();
     EXPECT_THAT(std::string(w.status().message()), HasSubstr("is the host"));

@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/byte_source.h"
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
@@ -140,8 +141,7 @@ TEST(RuntimeOwnedLoadTest, ByteSourceEntryNeverAsksForTheirKeys) {
   // keys are never looked up, sized or read.
   auto bundle = WeightBundle::Open(BundlePaths{.ptd = K04().ptd});
   ASSERT_TRUE(bundle.ok()) << bundle.status();
-  const std::vector<uint8_t> manifest =
-      ::ptd::testing::ReadFileBytes(*K04().manifest);
+  const std::vector<uint8_t> manifest = ::ptd::testing::ReadFileBytes(*K04().manifest);
   RecordingSource source(MakeContainerByteSource(*bundle->container()));
   auto w = LoadWeights(manifest, source, std::make_shared<HostDevice>());
   ASSERT_TRUE(w.ok()) << w.status();
@@ -159,57 +159,55 @@ TEST(RuntimeOwnedLoadTest, WriterPlaceholderBesideCompactCloneLoads) {
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint8_t>(i);
   for (size_t i = 0; i < cols.size(); ++i) cols[i] = static_cast<uint8_t>(200 - i);
   CudaWeightWriter writer("so");
-  ASSERT_TRUE(writer
-                  .Add(WeightSpec{.fqn = "big_rows",
-                                  .value = {.storage = rows, .sizes = {3, 4}, .strides = {4, 1}},
-                                  .properties = {.storage_size = 128,
-                                                 .offset = 8,
-                                                 .shape = {3, 4},
-                                                 .stride = {4, 1}}})
-                  .ok());
-  ASSERT_TRUE(writer
-                  .Add(WeightSpec{.fqn = "big_cols",
-                                  .value = {.storage = cols, .sizes = {8, 2}, .strides = {8, 1}},
-                                  .properties = {.storage_size = 256,
-                                                 .offset = 1,
-                                                 .shape = {8, 2},
-                                                 .stride = {8, 1}}})
-                  .ok());
-  const absl::Status kv = writer.Add(WeightSpec{
-      .fqn = "__et_offgraph_kv_layer_0_k",
-      .dtype = 15,
-      .value = {.storage = {}, .sizes = {1, 8, 2, 4}, .strides = {64, 8, 4, 1}},
-      .properties = {.offset = 0, .shape = {1, 8, 2, 4}, .stride = {64, 8, 4, 1}}});
+  ASSERT_TRUE(
+      writer
+          .Add(WeightSpec{
+              .fqn = "big_rows",
+              .value = {.storage = rows, .sizes = {3, 4}, .strides = {4, 1}},
+              .properties = {.storage_size = 128, .offset = 8, .shape = {3, 4}, .stride = {4, 1}}})
+          .ok());
+  ASSERT_TRUE(
+      writer
+          .Add(WeightSpec{
+              .fqn = "big_cols",
+              .value = {.storage = cols, .sizes = {8, 2}, .strides = {8, 1}},
+              .properties = {.storage_size = 256, .offset = 1, .shape = {8, 2}, .stride = {8, 1}}})
+          .ok());
+  const absl::Status kv = writer.Add(
+      WeightSpec{.fqn = "__et_offgraph_kv_layer_0_k",
+                 .dtype = 15,
+                 .value = {.storage = {}, .sizes = {1, 8, 2, 4}, .strides = {64, 8, 4, 1}},
+                 .properties = {.offset = 0, .shape = {1, 8, 2, 4}, .stride = {64, 8, 4, 1}}});
   ASSERT_TRUE(kv.ok()) << kv;
   // A placeholder whose declared storage_size cannot hold its view: W3.
   const absl::Status small = writer.Add(WeightSpec{
       .fqn = "__et_offgraph_kv_layer_0_v",
       .dtype = 15,
       .value = {.storage = {}, .sizes = {1, 8, 2, 4}, .strides = {64, 8, 4, 1}},
-      .properties = {.storage_size = 64, .offset = 0, .shape = {1, 8, 2, 4},
-                     .stride = {64, 8, 4, 1}}});
+      .properties = {
+          .storage_size = 64, .offset = 0, .shape = {1, 8, 2, 4}, .stride = {64, 8, 4, 1}}});
   EXPECT_EQ(small.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(small.message(), AllOf(HasSubstr("requires 128 bytes from a 64-byte"),
-                                     HasSubstr("(W3)")));
+  EXPECT_THAT(small.message(),
+              AllOf(HasSubstr("requires 128 bytes from a 64-byte"), HasSubstr("(W3)")));
   // A truncated clone beside them: still W1.
   std::vector<uint8_t> short_rows(40);
-  const absl::Status truncated = writer.Add(WeightSpec{
-      .fqn = "big_rows_short",
-      .value = {.storage = short_rows, .sizes = {3, 4}, .strides = {4, 1}},
-      .properties = {.offset = 8, .shape = {3, 4}, .stride = {4, 1}}});
-  EXPECT_THAT(truncated.message(), AllOf(HasSubstr("requires 48 bytes from a 40-byte"),
-                                         HasSubstr("(W1)")));
+  const absl::Status truncated =
+      writer.Add(WeightSpec{.fqn = "big_rows_short",
+                            .value = {.storage = short_rows, .sizes = {3, 4}, .strides = {4, 1}},
+                            .properties = {.offset = 8, .shape = {3, 4}, .stride = {4, 1}}});
+  EXPECT_THAT(truncated.message(),
+              AllOf(HasSubstr("requires 48 bytes from a 40-byte"), HasSubstr("(W1)")));
 
   const WeightEntry& entry = writer.manifest().entries.back();
   EXPECT_EQ(entry.fqn, "__et_offgraph_kv_layer_0_k");
-  EXPECT_EQ(entry.storage_nbytes, 128u);  // The view's span: 64 bf16.
+  EXPECT_EQ(entry.storage_nbytes, 128u);   // The view's span: 64 bf16.
   EXPECT_EQ(writer.ptd().num_keys(), 2u);  // No bytes for the placeholder.
 
   const ::ptd::testing::TempDir dir;
   const std::string ptd = dir.File("w4.ptd"), manifest = dir.File("w4.manifest");
   ASSERT_TRUE(writer.Write(ptd, manifest).ok());
-  auto w = LoadWeights(BundlePaths{.ptd = ptd, .manifest = manifest},
-                       std::make_shared<HostDevice>());
+  auto w =
+      LoadWeights(BundlePaths{.ptd = ptd, .manifest = manifest}, std::make_shared<HostDevice>());
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->weights().size(), 2u);
   ASSERT_EQ(w->runtime_owned().size(), 1u);

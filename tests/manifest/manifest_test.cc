@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/strings/str_cat.h"
+
 #include "ptd/scalar_type.h"
-#include "tests/testing/diagnostics.h"
 #include "runtime/internal/bytes_le.h"
+#include "tests/testing/diagnostics.h"
 
 namespace ptd {
 namespace {
@@ -59,8 +60,7 @@ class ManifestBytes {
     U32(static_cast<uint32_t>(s.size()));
     return Raw(s);
   }
-  ManifestBytes& Variant(uint32_t target_sm, uint32_t ptx, uint32_t flags,
-                         std::string_view key) {
+  ManifestBytes& Variant(uint32_t target_sm, uint32_t ptx, uint32_t flags, std::string_view key) {
     return U32(target_sm).U32(ptx).U32(flags).Str(key);
   }
   ManifestBytes& Entry(const EntryFields& e) {
@@ -85,8 +85,7 @@ class ManifestBytes {
     return b.bytes();
   }
   // Magic, the given variants and no entries.
-  static std::vector<uint8_t> WithVariants(
-      const std::vector<::ptd::Variant>& vs) {
+  static std::vector<uint8_t> WithVariants(const std::vector<::ptd::Variant>& vs) {
     ManifestBytes b;
     b.Magic().U32(static_cast<uint32_t>(vs.size()));
     for (const auto& v : vs) b.Variant(v.target_sm, v.ptx_compute, v.flags, v.so_blob_key);
@@ -124,14 +123,13 @@ std::vector<std::string> Rules(const Report& r) {
 std::string Messages(const Report& r) { return ::ptd::testing::Describe(r); }
 
 std::vector<uint8_t> ReadConformance(const std::string& name) {
-  std::ifstream in(std::string(PTD_TEST_DATA_DIR) + "/conformance/files/" + name,
-                   std::ios::binary);
+  std::ifstream in(std::string(PTD_TEST_DATA_DIR) + "/conformance/files/" + name, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
 Variant V(uint32_t target, uint32_t ptx, uint32_t flags, std::string key) {
-  return Variant{.target_sm = target, .ptx_compute = ptx, .flags = flags,
-                 .so_blob_key = std::move(key)};
+  return Variant{
+      .target_sm = target, .ptx_compute = ptx, .flags = flags, .so_blob_key = std::move(key)};
 }
 
 // --- A well-formed manifest ---------------------------------------------------
@@ -189,14 +187,12 @@ TEST(ManifestTest, M1TransitionalMagicIsUnimplemented) {
   EXPECT_FALSE(d.manifest.has_value());
   EXPECT_THAT(Rules(d.report), ElementsAre("M1"));
   // Names the version found and the layouts this reader reads.
-  EXPECT_THAT(d.report,
-              ::ptd::testing::HasError(
-                  "M1", AllOf(::ptd::testing::CodeIs(absl::StatusCode::kUnimplemented),
-                              ::ptd::testing::MessageHas("'ETCUDAFQN4'"),
-                              ::ptd::testing::MessageHas("'ETCUDAFQN0'"),
-                              ::ptd::testing::MessageHas("'ETCUDAFQN3'"))));
-  EXPECT_EQ(ParseManifest(b.bytes()).status().code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(d.report, ::ptd::testing::HasError(
+                            "M1", AllOf(::ptd::testing::CodeIs(absl::StatusCode::kUnimplemented),
+                                        ::ptd::testing::MessageHas("'ETCUDAFQN4'"),
+                                        ::ptd::testing::MessageHas("'ETCUDAFQN0'"),
+                                        ::ptd::testing::MessageHas("'ETCUDAFQN3'"))));
+  EXPECT_EQ(ParseManifest(b.bytes()).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(ManifestTest, M1EveryTransitionalVersionIsUnimplemented) {
@@ -208,17 +204,14 @@ TEST(ManifestTest, M1EveryTransitionalVersionIsUnimplemented) {
     const Decoded d = Decode(b.bytes());
     EXPECT_FALSE(d.manifest.has_value()) << magic;
     EXPECT_THAT(Rules(d.report), ElementsAre("M1")) << magic;
-    EXPECT_EQ(ParseManifest(b.bytes()).status().code(),
-              absl::StatusCode::kUnimplemented)
-        << magic;
+    EXPECT_EQ(ParseManifest(b.bytes()).status().code(), absl::StatusCode::kUnimplemented) << magic;
   }
 }
 
 // --- ETCUDAFQN3, the released layout ----------------------------------------
 
 // "ETCUDAFQN3", the so_blob_key, then the entries as in ETCUDAFQN0.
-ManifestBytes Released(std::string_view so_blob_key,
-                       const std::vector<EntryFields>& es) {
+ManifestBytes Released(std::string_view so_blob_key, const std::vector<EntryFields>& es) {
   ManifestBytes b;
   b.Raw("ETCUDAFQN3").Str(so_blob_key).U32(static_cast<uint32_t>(es.size()));
   for (const EntryFields& e : es) b.Entry(e);
@@ -348,8 +341,7 @@ TEST(ManifestTest, Fqn3EncoderNeedsOneUntargetedVariant) {
     const Manifest m{.format = ManifestFormat::kFqn3, .variants = c.variants};
     const absl::Status s = EncodeManifest(m).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.why;
-    EXPECT_THAT(std::string(s.message()),
-                AllOf(HasSubstr("ETCUDAFQN3"), HasSubstr(c.why)));
+    EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("ETCUDAFQN3"), HasSubstr(c.why)));
   }
   // An empty key is still M4, as the decoder says.
   const Manifest empty_key{.format = ManifestFormat::kFqn3, .variants = {V(0, 0, 0, "")}};
@@ -372,12 +364,12 @@ TEST(ManifestTest, M2FewerThanTenBytes) {
 // Offsets of the fields of a one-variant, one-entry manifest.
 struct Layout {
   std::vector<uint8_t> bytes;
-  size_t variant = 0;      // target_sm of variant 0.
-  size_t key_len = 0;      // Length of so_blob_key.
-  size_t key_body = 0;     // Bytes of so_blob_key.
+  size_t variant = 0;   // target_sm of variant 0.
+  size_t key_len = 0;   // Length of so_blob_key.
+  size_t key_body = 0;  // Bytes of so_blob_key.
   size_t num_entries = 0;
   size_t fqn_body = 0;
-  size_t nbytes = 0;       // storage_nbytes of entry 0.
+  size_t nbytes = 0;  // storage_nbytes of entry 0.
   size_t sizes = 0;
   size_t strides = 0;
 };
@@ -469,8 +461,7 @@ TEST(ManifestTest, M2MessageGivesFileOffsetAndSize) {
   // 16 bytes: magic, num_variants, 2 of target_sm's 4 bytes.
   const Decoded d = Decode({l.bytes.begin(), l.bytes.begin() + 16});
   ASSERT_THAT(Rules(d.report), ElementsAre("M2"));
-  EXPECT_THAT(d.report.errors()[0].message,
-              AllOf(HasSubstr("offset 14"), HasSubstr("of 16")));
+  EXPECT_THAT(d.report.errors()[0].message, AllOf(HasSubstr("offset 14"), HasSubstr("of 16")));
 }
 
 // --- M3 -------------------------------------------------------------------
@@ -520,13 +511,10 @@ TEST(ManifestTest, M4TooManyVariants) {
   const Decoded d = Decode(b.bytes());
   EXPECT_FALSE(d.manifest.has_value());
   EXPECT_THAT(Rules(d.report), ElementsAre("M4"));
-  EXPECT_THAT(d.report.errors()[0].message,
-              AllOf(HasSubstr("257"), HasSubstr("256")));
+  EXPECT_THAT(d.report.errors()[0].message, AllOf(HasSubstr("257"), HasSubstr("256")));
 }
 
-TEST(ManifestTest, M4PtxAboveTarget) {
-  ExpectM4({V(80, 90, 0, "so")}, {"90", "80"});
-}
+TEST(ManifestTest, M4PtxAboveTarget) { ExpectM4({V(80, 90, 0, "so")}, {"90", "80"}); }
 
 TEST(ManifestTest, M4FlagBitsOtherThanFallback) {
   ExpectM4({V(80, 0, 2, "so")}, {"flags"});
@@ -535,21 +523,15 @@ TEST(ManifestTest, M4FlagBitsOtherThanFallback) {
 
 TEST(ManifestTest, M4EmptySoBlobKey) { ExpectM4({V(80, 0, 0, "")}, {"so_blob_key"}); }
 
-TEST(ManifestTest, M4InvalidUtf8SoBlobKey) {
-  ExpectM4({V(80, 0, 0, "so\xff")}, {"UTF-8"});
-}
+TEST(ManifestTest, M4InvalidUtf8SoBlobKey) { ExpectM4({V(80, 0, 0, "so\xff")}, {"UTF-8"}); }
 
 TEST(ManifestTest, M4UntargetedNotAlone) {
   ExpectM4({V(0, 0, 0, "a"), V(80, 0, 0, "b")}, {"untargeted"});
 }
 
-TEST(ManifestTest, M4UntargetedWithPtx) {
-  ExpectM4({V(0, 70, 0, "a")}, {"untargeted", "70"});
-}
+TEST(ManifestTest, M4UntargetedWithPtx) { ExpectM4({V(0, 70, 0, "a")}, {"untargeted", "70"}); }
 
-TEST(ManifestTest, M4UntargetedFallback) {
-  ExpectM4({V(0, 0, 1, "a")}, {"untargeted"});
-}
+TEST(ManifestTest, M4UntargetedFallback) { ExpectM4({V(0, 0, 1, "a")}, {"untargeted"}); }
 
 TEST(ManifestTest, M4TwoFallbacks) {
   ExpectM4({V(90, 0, 0, "a"), V(80, 75, 1, "b"), V(86, 80, 1, "c")}, {"fallback"});
@@ -559,9 +541,7 @@ TEST(ManifestTest, M4FallbackWithoutPtx) {
   ExpectM4({V(90, 0, 0, "a"), V(80, 0, 1, "b")}, {"ptx_compute 0"});
 }
 
-TEST(ManifestTest, M4DuplicateTargets) {
-  ExpectM4({V(80, 0, 0, "a"), V(80, 0, 0, "b")}, {"80"});
-}
+TEST(ManifestTest, M4DuplicateTargets) { ExpectM4({V(80, 0, 0, "a"), V(80, 0, 0, "b")}, {"80"}); }
 
 TEST(ManifestTest, M4NonFallbackWithPtxInMultiVariantManifest) {
   ExpectM4({V(90, 0, 0, "a"), V(80, 80, 0, "b")}, {"ptx_compute 80"});
@@ -589,8 +569,7 @@ TEST(ManifestTest, M5TooManyEntriesRejectedBeforeAllocation) {
   const Decoded d = Decode(b.bytes());
   EXPECT_FALSE(d.manifest.has_value());
   EXPECT_THAT(Rules(d.report), ElementsAre("M5"));
-  EXPECT_THAT(d.report.errors()[0].message,
-              AllOf(HasSubstr("1048577"), HasSubstr("1048576")));
+  EXPECT_THAT(d.report.errors()[0].message, AllOf(HasSubstr("1048577"), HasSubstr("1048576")));
 }
 
 // A list of 20,000 entries is decoded in two halves at once (from 16,384):
@@ -609,8 +588,8 @@ class LargeManifest {
       e.strides = {4, 1};
       e.nbytes = (i % 7 + 1) * 16;
       if (i == 3 || i == 9999 || i == 10000 || i == 19999) e.dtype = 99;  // M5.
-      if (i == 5 || i == 15000) e.dtype = 7;  // float64: U1.
-      if (i == 12000) e.fqn = "w7";           // M6 with entry 7.
+      if (i == 5 || i == 15000) e.dtype = 7;                              // float64: U1.
+      if (i == 12000) e.fqn = "w7";                                       // M6 with entry 7.
       entries.push_back(e);
     }
   }
@@ -666,8 +645,9 @@ TEST(ManifestTest, LargeListDecodedInHalvesIsTheListInOrder) {
   const Decoded t = Decode(lm.Bytes(std::nullopt, 5));
   ASSERT_TRUE(t.manifest.has_value());
   ASSERT_TRUE(t.report.HasError("M3"));
-  EXPECT_THAT(Messages(t.report), HasSubstr(absl::StrCat("5 trailing bytes after the last entry, at offset ",
-                                                         bytes.size())));
+  EXPECT_THAT(
+      Messages(t.report),
+      HasSubstr(absl::StrCat("5 trailing bytes after the last entry, at offset ", bytes.size())));
 }
 
 TEST(ManifestTest, LargeListCutShortInEitherHalfIsM2AtThatEntry) {
@@ -736,8 +716,7 @@ void ExpectM5Entry(const EntryFields& e, const std::vector<std::string>& parts) 
             absl::StatusCode::kDataLoss);
   // The encoder refuses what the decoder rejects.
   if (d.manifest) {
-    EXPECT_EQ(EncodeManifest(*d.manifest).status().code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(EncodeManifest(*d.manifest).status().code(), absl::StatusCode::kInvalidArgument);
   }
 }
 
@@ -823,8 +802,7 @@ TEST(ManifestTest, M6DuplicateFqn) {
   EntryFields a;
   EntryFields b;
   b.key = "cuda_fqn_weight:cuda:other";
-  const Decoded d =
-      Decode(ManifestBytes::WithEntries({a, EntryFields{.fqn = "x", .key = "k"}, b}));
+  const Decoded d = Decode(ManifestBytes::WithEntries({a, EntryFields{.fqn = "x", .key = "k"}, b}));
   ASSERT_TRUE(d.manifest.has_value());
   EXPECT_THAT(Rules(d.report), ElementsAre("M6"));
   EXPECT_THAT(d.report.errors()[0].message,
@@ -881,9 +859,14 @@ TEST(ManifestTest, EncoderWritesTheWireLayout) {
 
 TEST(ManifestTest, EncoderRejectsWhatTheDecoderRejects) {
   const auto entry = [] {
-    return WeightEntry{.fqn = "w", .storage_key = "k", .storage_nbytes = 48,
-                       .dtype = 6, .device_type = 1, .storage_offset = 0,
-                       .sizes = {3, 4}, .strides = {4, 1}};
+    return WeightEntry{.fqn = "w",
+                       .storage_key = "k",
+                       .storage_nbytes = 48,
+                       .dtype = 6,
+                       .device_type = 1,
+                       .storage_offset = 0,
+                       .sizes = {3, 4},
+                       .strides = {4, 1}};
   };
   std::vector<std::pair<std::string, Manifest>> cases;
   cases.push_back({"no variants", Manifest{.entries = {entry()}}});
@@ -932,8 +915,7 @@ TEST(ManifestTest, EncoderRejectsWhatTheDecoderRejects) {
     cases.push_back({"257 variants", m});
   }
   for (const auto& [name, m] : cases) {
-    EXPECT_EQ(EncodeManifest(m).status().code(), absl::StatusCode::kInvalidArgument)
-        << name;
+    EXPECT_EQ(EncodeManifest(m).status().code(), absl::StatusCode::kInvalidArgument) << name;
   }
 }
 
@@ -950,8 +932,7 @@ TEST(ManifestTest, SelectSingleUntargetedWinsForAnySm) {
 }
 
 TEST(ManifestTest, SelectExactTarget) {
-  const std::vector<Variant> vs = {V(80, 0, 0, "a"), V(90, 0, 0, "b"),
-                                   V(120, 0, 0, "c")};
+  const std::vector<Variant> vs = {V(80, 0, 0, "a"), V(90, 0, 0, "b"), V(120, 0, 0, "c")};
   absl::StatusOr<VariantChoice> c = SelectVariant(vs, 90);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->index, 1u);
@@ -990,8 +971,7 @@ TEST(ManifestTest, SelectNoneFits) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(c.status().message(), HasSubstr("no variant fits sm 75"));
   // A targeted variant without PTX never serves another sm.
-  EXPECT_EQ(SelectVariant({V(80, 0, 0, "a")}, 90).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(SelectVariant({V(80, 0, 0, "a")}, 90).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(ManifestTest, SelectPrefersExactMatchOverFallback) {
@@ -1044,8 +1024,8 @@ TEST(ManifestTest, U1ExactlyForDtypesOutsideUpstreamsNine) {
       EXPECT_EQ(w.file, "test.manifest");
       EXPECT_THAT(w.message,
                   AllOf(HasSubstr("weight 'layers.0.w'"),
-                        HasSubstr(absl::StrCat("dtype ", std::string(ScalarTypeName(dtype)),
-                                               " (", dtype, ")")),
+                        HasSubstr(absl::StrCat("dtype ", std::string(ScalarTypeName(dtype)), " (",
+                                               dtype, ")")),
                         HasSubstr("Byte, Char, Short, Int, Long, Half, Float, Bool and "
                                   "BFloat16 (U1)")));
     }

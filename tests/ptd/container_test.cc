@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/raw_ptd.h"
 #include "tests/testing/test_util.h"
@@ -17,6 +18,10 @@ namespace ptd {
 namespace {
 
 using ::ptd::testing::BuildRawPtd;
+using ::ptd::testing::CodeIs;
+using ::ptd::testing::FileIs;
+using ::ptd::testing::HasError;
+using ::ptd::testing::MessageHas;
 using ::ptd::testing::PatchU32;
 using ::ptd::testing::PatchU64;
 using ::ptd::testing::RawLayout;
@@ -24,10 +29,6 @@ using ::ptd::testing::RawNamed;
 using ::ptd::testing::RawPtd;
 using ::ptd::testing::RawSegment;
 using ::ptd::testing::ValidRawPtd;
-using ::ptd::testing::CodeIs;
-using ::ptd::testing::FileIs;
-using ::ptd::testing::HasError;
-using ::ptd::testing::MessageHas;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -157,22 +158,41 @@ std::vector<Corruption> Corruptions() {
   using ::ptd::testing::kSegmentDataSizeAt;
   return {
       {"H1_FileShorterThan64Bytes",
-       [] { auto b = Valid(); b.resize(63); return b; }, "H1",
-       absl::StatusCode::kDataLoss, "63 bytes"},
+       [] {
+         auto b = Valid();
+         b.resize(63);
+         return b;
+       },
+       "H1", absl::StatusCode::kDataLoss, "63 bytes"},
       {"H2_FlatBufferIdentifier",
-       [] { auto b = Valid(); b[4] = 'X'; return b; }, "H2",
-       absl::StatusCode::kDataLoss, "FT01"},
+       [] {
+         auto b = Valid();
+         b[4] = 'X';
+         return b;
+       },
+       "H2", absl::StatusCode::kDataLoss, "FT01"},
       {"H2_ExtendedHeaderMagic",
-       [] { auto b = Valid(); b[11] = '9'; return b; }, "H2",
-       absl::StatusCode::kDataLoss, "FH09"},
+       [] {
+         auto b = Valid();
+         b[11] = '9';
+         return b;
+       },
+       "H2", absl::StatusCode::kDataLoss, "FH09"},
       {"H3_HeaderLengthBelow40",
-       [] { auto b = Valid(); PatchU32(b, kHeaderLengthAt, 39); return b; }, "H3",
-       absl::StatusCode::kDataLoss, "header length 39 is less than 40"},
+       [] {
+         auto b = Valid();
+         PatchU32(b, kHeaderLengthAt, 39);
+         return b;
+       },
+       "H3", absl::StatusCode::kDataLoss, "header length 39 is less than 40"},
       {"H3_HeaderLengthPastFlatbufferOffset",
-       [] { auto b = Valid(); PatchU32(b, kHeaderLengthAt, 56); return b; }, "H3",
-       absl::StatusCode::kDataLoss, "header length 56 exceeds flatbuffer_offset 48"},
-      {"H4_FlatbufferSizeOverflows",
-       [] { return Patched64(kFlatbufferSizeAt, kMax64 - 8); }, "H4",
+       [] {
+         auto b = Valid();
+         PatchU32(b, kHeaderLengthAt, 56);
+         return b;
+       },
+       "H3", absl::StatusCode::kDataLoss, "header length 56 exceeds flatbuffer_offset 48"},
+      {"H4_FlatbufferSizeOverflows", [] { return Patched64(kFlatbufferSizeAt, kMax64 - 8); }, "H4",
        absl::StatusCode::kDataLoss, "overflows"},
       {"H4_FlatbufferRegionOver2GiB",
        [] { return Patched64(kFlatbufferSizeAt, uint64_t{1} << 31); }, "H4",
@@ -180,18 +200,24 @@ std::vector<Corruption> Corruptions() {
       {"H4_FlatbufferRegionAtFlatbuffersLimit",  // 2^31 - 1: FlatBuffers' own bound.
        [] { return Patched64(kFlatbufferSizeAt, (uint64_t{1} << 31) - 1 - 48); }, "H4",
        absl::StatusCode::kDataLoss, "2147483647"},
-      {"H4_FlatbufferPastSegmentBase",
-       [] { return Patched64(kSegmentBaseAt, 64); }, "H4",
+      {"H4_FlatbufferPastSegmentBase", [] { return Patched64(kSegmentBaseAt, 64); }, "H4",
        absl::StatusCode::kDataLoss, "after segment_base_offset 64"},
       {"H4_DataRegionPastEndOfFile",
-       [] { auto b = Valid(); b.resize(b.size() - 10); return b; }, "H4",
-       absl::StatusCode::kDataLoss, "exceeds the file size"},
-      {"H4_DataRegionOverflows",
-       [] { return Patched64(kSegmentDataSizeAt, kMax64); }, "H4",
+       [] {
+         auto b = Valid();
+         b.resize(b.size() - 10);
+         return b;
+       },
+       "H4", absl::StatusCode::kDataLoss, "exceeds the file size"},
+      {"H4_DataRegionOverflows", [] { return Patched64(kSegmentDataSizeAt, kMax64); }, "H4",
        absl::StatusCode::kDataLoss, "overflows"},
       {"C1_RootOffsetOutOfRange",
-       [] { auto b = Valid(); PatchU32(b, 0, 0x7FFFFFF0); return b; }, "C1",
-       absl::StatusCode::kDataLoss, "FlatBuffers verifier"},
+       [] {
+         auto b = Valid();
+         PatchU32(b, 0, 0x7FFFFFF0);
+         return b;
+       },
+       "C1", absl::StatusCode::kDataLoss, "FlatBuffers verifier"},
       {"C1_GarbageTable",
        [] {
          auto b = Valid();
@@ -199,75 +225,67 @@ std::vector<Corruption> Corruptions() {
          return b;
        },
        "C1", absl::StatusCode::kDataLoss, "FlatBuffers verifier"},
-      {"C2_NewerVersion", [] { return WithSpec([](RawPtd& p) { p.version = 1; }); },
-       "C2", absl::StatusCode::kUnimplemented, "version 1"},
-      {"C3_SegmentsMissing",
-       [] { return WithSpec([](RawPtd& p) { p.segments.reset(); }); }, "C3",
+      {"C2_NewerVersion", [] { return WithSpec([](RawPtd& p) { p.version = 1; }); }, "C2",
+       absl::StatusCode::kUnimplemented, "version 1"},
+      {"C3_SegmentsMissing", [] { return WithSpec([](RawPtd& p) { p.segments.reset(); }); }, "C3",
        absl::StatusCode::kDataLoss, "segments"},
-      {"C3_NamedDataMissing",
-       [] { return WithSpec([](RawPtd& p) { p.named_data.reset(); }); }, "C3",
-       absl::StatusCode::kDataLoss, "named_data"},
+      {"C3_NamedDataMissing", [] { return WithSpec([](RawPtd& p) { p.named_data.reset(); }); },
+       "C3", absl::StatusCode::kDataLoss, "named_data"},
       {"C4_SegmentPastDataRegion",
        [] { return WithSpec([](RawPtd& p) { (*p.segments)[1].size = 17; }); }, "C4",
        absl::StatusCode::kDataLoss, "offset 128 + size 17 exceeds segment_data_size 144"},
       {"C4_SegmentOffsetOverflows",
-       [] { return WithSpec([](RawPtd& p) { (*p.segments)[1].offset = kMax64; }); },
-       "C4", absl::StatusCode::kDataLoss, "segment 1"},
+       [] { return WithSpec([](RawPtd& p) { (*p.segments)[1].offset = kMax64; }); }, "C4",
+       absl::StatusCode::kDataLoss, "segment 1"},
       {"C5_SegmentsOutOfOrder",
        [] {
          return WithSpec([](RawPtd& p) {
            p.segments = std::vector<RawSegment>{{128, 16}, {0, 24}};
          });
        },
-       "C5", absl::StatusCode::kDataLoss, "segment 1 starts at 0, before the end of segment 0 at 144"},
+       "C5", absl::StatusCode::kDataLoss,
+       "segment 1 starts at 0, before the end of segment 0 at 144"},
       {"C5_SegmentsOverlap",
        [] { return WithSpec([](RawPtd& p) { (*p.segments)[0].size = 130; }); }, "C5",
        absl::StatusCode::kDataLoss, "starts at 128, before the end of segment 0 at 130"},
-      {"C6_KeyMissing",
-       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[1].key.reset(); }); },
+      {"C6_KeyMissing", [] { return WithSpec([](RawPtd& p) { (*p.named_data)[1].key.reset(); }); },
        "C6", absl::StatusCode::kDataLoss, "named_data[1] has no key"},
-      {"C6_KeyEmpty",
-       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[1].key = ""; }); }, "C6",
+      {"C6_KeyEmpty", [] { return WithSpec([](RawPtd& p) { (*p.named_data)[1].key = ""; }); }, "C6",
        absl::StatusCode::kDataLoss, "empty key"},
       {"C6_KeyNotUtf8",
-       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[1].key = "b\xC3("; }); },
-       "C6", absl::StatusCode::kDataLoss, "UTF-8"},
-      {"C6_KeyDuplicated",
-       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[2].key = "a"; }); }, "C6",
-       absl::StatusCode::kDataLoss, "'a' appears more than once (entries 0 and 2)"},
+       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[1].key = "b\xC3("; }); }, "C6",
+       absl::StatusCode::kDataLoss, "UTF-8"},
+      {"C6_KeyDuplicated", [] { return WithSpec([](RawPtd& p) { (*p.named_data)[2].key = "a"; }); },
+       "C6", absl::StatusCode::kDataLoss, "'a' appears more than once (entries 0 and 2)"},
       {"C7_SegmentIndexOutOfRange",
-       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[1].segment_index = 2; }); },
-       "C7", absl::StatusCode::kDataLoss, "segment_index 2 is out of range (2 segments)"},
+       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[1].segment_index = 2; }); }, "C7",
+       absl::StatusCode::kDataLoss, "segment_index 2 is out of range (2 segments)"},
       {"C8_UnknownScalarType",
        [] { return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->scalar_type = 30; }); },
        "C8", absl::StatusCode::kDataLoss, "unknown scalar type 30"},
       {"C8_NegativeSize",
-       [] {
-         return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->sizes = {{2, -3}}; });
-       },
+       [] { return WithSpec([](RawPtd& p) {
+              (*p.named_data)[0].layout->sizes = {{2, -3}};
+            }); },
        "C8", absl::StatusCode::kDataLoss, "sizes[1] is -3"},
       {"C8_SizesMissing",
-       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->sizes.reset(); }); },
-       "C8", absl::StatusCode::kDataLoss, "no sizes"},
+       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->sizes.reset(); }); }, "C8",
+       absl::StatusCode::kDataLoss, "no sizes"},
       {"C8_DimOrderMissing",
-       [] {
-         return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->dim_order.reset(); });
-       },
+       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->dim_order.reset(); }); },
        "C8", absl::StatusCode::kDataLoss, "no dim_order"},
       {"C8_DimOrderLengthMismatch",
-       [] {
-         return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->dim_order = {{0}}; });
-       },
+       [] { return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->dim_order = {{0}}; }); },
        "C8", absl::StatusCode::kDataLoss, "dim_order has 1 entries, sizes has 2"},
       {"C8_DimOrderNotPermutation",
-       [] {
-         return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->dim_order = {{1, 1}}; });
-       },
+       [] { return WithSpec([](RawPtd& p) {
+              (*p.named_data)[0].layout->dim_order = {{1, 1}};
+            }); },
        "C8", absl::StatusCode::kDataLoss, "not a permutation"},
       {"C8_LayoutLargerThanSegment",
-       [] {
-         return WithSpec([](RawPtd& p) { (*p.named_data)[0].layout->sizes = {{2, 4}}; });
-       },
+       [] { return WithSpec([](RawPtd& p) {
+              (*p.named_data)[0].layout->sizes = {{2, 4}};
+            }); },
        "C8", absl::StatusCode::kDataLoss, "layout needs 32 bytes, segment 0 holds 24"},
       {"C8_LayoutByteSizeOverflows",
        [] {
@@ -286,9 +304,9 @@ TEST_P(ContainerCorruptionTest, ReportsTheBrokenRule) {
   const Corruption& c = GetParam();
   Report report;
   Container::Verify(Source(c.make()), &report);
-  EXPECT_THAT(report, HasError(c.rule, AllOf(CodeIs(c.code), FileIs("test.ptd"),
-                                              MessageHas(c.message_part),
-                                              MessageHas("(" + c.rule + ")"))))
+  EXPECT_THAT(report,
+              HasError(c.rule, AllOf(CodeIs(c.code), FileIs("test.ptd"), MessageHas(c.message_part),
+                                     MessageHas("(" + c.rule + ")"))))
       << c.name;
 
   // Open() fails with the first error, naming the file.
@@ -298,9 +316,10 @@ TEST_P(ContainerCorruptionTest, ReportsTheBrokenRule) {
   EXPECT_EQ(opened.status(), report.FirstError());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Rules, ContainerCorruptionTest, ::testing::ValuesIn(Corruptions()),
-    [](const ::testing::TestParamInfo<Corruption>& p) { return p.param.name; });
+INSTANTIATE_TEST_SUITE_P(Rules, ContainerCorruptionTest, ::testing::ValuesIn(Corruptions()),
+                         [](const ::testing::TestParamInfo<Corruption>& p) {
+                           return p.param.name;
+                         });
 
 TEST(ContainerTest, TrailingBytesAreWarningH5) {
   auto b = Valid();
@@ -396,9 +415,7 @@ TEST(ContainerTest, ConformanceFilesOpenThroughEverySource) {
       ASSERT_TRUE(c.ok()) << c.status();
       EXPECT_EQ((*c)->named_data().size(), tc["named_data"].size());
       // Alignment is not stored; what is observed is a multiple of it.
-      EXPECT_EQ((*c)->ObservedSegmentAlignment() %
-                    tc["segment_alignment"].get<uint64_t>(),
-                0u);
+      EXPECT_EQ((*c)->ObservedSegmentAlignment() % tc["segment_alignment"].get<uint64_t>(), 0u);
       for (const auto& nd : tc["named_data"]) {
         auto bytes = (*c)->Get(nd["key"].get<std::string>());
         ASSERT_TRUE(bytes.ok());
@@ -409,10 +426,8 @@ TEST(ContainerTest, ConformanceFilesOpenThroughEverySource) {
 }
 
 TEST(ContainerTest, MissingFileIsNotFound) {
-  EXPECT_EQ(OpenMmapFile("/nonexistent/x.ptd").status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(OpenPreadFile("/nonexistent/x.ptd").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(OpenMmapFile("/nonexistent/x.ptd").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(OpenPreadFile("/nonexistent/x.ptd").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

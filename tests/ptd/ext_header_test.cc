@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "runtime/internal/bytes_le.h"
 
 namespace ptd::internal {
@@ -74,8 +75,7 @@ TEST(ExtHeaderTest, SpliceLeavesAGapAndMovesTheRoot) {
   SpliceFlatBuffer(fb, 48, absl::MakeSpan(out));
   EXPECT_EQ(LoadLE<uint32_t>(out.data()), 60u);
   EXPECT_EQ(std::string(out.begin() + 4, out.begin() + 8), "FT01");
-  EXPECT_EQ(std::vector<uint8_t>(out.begin() + 56, out.end()),
-            (std::vector<uint8_t>{1, 2, 3, 4}));
+  EXPECT_EQ(std::vector<uint8_t>(out.begin() + 56, out.end()), (std::vector<uint8_t>{1, 2, 3, 4}));
 }
 
 TEST(ExtHeaderTest, OneSetOfFlatBufferLimits) {

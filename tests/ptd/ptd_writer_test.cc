@@ -8,19 +8,19 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "tests/testing/test_util.h"
 
 namespace ptd {
 namespace {
 
+using ::ptd::testing::ByteVector;
 using ::ptd::testing::ConformanceCases;
 using ::ptd::testing::ConformancePath;
-using ::ptd::testing::ByteVector;
 using ::ptd::testing::CountEntries;
 using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::TempDir;
 using ::testing::HasSubstr;
-
 
 absl::StatusOr<std::unique_ptr<Container>> OpenBytes(std::vector<uint8_t> b) {
   return Container::Open(MemorySource(std::move(b), "written.ptd"));
@@ -106,9 +106,8 @@ TEST(PtdWriterTest, RandomContentsRoundTrip) {
       }
       want.alignment = uint64_t{1} << (rng() % 9);
       if (!want.bytes.empty() && rng() % 2) {
-        want.layout = TensorLayout{.scalar_type = 0,
-                                   .sizes = {static_cast<int32_t>(want.bytes.size())},
-                                   .dim_order = {0}};
+        want.layout = TensorLayout{
+            .scalar_type = 0, .sizes = {static_cast<int32_t>(want.bytes.size())}, .dim_order = {0}};
       }
       ASSERT_TRUE(w.Add(want.key, want.bytes, want.alignment, want.layout).ok());
       wants.push_back(std::move(want));
@@ -127,9 +126,7 @@ TEST(PtdWriterTest, RandomContentsRoundTrip) {
       auto got = c->Get(want.key);
       ASSERT_TRUE(got.ok());
       EXPECT_EQ(std::vector<uint8_t>(got->span().begin(), got->span().end()), want.bytes);
-      EXPECT_EQ(c->segments()[e->segment_index].offset %
-                    std::lcm(seg_align, want.alignment),
-                0u);
+      EXPECT_EQ(c->segments()[e->segment_index].offset % std::lcm(seg_align, want.alignment), 0u);
       ASSERT_EQ(e->layout != nullptr, want.layout.has_value());
       if (want.layout) {
         EXPECT_EQ(e->layout->sizes, want.layout->sizes);
@@ -155,10 +152,9 @@ TEST(PtdWriterTest, SegmentRegionIsByteIdenticalToUpstreamForConformanceFiles) {
       ASSERT_TRUE(data.ok());
       std::optional<TensorLayout> layout;
       if (!nd["layout"].is_null()) {
-        layout = TensorLayout{
-            .scalar_type = nd["layout"]["scalar_type"].get<int32_t>(),
-            .sizes = nd["layout"]["sizes"].get<std::vector<int32_t>>(),
-            .dim_order = nd["layout"]["dim_order"].get<std::vector<uint8_t>>()};
+        layout = TensorLayout{.scalar_type = nd["layout"]["scalar_type"].get<int32_t>(),
+                              .sizes = nd["layout"]["sizes"].get<std::vector<int32_t>>(),
+                              .dim_order = nd["layout"]["dim_order"].get<std::vector<uint8_t>>()};
       }
       ASSERT_TRUE(w.Add(key, data->span(), nd["alignment"].get<uint64_t>(), layout).ok());
     }

@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/file_source.h"
 #include "tests/pte/pte_builder.h"
 
@@ -38,8 +39,7 @@ std::vector<uint8_t> ReadFile(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
-std::string WriteTempFile(const std::string& name,
-                          const std::vector<uint8_t>& bytes) {
+std::string WriteTempFile(const std::string& name, const std::vector<uint8_t>& bytes) {
   const std::string path = ::testing::TempDir() + "/program_test_" + name;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()),
@@ -58,8 +58,7 @@ struct Verified {
 
 Verified VerifyBytes(std::vector<uint8_t> bytes) {
   Verified v;
-  v.program =
-      Program::Verify(MemorySource(std::move(bytes), "test.pte"), &v.report);
+  v.program = Program::Verify(MemorySource(std::move(bytes), "test.pte"), &v.report);
   return v;
 }
 
@@ -96,8 +95,7 @@ TEST(ProgramTest, ConformanceFileCarriesTheManifest) {
     EXPECT_EQ(d.delegate_index, 0u);
     EXPECT_EQ(d.source, "pte:forward:0");
     EXPECT_TRUE(d.is_manifest);
-    const std::vector<uint8_t> manifest =
-        ReadFile(ConformancePath("k01_view_geometry.manifest"));
+    const std::vector<uint8_t> manifest = ReadFile(ConformancePath("k01_view_geometry.manifest"));
     ASSERT_EQ(manifest.size(), 1472u);
     EXPECT_EQ(Payload(d), manifest);
     EXPECT_EQ(d.payload.borrowed(), true);
@@ -156,8 +154,7 @@ TEST(ProgramTest, ListsTheDelegatesOfEveryMethod) {
   spec.plans = {
       {"forward", {{.location = 1, .index = 0}}},
       {"decode",
-       {{.id = "XnnpackBackend", .location = 0, .index = 0},
-        {.location = 1, .index = 1}}},
+       {{.id = "XnnpackBackend", .location = 0, .index = 0}, {.location = 1, .index = 1}}},
   };
   spec.inline_data = {ToBytes("xnnpack blob")};
   spec.segments = {ToBytes(kManifestA), ToBytes(kManifestB)};
@@ -215,8 +212,8 @@ TEST(ProgramTest, ReadsAProgramWithoutExtendedHeader) {
       .name = "forward", .delegates = {testing::PteDelegateSpec{.location = 0, .index = 0}}}};
   spec.inline_data = {ToBytes(kManifestA)};
   std::vector<uint8_t> bytes = BuildPte(spec);
-  std::fill(bytes.begin() + testing::kPteMagicOffset,
-            bytes.begin() + testing::kPteMagicOffset + 4, 0);
+  std::fill(bytes.begin() + testing::kPteMagicOffset, bytes.begin() + testing::kPteMagicOffset + 4,
+            0);
   Verified v = VerifyBytes(std::move(bytes));
   ASSERT_NE(v.program, nullptr);
   EXPECT_TRUE(v.report.ok()) << v.report.FirstError();
@@ -279,15 +276,13 @@ TEST(ProgramTest, RejectsProgramSizePastEndOfFile) {
   Verified v = VerifyBytes(std::move(bytes));
   EXPECT_EQ(v.program, nullptr);
   ASSERT_TRUE(v.report.HasError("P1"));
-  EXPECT_THAT(v.report.errors()[0].message,
-              HasSubstr(std::to_string(size + 1)));
+  EXPECT_THAT(v.report.errors()[0].message, HasSubstr(std::to_string(size + 1)));
   EXPECT_THAT(v.report.errors()[0].message, HasSubstr(std::to_string(size)));
 }
 
 TEST(ProgramTest, RejectsHugeProgramSize) {
   std::vector<uint8_t> bytes = BuildPte(OneSegmentDelegate());
-  PatchU64(bytes, testing::kPteProgramSizeOffset,
-           std::numeric_limits<uint64_t>::max());
+  PatchU64(bytes, testing::kPteProgramSizeOffset, std::numeric_limits<uint64_t>::max());
   Verified v = VerifyBytes(std::move(bytes));
   EXPECT_EQ(v.program, nullptr);
   EXPECT_TRUE(v.report.HasError("P1"));
@@ -330,8 +325,7 @@ TEST(ProgramTest, RejectsSegmentPastEndOfFile) {
 
 TEST(ProgramTest, RejectsOverflowingSegmentOffset) {
   PteSpec spec = OneSegmentDelegate();
-  spec.segment_table = {
-      {0, 0}, {std::numeric_limits<uint64_t>::max() - 4, 16}, {256, 13}};
+  spec.segment_table = {{0, 0}, {std::numeric_limits<uint64_t>::max() - 4, 16}, {256, 13}};
   Verified v = VerifyBytes(BuildPte(spec));
   ASSERT_NE(v.program, nullptr);
   EXPECT_TRUE(v.report.HasError("P1"));
@@ -343,9 +337,8 @@ TEST(ProgramTest, RejectsOverflowingSegmentOffset) {
 
 TEST(ProgramTest, ReportsEveryBadSegment) {
   PteSpec spec = OneSegmentDelegate();
-  spec.segment_table = {{1u << 20, 1},
-                        {0, sizeof(kManifestA) - 1},
-                        {0, std::numeric_limits<uint64_t>::max()}};
+  spec.segment_table = {
+      {1u << 20, 1}, {0, sizeof(kManifestA) - 1}, {0, std::numeric_limits<uint64_t>::max()}};
   Verified v = VerifyBytes(BuildPte(spec));
   ASSERT_NE(v.program, nullptr);
   ASSERT_EQ(v.report.errors().size(), 2u);
@@ -429,9 +422,8 @@ TEST(ProgramTest, RejectsDelegateWithoutProcessedReference) {
 
 TEST(ProgramTest, ReportsEveryMissingPayload) {
   PteSpec spec = OneSegmentDelegate();
-  spec.plans = {
-      {"forward", {{.location = 1, .index = 9}, {.location = 1, .index = 1}}},
-      {"decode", {{.location = 0, .index = 0}}}};
+  spec.plans = {{"forward", {{.location = 1, .index = 9}, {.location = 1, .index = 1}}},
+                {"decode", {{.location = 0, .index = 0}}}};
   Verified v = VerifyBytes(BuildPte(spec));
   ASSERT_NE(v.program, nullptr);
   ASSERT_EQ(v.report.errors().size(), 2u);
@@ -451,8 +443,7 @@ TEST(ProgramTest, WarnsOnLegacyPayload) {
   EXPECT_EQ(v.report.warnings()[0].source, "pte:forward:0");
   ASSERT_EQ(v.program->cuda_delegates().size(), 1u);
   EXPECT_FALSE(v.program->cuda_delegates()[0].is_manifest);
-  EXPECT_EQ(Payload(v.program->cuda_delegates()[0]),
-            ToBytes("so_key\nweights_key"));
+  EXPECT_EQ(Payload(v.program->cuda_delegates()[0]), ToBytes("so_key\nweights_key"));
 }
 
 TEST(ProgramTest, WarnsWhenNoCudaDelegate) {
@@ -486,8 +477,7 @@ TEST(ProgramTest, OpenReturnsTheFirstError) {
 }
 
 TEST(ProgramTest, OpenAcceptsWarnings) {
-  auto program = Program::Open(
-      MemorySource(BuildPte(OneSegmentDelegate("legacy")), "legacy.pte"));
+  auto program = Program::Open(MemorySource(BuildPte(OneSegmentDelegate("legacy")), "legacy.pte"));
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_EQ((*program)->path(), "legacy.pte");
 }
@@ -508,8 +498,7 @@ TEST(ProgramTest, SurvivesEveryByteCorruptionAndTruncation) {
         EXPECT_FALSE(v.report.ok());
       }
     }
-    Verified t =
-        VerifyBytes(std::vector<uint8_t>(good.begin(), good.begin() + i));
+    Verified t = VerifyBytes(std::vector<uint8_t>(good.begin(), good.begin() + i));
     EXPECT_FALSE(t.report.ok() && t.program == nullptr);
   }
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "flatbuffers/flatbuffers.h"
+
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/check.h"
 #include "schema/program_generated.h"
@@ -39,19 +40,17 @@ std::vector<uint8_t> BuildPte(const PteSpec& spec) {
     for (const PteDelegateSpec& d : plan.delegates) {
       flatbuffers::Offset<fb::BackendDelegateDataReference> ref = 0;
       if (d.has_processed) {
-        ref = fb::CreateBackendDelegateDataReference(
-            fbb, static_cast<fb::DataLocation>(d.location), d.index);
+        ref = fb::CreateBackendDelegateDataReference(fbb, static_cast<fb::DataLocation>(d.location),
+                                                     d.index);
       }
-      delegates.push_back(
-          fb::CreateBackendDelegate(fbb, fbb.CreateString(d.id), ref));
+      delegates.push_back(fb::CreateBackendDelegate(fbb, fbb.CreateString(d.id), ref));
     }
-    plans.push_back(
-        fb::CreateExecutionPlanDirect(fbb, plan.name.c_str(), &delegates));
+    plans.push_back(fb::CreateExecutionPlanDirect(fbb, plan.name.c_str(), &delegates));
   }
   std::vector<flatbuffers::Offset<fb::BackendDelegateInlineData>> inline_data;
   for (const auto& data : spec.inline_data) {
-    inline_data.push_back(fb::CreateBackendDelegateInlineDataDirect(
-        fbb, data.has_value() ? &*data : nullptr));
+    inline_data.push_back(
+        fb::CreateBackendDelegateInlineDataDirect(fbb, data.has_value() ? &*data : nullptr));
   }
   std::vector<flatbuffers::Offset<fb::DataSegment>> segments;
   for (const PteSegmentEntry& e : table) {
@@ -61,21 +60,21 @@ std::vector<uint8_t> BuildPte(const PteSpec& spec) {
   for (const auto& [key, index] : spec.named_data) {
     named.push_back(fb::CreateNamedDataDirect(fbb, key.c_str(), index));
   }
-  const auto root = fb::CreateProgramDirect(fbb, /*version=*/0, &plans,
-                                            &inline_data, &segments, &named);
+  const auto root =
+      fb::CreateProgramDirect(fbb, /*version=*/0, &plans, &inline_data, &segments, &named);
   fb::FinishProgramBuffer(fbb, root);
   const uint8_t* fb_data = fbb.GetBufferPointer();
   const size_t fb_size = fbb.GetSize();
 
   // Splice the header after the first 8 bytes, padded so the FlatBuffer's
   // alignment is kept, and move the root offset past it.
-  const uint64_t block = RoundUp(
-      spec.header_length, std::max<uint64_t>(16, fbb.GetBufferMinAlignment()));
+  const uint64_t block =
+      RoundUp(spec.header_length, std::max<uint64_t>(16, fbb.GetBufferMinAlignment()));
   const uint64_t program_size = fb_size + block;
   const uint64_t base = RoundUp(program_size, spec.segment_alignment);
   std::vector<uint8_t> out(base + data_size, 0);
-  internal::SpliceFlatBuffer(absl::MakeConstSpan(fb_data, fb_size),
-                             static_cast<uint32_t>(block), absl::MakeSpan(out));
+  internal::SpliceFlatBuffer(absl::MakeConstSpan(fb_data, fb_size), static_cast<uint32_t>(block),
+                             absl::MakeSpan(out));
   PteHeader header;
   header.header_length = spec.header_length;
   header.program_size = program_size;

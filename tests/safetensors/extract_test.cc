@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/checkpoint.h"
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/atomic_file.h"
 #include "ptd/checkpoint.h"
 #include "ptd/manifest.h"
@@ -395,10 +396,9 @@ TEST(ReweightTest, IdenticalStoragesAreStoredOnceWithoutABase) {
   // fingerprints of what it wrote find a and b equal, and the file is
   // written again with one segment for both, as upstream's collector does.
   TempDir dir;
-  BundlePaths paths = WriteModel(dir, {{"k1", Iota(16)}, {"k2", Iota(16, 3)}, {"k3", Iota(8)}},
-                                 {{"a", "k1", 6, 0, {4}, {1}},
-                                  {"b", "k2", 6, 0, {4}, {1}},
-                                  {"c", "k3", 6, 0, {2}, {1}}});
+  BundlePaths paths = WriteModel(
+      dir, {{"k1", Iota(16)}, {"k2", Iota(16, 3)}, {"k3", Iota(8)}},
+      {{"a", "k1", 6, 0, {4}, {1}}, {"b", "k2", 6, 0, {4}, {1}}, {"c", "k3", 6, 0, {2}, {1}}});
   for (const bool equal : {true, false}) {
     SCOPED_TRACE(equal ? "a == b" : "a != b");
     WriteCheckpoint(dir.File("c.safetensors"), {{"a", "F32", {4}, Iota(16, 1)},

@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/file_source.h"
 #include "tests/testing/test_util.h"
 
@@ -69,9 +70,9 @@ absl::Status WriteTensors(const std::string& path, std::vector<SafetensorsTensor
 
 TEST(SafetensorsDtypeTest, ClosedSetAndScalarTypes) {
   const std::vector<std::pair<const char*, int32_t>> mapped = {
-      {"U8", 0},   {"I8", 1},       {"I16", 2},      {"I32", 3},  {"I64", 4},
-      {"F16", 5},  {"F32", 6},      {"F64", 7},      {"BOOL", 11}, {"BF16", 15},
-      {"F8_E5M2", 23}, {"F8_E4M3", 24}, {"U16", 27}, {"U32", 28}, {"U64", 29}};
+      {"U8", 0},       {"I8", 1},       {"I16", 2},  {"I32", 3},   {"I64", 4},
+      {"F16", 5},      {"F32", 6},      {"F64", 7},  {"BOOL", 11}, {"BF16", 15},
+      {"F8_E5M2", 23}, {"F8_E4M3", 24}, {"U16", 27}, {"U32", 28},  {"U64", 29}};
   for (const auto& [name, st] : mapped) {
     ASSERT_NE(FindSafetensorsDtype(name), nullptr) << name;
     EXPECT_EQ(FindSafetensorsDtype(name)->scalar_type, st) << name;
@@ -148,8 +149,7 @@ TEST(SafetensorsWriterTest, OrdersByDtypeAlignmentThenName) {
   EXPECT_EQ(text.size() % 8, 0u);
   EXPECT_EQ(text.find_first_not_of(' ', text.rfind('}') + 1), std::string::npos);
   // __metadata__ first, in the caller's order; then the tensors in data order.
-  EXPECT_EQ(text.rfind(R"({"__metadata__":{"k2":"v","k1":"w"},"e":{"dtype":"I64")", 0), 0u)
-      << text;
+  EXPECT_EQ(text.rfind(R"({"__metadata__":{"k2":"v","k1":"w"},"e":{"dtype":"I64")", 0), 0u) << text;
   EXPECT_LT(text.find("\"c\":"), text.find("\"q\":"));
   EXPECT_LT(text.find("\"b\":"), text.find("\"m\":"));
   EXPECT_THAT(text, HasSubstr(R"("z":{"dtype":"U8","shape":[3],"data_offsets":[32,35]})"));
@@ -188,11 +188,11 @@ TEST(SafetensorsWriterTest, AFillOfTheWrongCountLeavesNoFile) {
   auto layout = PlanSafetensors({{"a", D("F32"), {4}}, {"b", D("U8"), {2}}}, {});
   ASSERT_TRUE(layout.ok());
   for (size_t n : {0, 15, 17}) {
-    absl::Status s = WriteSafetensors(path, *layout,
-                                      [n](const SafetensorsTensor& t, const WriteFn& write) {
-                                        std::vector<uint8_t> b(t.name == "a" ? n : t.nbytes());
-                                        return write(b);
-                                      });
+    absl::Status s =
+        WriteSafetensors(path, *layout, [n](const SafetensorsTensor& t, const WriteFn& write) {
+          std::vector<uint8_t> b(t.name == "a" ? n : t.nbytes());
+          return write(b);
+        });
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << n << ": " << s;
     EXPECT_THAT(std::string(s.message()),
                 AllOf(HasSubstr("\"a\""), HasSubstr(std::to_string(n)), HasSubstr("16")));
@@ -231,8 +231,8 @@ TEST(SafetensorsFileTest, RoundTrip) {
     auto file = SafetensorsFile::Open(*source);
     ASSERT_TRUE(file.ok()) << file.status();
     EXPECT_EQ(file->path(), path);
-    EXPECT_EQ(file->metadata(), (std::vector<std::pair<std::string, std::string>>{
-                                    {"format", "pt"}, {"a", "b"}}));
+    EXPECT_EQ(file->metadata(),
+              (std::vector<std::pair<std::string, std::string>>{{"format", "pt"}, {"a", "b"}}));
     ASSERT_EQ(file->tensors().size(), 5u);
     EXPECT_EQ(file->data_offset() % 8, 0u);
     uint64_t end = 0;
@@ -300,7 +300,9 @@ std::vector<Hostile> HostileFiles() {
       {"shorter_than_8", {1, 0, 0}, "S1", {"3 bytes"}},
       {"empty", {}, "S1", {"0 bytes"}},
       {"header_past_end", WithLength(100, 58), "S1", {"100", "108", "58"}},
-      {"header_length_2_63", WithLength(uint64_t{1} << 63, 16), "S2",
+      {"header_length_2_63",
+       WithLength(uint64_t{1} << 63, 16),
+       "S2",
        {"9223372036854775808", "100000000"}},
       {"header_length_max", WithLength(~uint64_t{0}, 16), "S2", {"18446744073709551615"}},
       {"header_length_1e8_plus_1", WithLength(100'000'001, 64), "S2", {"100000001"}},
@@ -310,53 +312,74 @@ std::vector<Hostile> HostileFiles() {
       {"trailing_json", File("{} {}", 0), "S3", {"JSON"}},
       {"array", File("[]", 0), "S3", {"array"}},
       {"duplicate_tensor", File("{" + t + "," + t + "}", 16), "S3", {"\"w\"", "twice"}},
-      {"duplicate_field", File(R"({"w":{"dtype":"F32","dtype":"U8","shape":[],"data_offsets":[0,4]}})", 4),
-       "S3", {"\"dtype\"", "twice"}},
-      {"metadata_not_string", File(R"({"__metadata__":{"a":1}})", 0), "S3",
-       {"\"a\"", "number"}},
+      {"duplicate_field",
+       File(R"({"w":{"dtype":"F32","dtype":"U8","shape":[],"data_offsets":[0,4]}})", 4),
+       "S3",
+       {"\"dtype\"", "twice"}},
+      {"metadata_not_string", File(R"({"__metadata__":{"a":1}})", 0), "S3", {"\"a\"", "number"}},
       {"metadata_not_object", File(R"({"__metadata__":"x"})", 0), "S3", {"string"}},
       {"tensor_not_object", File(R"({"w":[1]})", 0), "S4", {"\"w\"", "array"}},
-      {"unknown_dtype", File(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16),
-       "S4", {"\"w\"", "F128"}},
-      {"lowercase_dtype", File(R"({"w":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", 4),
-       "S4", {"f32"}},
-      {"no_shape", File(R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", 4), "S4",
+      {"unknown_dtype",
+       File(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16),
+       "S4",
+       {"\"w\"", "F128"}},
+      {"lowercase_dtype",
+       File(R"({"w":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", 4),
+       "S4",
+       {"f32"}},
+      {"no_shape",
+       File(R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", 4),
+       "S4",
        {"\"w\"", "shape"}},
-      {"no_offsets", File(R"({"w":{"dtype":"F32","shape":[1]}})", 4), "S4",
-       {"data_offsets"}},
-      {"negative_dim", File(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
-       "S4", {"shape[0]", "-1"}},
-      {"float_dim", File(R"({"w":{"dtype":"F32","shape":[1,2.5],"data_offsets":[0,4]}})", 4),
-       "S4", {"shape[1]", "2.5"}},
+      {"no_offsets", File(R"({"w":{"dtype":"F32","shape":[1]}})", 4), "S4", {"data_offsets"}},
+      {"negative_dim",
+       File(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
+       "S4",
+       {"shape[0]", "-1"}},
+      {"float_dim",
+       File(R"({"w":{"dtype":"F32","shape":[1,2.5],"data_offsets":[0,4]}})", 4),
+       "S4",
+       {"shape[1]", "2.5"}},
       {"three_offsets",
-       File(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", 4), "S4",
+       File(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", 4),
+       "S4",
        {"[0,4,8]"}},
       {"shape_overflow",
-       File(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,16]}})",
-            16),
-       "S5", {"\"w\"", "[4294967296,4294967296,2]", "overflows", "16"}},
+       File(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,16]}})", 16),
+       "S5",
+       {"\"w\"", "[4294967296,4294967296,2]", "overflows", "16"}},
       {"bits_overflow",
        File(R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,8]}})", 8),
-       "S5", {"overflows"}},
-      {"size_differs", File(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20),
-       "S5", {"\"w\"", "[2,3]", "F32", "24 bytes", "span 20"}},
-      {"partial_byte", File(R"({"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2),
-       "S5", {"whole number of bytes"}},
+       "S5",
+       {"overflows"}},
+      {"size_differs",
+       File(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20),
+       "S5",
+       {"\"w\"", "[2,3]", "F32", "24 bytes", "span 20"}},
+      {"partial_byte",
+       File(R"({"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2),
+       "S5",
+       {"whole number of bytes"}},
       {"end_before_begin",
-       File(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 8), "S6",
+       File(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 8),
+       "S6",
        {"[8, 4]"}},
-      {"first_not_at_0", File(R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", 8),
-       "S6", {"\"w\"", "begin at 4", "0"}},
+      {"first_not_at_0",
+       File(R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", 8),
+       "S6",
+       {"\"w\"", "begin at 4", "0"}},
       {"overlap",
        File(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
             R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
             8),
-       "S6", {"\"b\"", "begin at 4", "\"a\" ends at 8", "overlap"}},
+       "S6",
+       {"\"b\"", "begin at 4", "\"a\" ends at 8", "overlap"}},
       {"gap",
        File(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
             R"("b":{"dtype":"U8","shape":[4],"data_offsets":[6,10]}})",
             10),
-       "S6", {"\"b\"", "begin at 6", "ends at 4", "gap"}},
+       "S6",
+       {"\"b\"", "begin at 6", "ends at 4", "gap"}},
       {"truncated_data", File("{" + t + "}", 12), "S6", {"16", "12"}},
       {"trailing_data", File("{" + t + "}", 20), "S6", {"16", "20"}},
       {"data_without_tensors", File("{}", 1), "S6", {"0", "1 bytes"}},
@@ -398,8 +421,8 @@ TEST(SafetensorsFileTest, ReadsNoMoreThanTheHeader) {
   };
   // 16-digit sizes either way: the header's length does not change.
   const auto header = [](uint64_t n) {
-    return R"({"w":{"dtype":"U8","shape":[)" + std::to_string(n) +
-           R"(],"data_offsets":[0,)" + std::to_string(n) + "]}}";
+    return R"({"w":{"dtype":"U8","shape":[)" + std::to_string(n) + R"(],"data_offsets":[0,)" +
+           std::to_string(n) + "]}}";
   };
   const std::string h = header((uint64_t{1} << 50) - 8 - header(1'000'000'000'000'000).size());
   auto source = std::make_shared<Counting>(File(h, 0));
@@ -413,9 +436,9 @@ TEST(SafetensorsFileTest, ReadsNoMoreThanTheHeader) {
 class SafetensorsIndexTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(WriteTensors(dir_.File(ShardFileName(1, 2)),
-                             {{"a", D("F32"), {2}}, {"b", D("U8"), {3}}})
-                    .ok());
+    ASSERT_TRUE(
+        WriteTensors(dir_.File(ShardFileName(1, 2)), {{"a", D("F32"), {2}}, {"b", D("U8"), {3}}})
+            .ok());
     ASSERT_TRUE(WriteTensors(dir_.File(ShardFileName(2, 2)), {{"c", D("I64"), {1}}}).ok());
   }
   std::string Index(const std::string& json) {
@@ -436,9 +459,9 @@ class SafetensorsIndexTest : public ::testing::Test {
 };
 
 TEST_F(SafetensorsIndexTest, OpensEveryShard) {
-  auto c = SafetensorsCheckpoint::Open(Index(
-      R"({"metadata":{"total_size":24},"weight_map":{"c":"model-00002-of-00002.safetensors",)"
-      R"("a":"model-00001-of-00002.safetensors","b":"model-00001-of-00002.safetensors"}})"));
+  auto c = SafetensorsCheckpoint::Open(
+      Index(R"({"metadata":{"total_size":24},"weight_map":{"c":"model-00002-of-00002.safetensors",)"
+            R"("a":"model-00001-of-00002.safetensors","b":"model-00001-of-00002.safetensors"}})"));
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->paths().size(), 3u);
   EXPECT_EQ(c->paths()[1], dir_.File(ShardFileName(2, 2)));  // In the index's order.
@@ -458,8 +481,7 @@ TEST_F(SafetensorsIndexTest, RejectsBrokenIndexes) {
   ExpectS7(R"({"weight_map":{"a":"absent.safetensors"}})", {"absent.safetensors"});
   ExpectS7(R"({"weight_map":{"c":"model-00001-of-00002.safetensors"}})",
            {"\"c\"", "model-00001-of-00002.safetensors", "does not hold"});
-  ExpectS7(R"({"weight_map":{"a":"../model-00001-of-00002.safetensors"}})",
-           {"\"a\"", "separator"});
+  ExpectS7(R"({"weight_map":{"a":"../model-00001-of-00002.safetensors"}})", {"\"a\"", "separator"});
   ExpectS7(R"({"weight_map":{"a":"sub/x.safetensors"}})", {"sub/x.safetensors"});
   ExpectS7(R"({"weight_map":{"a":".."}})", {"\"..\""});
   ExpectS7(R"({"weight_map":{"a":1}})", {"\"a\"", "number"});

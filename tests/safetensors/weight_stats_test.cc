@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/checkpoint.h"
 
 namespace ptd {

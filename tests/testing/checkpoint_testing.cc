@@ -1,6 +1,7 @@
 #include "tests/testing/checkpoint_testing.h"
 
 #include "gtest/gtest.h"
+
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
@@ -58,8 +59,7 @@ std::vector<uint8_t> Iota(size_t n, uint8_t start, uint8_t step) {
   return v;
 }
 
-std::vector<uint8_t> Gather(const std::vector<uint8_t>& storage, const ModelWeight& w,
-                            uint32_t e) {
+std::vector<uint8_t> Gather(const std::vector<uint8_t>& storage, const ModelWeight& w, uint32_t e) {
   std::vector<uint8_t> out;
   const ViewSpec spec{e, w.offset, w.sizes, w.strides};
   EXPECT_TRUE(GatherView(absl::MakeConstSpan(storage), spec, [&](absl::Span<const uint8_t> b) {

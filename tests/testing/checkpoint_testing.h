@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "ptd/safetensors.h"
 #include "ptd/weight_bundle.h"
 #include "tests/testing/test_util.h"

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
+
 #include "ptd/report.h"
 
 namespace ptd::testing {
@@ -53,8 +54,7 @@ auto HasWarning(const std::string& rule, M m) {
                              ::testing::Contains(::testing::AllOf(RuleIs(rule), m)));
 }
 inline auto HasWarning(const std::string& rule) {
-  return ::testing::Property("warnings", &Report::warnings,
-                             ::testing::Contains(RuleIs(rule)));
+  return ::testing::Property("warnings", &Report::warnings, ::testing::Contains(RuleIs(rule)));
 }
 
 // The rules of the report's errors, in order (repeats kept).

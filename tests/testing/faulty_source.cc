@@ -10,8 +10,8 @@ absl::Status FaultySource::ReadAt(uint64_t offset, absl::Span<uint8_t> dst) cons
   if (!short_) return status_;
   const size_t half = dst.size() / 2;
   if (absl::Status s = inner_->ReadAt(offset, dst.subspan(0, half)); !s.ok()) return s;
-  return absl::DataLossError(absl::StrCat(name(), ": short read at offset ", offset,
-                                          ": ", half, " of ", dst.size(), " bytes"));
+  return absl::DataLossError(absl::StrCat(name(), ": short read at offset ", offset, ": ", half,
+                                          " of ", dst.size(), " bytes"));
 }
 
 }  // namespace ptd::testing

@@ -18,14 +18,14 @@
 #include <string>
 
 #include "absl/status/status.h"
+
 #include "ptd/file_source.h"
 
 namespace ptd::testing {
 
 class FaultySource : public FileSource {
  public:
-  explicit FaultySource(std::shared_ptr<const FileSource> inner)
-      : inner_(std::move(inner)) {}
+  explicit FaultySource(std::shared_ptr<const FileSource> inner) : inner_(std::move(inner)) {}
 
   // The `n`th ReadAt call (0-based) returns `status` and reads nothing.
   void FailReadAt(int n, absl::Status status) {
@@ -46,8 +46,7 @@ class FaultySource : public FileSource {
   const std::string& name() const override { return inner_->name(); }
   uint64_t size() const override { return inner_->size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> dst) const override;
-  std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
-                                                uint64_t len) const override {
+  std::optional<absl::Span<const uint8_t>> View(uint64_t offset, uint64_t len) const override {
     if (!views_) return std::nullopt;
     return inner_->View(offset, len);
   }

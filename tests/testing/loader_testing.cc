@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+
 #include "ptd/weight_writer.h"
 #include "tests/testing/test_util.h"
 
@@ -27,12 +28,12 @@ TestModel WriteTestModel(const std::string& dir, const std::vector<uint64_t>& si
     }
     const std::vector<int64_t> shape = {static_cast<int64_t>(nbytes / 4)};
     const std::vector<int64_t> stride = {1};
-    WeightSpec w{.fqn = fqn,
-                 .dtype = 6,
-                 .device_type = device_type,
-                 .value = {.storage = bytes, .sizes = shape, .strides = stride,
-                           .is_original_storage = true},
-                 .properties = {.offset = 0, .shape = shape, .stride = stride}};
+    WeightSpec w{
+        .fqn = fqn,
+        .dtype = 6,
+        .device_type = device_type,
+        .value = {.storage = bytes, .sizes = shape, .strides = stride, .is_original_storage = true},
+        .properties = {.offset = 0, .shape = shape, .stride = stride}};
     const absl::Status st = writer.Add(w);
     if (!st.ok()) throw std::runtime_error(st.ToString());
     m.fqns.push_back(fqn);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
 #include "ptd/file_source.h"
@@ -17,7 +19,6 @@
 #include "ptd/loader.h"
 #include "ptd/manifest.h"
 #include "ptd/weight_bundle.h"
-#include "nlohmann/json.hpp"
 
 namespace ptd::testing {
 
@@ -33,11 +34,8 @@ class FakeCudaDevice final : public Device {
   std::optional<uint32_t> compute_capability() const override { return sm_; }
   bool host_accessible() const override { return false; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t n) override { return host_.Allocate(n); }
-  absl::StatusOr<HostBuffer> AllocateStaging(size_t n) override {
-    return host_.AllocateStaging(n);
-  }
-  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
-                                               size_t n) override {
+  absl::StatusOr<HostBuffer> AllocateStaging(size_t n) override { return host_.AllocateStaging(n); }
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src, size_t n) override {
     return host_.CopyToDeviceAsync(dst, src, n);
   }
   absl::Status Wait(const CopyTicket& t) override { return host_.Wait(t); }
@@ -56,8 +54,7 @@ class FakeCudaDevice final : public Device {
 // every byte goes through ReadAt).
 class CountingFileSource final : public FileSource {
  public:
-  explicit CountingFileSource(std::shared_ptr<const FileSource> inner)
-      : inner_(std::move(inner)) {}
+  explicit CountingFileSource(std::shared_ptr<const FileSource> inner) : inner_(std::move(inner)) {}
   const std::string& name() const override { return inner_->name(); }
   uint64_t size() const override { return inner_->size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> dst) const override {
@@ -67,7 +64,10 @@ class CountingFileSource final : public FileSource {
   }
   uint64_t bytes() const { return bytes_; }
   uint64_t reads() const { return reads_; }
-  void Reset() { bytes_ = 0; reads_ = 0; }
+  void Reset() {
+    bytes_ = 0;
+    reads_ = 0;
+  }
 
  private:
   std::shared_ptr<const FileSource> inner_;
@@ -81,9 +81,7 @@ class ForwardingByteSource : public ByteSource {
   explicit ForwardingByteSource(std::unique_ptr<ByteSource> inner) : inner_(std::move(inner)) {}
   std::string name() const override { return inner_->name(); }
   std::vector<std::string> Keys() const override { return inner_->Keys(); }
-  absl::StatusOr<uint64_t> Size(std::string_view key) const override {
-    return inner_->Size(key);
-  }
+  absl::StatusOr<uint64_t> Size(std::string_view key) const override { return inner_->Size(key); }
   absl::Status ReadAt(std::string_view key, uint64_t offset,
                       absl::Span<uint8_t> dst) const override {
     return inner_->ReadAt(key, offset, dst);
@@ -115,9 +113,7 @@ class FaultyByteSource final : public ByteSource {
       : inner_(inner), fail_read_(fail_read), status_(std::move(status)) {}
   std::string name() const override { return inner_.name(); }
   std::vector<std::string> Keys() const override { return inner_.Keys(); }
-  absl::StatusOr<uint64_t> Size(std::string_view key) const override {
-    return inner_.Size(key);
-  }
+  absl::StatusOr<uint64_t> Size(std::string_view key) const override { return inner_.Size(key); }
   absl::Status ReadAt(std::string_view key, uint64_t offset,
                       absl::Span<uint8_t> dst) const override {
     if (Count(dst.size())) return status_;

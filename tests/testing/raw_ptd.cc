@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "flatbuffers/flatbuffers.h"
+
 #include "schema/flat_tensor_generated.h"
 
 namespace ptd::testing {
@@ -25,11 +26,10 @@ std::vector<uint8_t> BuildRawPtd(const RawPtd& spec) {
       if (n.layout) {
         auto sizes = n.layout->sizes ? fbb.CreateVector(*n.layout->sizes)
                                      : flatbuffers::Offset<flatbuffers::Vector<int32_t>>();
-        auto order = n.layout->dim_order
-                         ? fbb.CreateVector(*n.layout->dim_order)
-                         : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
-        layout = fb::CreateTensorLayout(
-            fbb, static_cast<fb::ScalarType>(n.layout->scalar_type), sizes, order);
+        auto order = n.layout->dim_order ? fbb.CreateVector(*n.layout->dim_order)
+                                         : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
+        layout = fb::CreateTensorLayout(fbb, static_cast<fb::ScalarType>(n.layout->scalar_type),
+                                        sizes, order);
       }
       auto key = n.key ? fbb.CreateString(*n.key) : flatbuffers::Offset<flatbuffers::String>();
       v.push_back(fb::CreateNamedData(fbb, key, n.segment_index, layout));
@@ -40,12 +40,11 @@ std::vector<uint8_t> BuildRawPtd(const RawPtd& spec) {
   const uint8_t* buf = fbb.GetBufferPointer();
   const uint64_t fb_size = fbb.GetSize();
   const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
-  const uint64_t base = (fb_end + spec.segment_alignment - 1) / spec.segment_alignment *
-                        spec.segment_alignment;
+  const uint64_t base =
+      (fb_end + spec.segment_alignment - 1) / spec.segment_alignment * spec.segment_alignment;
   std::vector<uint8_t> out(base + spec.data.size(), 0);
   internal::SpliceFlatBuffer(absl::MakeConstSpan(buf, fb_size),
-                             static_cast<uint32_t>(kPtdHeaderBlockSize),
-                             absl::MakeSpan(out));
+                             static_cast<uint32_t>(kPtdHeaderBlockSize), absl::MakeSpan(out));
   internal::EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
                                       .flatbuffer_offset = kPtdHeaderBlockSize,
                                       .flatbuffer_size = fb_size,

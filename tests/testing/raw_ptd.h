@@ -52,7 +52,6 @@ inline constexpr size_t kFlatbufferSizeAt = internal::kPtdFlatbufferSizeAt;
 inline constexpr size_t kSegmentBaseAt = internal::kPtdSegmentBaseAt;
 inline constexpr size_t kSegmentDataSizeAt = internal::kPtdSegmentDataSizeAt;
 
-
 }  // namespace ptd::testing
 
 #endif  // PTD_TESTS_TESTING_RAW_PTD_H_

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "nlohmann/json.hpp"
+
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/safetensors.h"
@@ -86,8 +87,7 @@ std::vector<uint8_t> EncodeRaw(const RawManifest& m) {
 // The .ptd the CUDA cases share: weight storage "cuda_fqn_weight:cuda:w"
 // (32 bytes, float 2x4 in the default manifest) and the library "so"
 // (8 bytes), plus `extra` keys.
-std::vector<uint8_t> CudaPtd(
-    std::vector<std::pair<std::string, std::vector<uint8_t>>> extra = {}) {
+std::vector<uint8_t> CudaPtd(std::vector<std::pair<std::string, std::vector<uint8_t>>> extra = {}) {
   PtdWriter w;
   std::vector<uint8_t> storage(32);
   for (size_t i = 0; i < storage.size(); ++i) storage[i] = static_cast<uint8_t>(i);
@@ -106,8 +106,8 @@ std::vector<uint8_t> Raw(const RawPtd& p) { return BuildRawPtd(p); }
 // A .pte whose one CudaBackend delegate carries `payload` inline.
 std::vector<uint8_t> Pte(std::vector<uint8_t> payload) {
   PteSpec spec;
-  spec.plans = {PtePlanSpec{.name = "forward",
-                            .delegates = {PteDelegateSpec{.location = 0, .index = 0}}}};
+  spec.plans = {
+      PtePlanSpec{.name = "forward", .delegates = {PteDelegateSpec{.location = 0, .index = 0}}}};
   spec.inline_data = {std::move(payload)};
   return BuildPte(spec);
 }
@@ -118,15 +118,12 @@ std::vector<uint8_t> Json(const nlohmann::ordered_json& j) {
 }
 
 nlohmann::ordered_json WriterWeight(const std::string& fqn, uint64_t storage_nbytes,
-                                    std::vector<int64_t> sizes,
-                                    std::vector<int64_t> strides, bool original,
-                                    std::optional<uint64_t> storage_size, int64_t offset,
-                                    std::vector<int64_t> shape,
+                                    std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                                    bool original, std::optional<uint64_t> storage_size,
+                                    int64_t offset, std::vector<int64_t> shape,
                                     std::vector<int64_t> stride) {
-  nlohmann::ordered_json props{{"storage_size", nullptr},
-                               {"offset", offset},
-                               {"shape", shape},
-                               {"stride", stride}};
+  nlohmann::ordered_json props{
+      {"storage_size", nullptr}, {"offset", offset}, {"shape", shape}, {"stride", stride}};
   if (storage_size) props["storage_size"] = *storage_size;
   return {{"fqn", fqn},
           {"dtype", 6},
@@ -381,8 +378,8 @@ std::vector<RuleFile> RuleFiles() {
   }
   {
     PteSpec spec;
-    spec.plans = {PtePlanSpec{.name = "forward",
-                              .delegates = {PteDelegateSpec{.location = 1, .index = 3}}}};
+    spec.plans = {
+        PtePlanSpec{.name = "forward", .delegates = {PteDelegateSpec{.location = 1, .index = 3}}}};
     f.Add("P2_payload_segment_missing.ptd", CudaPtd());
     f.Add("P2_payload_segment_missing.pte", BuildPte(spec));
   }
@@ -406,8 +403,7 @@ std::vector<RuleFile> RuleFiles() {
     kv.sizes = {2, 2};
     kv.strides = {2, 1};
     m.entries.push_back(kv);
-    f.Manifest("R1_runtime_owned_key_stored", m,
-               CudaPtd({{kv.key, std::vector<uint8_t>(16, 0)}}));
+    f.Manifest("R1_runtime_owned_key_stored", m, CudaPtd({{kv.key, std::vector<uint8_t>(16, 0)}}));
   }
 
   // ---- U: what upstream's CUDA runtime refuses ----
@@ -421,15 +417,15 @@ std::vector<RuleFile> RuleFiles() {
 
   // ---- D: digests ----
   f.Manifest("D1_view_over_digest_limit", RawManifest{});
-  f.Add("D1_view_over_digest_limit.verify.json",
-        Json({{"digest", true}, {"digest_limit", 16}}));
+  f.Add("D1_view_over_digest_limit.verify.json", Json({{"digest", true}, {"digest_limit", 16}}));
 
   // ---- N: the health scan (verify with stats) ----
   // N1: the default f32 [2, 4] weight holding two NaNs and one -Inf.
   {
-    const float values[8] = {1.0f, std::numeric_limits<float>::quiet_NaN(), -2.0f,
-                             -std::numeric_limits<float>::infinity(), 0.5f,
-                             std::numeric_limits<float>::quiet_NaN(), 3.0f, 4.0f};
+    const float values[8] = {1.0f,  std::numeric_limits<float>::quiet_NaN(),
+                             -2.0f, -std::numeric_limits<float>::infinity(),
+                             0.5f,  std::numeric_limits<float>::quiet_NaN(),
+                             3.0f,  4.0f};
     std::vector<uint8_t> storage(sizeof(values));
     std::memcpy(storage.data(), values, sizeof(values));
     PtdWriter w;
@@ -445,8 +441,7 @@ std::vector<RuleFile> RuleFiles() {
   // W1: a compact clone (own storage, the original's shape and strides)
   // with bytes past its view: 40 bytes for a 32-byte view.
   f.Add("W1_clone_with_bytes_past_view.writer.json",
-        Writer(WriterWeight("x", 40, {2, 4}, {4, 1}, false, std::nullopt, 0, {2, 4},
-                            {4, 1})));
+        Writer(WriterWeight("x", 40, {2, 4}, {4, 1}, false, std::nullopt, 0, {2, 4}, {4, 1})));
   // W2: SPEC's example: strides differ from TensorProperties' (not a
   // clone), 48-byte storage, storage_size 128.
   f.Add("W2_storage_smaller_than_properties.writer.json",
@@ -454,8 +449,7 @@ std::vector<RuleFile> RuleFiles() {
   // W3: SPEC's worked example: big[:, 1:3] of an 8x8 float with the
   // original offset 1 requires 236 bytes of a 232-byte storage.
   f.Add("W3_view_past_written_storage.writer.json",
-        Writer(WriterWeight("x", 232, {8, 2}, {8, 1}, true, std::nullopt, 1, {8, 2},
-                            {8, 1})));
+        Writer(WriterWeight("x", 232, {8, 2}, {8, 1}, true, std::nullopt, 1, {8, 2}, {8, 1})));
   // W4: a runtime-owned KV placeholder, declared with a 0-byte storage,
   // beside big[2:5]'s compact clone: accepted, with no bytes in the .ptd and
   // storage_nbytes from the view (a writer case that must be accepted).

@@ -22,14 +22,11 @@ std::string TestPath(const char* env, const char* compiled) {
 }
 
 std::string DataPath(const std::string& rel) {
-  static const std::string* dir =
-      new std::string(TestPath("PTD_TEST_DATA_DIR", PTD_TEST_DATA_DIR));
+  static const std::string* dir = new std::string(TestPath("PTD_TEST_DATA_DIR", PTD_TEST_DATA_DIR));
   return *dir + "/" + rel;
 }
 
-std::string ConformancePath(const std::string& rel) {
-  return DataPath("conformance/" + rel);
-}
+std::string ConformancePath(const std::string& rel) { return DataPath("conformance/" + rel); }
 
 const nlohmann::json& ConformanceCases() {
   static const nlohmann::json* cases = [] {

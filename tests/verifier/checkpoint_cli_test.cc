@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/safetensors.h"
 #include "ptd/weight_writer.h"
 #include "tests/testing/test_util.h"
@@ -94,8 +95,8 @@ TEST(CheckpointCliTest, ExtractThenReweightWithBaseGivesTheFileBack) {
   }
 
   const std::string out = dir.File("k01.ptd");
-  auto r = RunCommand(Reweight(st + " --manifest " + kK01Manifest + " --base " + kK01 + " -o " +
-                               out + " 2>&1"));
+  auto r = RunCommand(
+      Reweight(st + " --manifest " + kK01Manifest + " --base " + kK01 + " -o " + out + " 2>&1"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("wrote " + out));
   EXPECT_EQ(ReadFileBytes(out), ReadFileBytes(kK01));
@@ -115,8 +116,8 @@ TEST(CheckpointCliTest, ShardsGoToAFolderWithAnIndex) {
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ(checkpoint->tensors().size(), j["tensors"].size());
   // The index reweights like one file.
-  auto r = RunCommand(Reweight(index + " --manifest " + kK01Manifest + " --base " + kK01 +
-                               " -o " + dir.File("back.ptd") + " 2>&1"));
+  auto r = RunCommand(Reweight(index + " --manifest " + kK01Manifest + " --base " + kK01 + " -o " +
+                               dir.File("back.ptd") + " 2>&1"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(ReadFileBytes(dir.File("back.ptd")), ReadFileBytes(kK01));
 }
@@ -136,8 +137,8 @@ TEST(CheckpointCliTest, BrokenRuleExitsOneAndWritesNothing) {
                                })
                   .ok());
   const std::string out = dir.File("out.ptd");
-  auto r = RunCommand(Reweight(dir.File("c.safetensors") + " --manifest " +
-                               dir.File("m.manifest") + " -o " + out + " 2>&1"));
+  auto r = RunCommand(Reweight(dir.File("c.safetensors") + " --manifest " + dir.File("m.manifest") +
+                               " -o " + out + " 2>&1"));
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("(S8)"));
   EXPECT_THAT(r.out, HasSubstr("weight 'w'"));
@@ -150,8 +151,8 @@ TEST(CheckpointCliTest, BrokenRuleExitsOneAndWritesNothing) {
   EXPECT_FALSE(j["ok"].get<bool>());
   EXPECT_EQ(j["error"]["rule"], "S8");
   // An input that cannot be read is exit 2.
-  auto missing = RunCommand(Extract(dir.File("none.ptd") + " -o " + dir.File("x.safetensors") +
-                                    " 2>&1"));
+  auto missing =
+      RunCommand(Extract(dir.File("none.ptd") + " -o " + dir.File("x.safetensors") + " 2>&1"));
   EXPECT_EQ(missing.exit_code, 2) << missing.out;
   EXPECT_FALSE(std::filesystem::exists(dir.File("x.safetensors")));
 }

@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/ptd_writer.h"
@@ -25,8 +26,8 @@ namespace ptd {
 namespace {
 
 using ::ptd::testing::ConformancePath;
-using ::ptd::testing::DataPath;
 using ::ptd::testing::Count;
+using ::ptd::testing::DataPath;
 using ::ptd::testing::RunCommand;
 using ::ptd::testing::TempDir;
 using ::testing::AllOf;
@@ -84,8 +85,9 @@ TEST(CliAuditTest, FifoIsRejectedWithoutBlocking) {
   const std::string fifo = dir.File("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (const std::string& cmd :
-       {Verify(fifo), Verify("--manifest " + fifo + " " + kK01), Verify("--pte " + fifo + " " + kK01),
-        Load(fifo), Load("--manifest " + fifo + " " + kK01), Load("--pte " + fifo + " " + kK01)}) {
+       {Verify(fifo), Verify("--manifest " + fifo + " " + kK01),
+        Verify("--pte " + fifo + " " + kK01), Load(fifo), Load("--manifest " + fifo + " " + kK01),
+        Load("--pte " + fifo + " " + kK01)}) {
     SCOPED_TRACE(cmd);
     const auto r = RunCommand(cmd + " 2>&1");
     EXPECT_EQ(r.exit_code, 2) << r.out;  // 124 would be the hang.
@@ -134,8 +136,7 @@ TEST(CliAuditTest, HugeSparsePteNeverAborts) {
   // A program identifier and no extended header, 100 GiB long.
   const std::string pte = dir.File("huge.pte");
   SparseFile(pte, std::string("\0\0\0\0ET12", 8), k100GiB);
-  const auto r =
-      RunCommand(MemoryCap(2048) + Verify("--pte " + pte + " " + kK01) + " 2>&1");
+  const auto r = RunCommand(MemoryCap(2048) + Verify("--pte " + pte + " " + kK01) + " 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.out;  // Never 134 (abort).
   EXPECT_THAT(r.out, HasSubstr("  P1  "));
 }
@@ -150,17 +151,15 @@ TEST(CliAuditTest, OutOfMemoryIsExitTwoWithOneLine) {
   // A 600 MiB manifest (under the 1 GiB cap) read under a 400 MiB limit.
   const std::string m = dir.File("m.manifest");
   SparseFile(m, "ETCUDAFQN3", uint64_t{600} << 20);
-  const auto r = RunCommand(MemoryCap(400) + Verify("--manifest " + m + " " + kK01) +
-                            " 2>&1");
+  const auto r = RunCommand(MemoryCap(400) + Verify("--manifest " + m + " " + kK01) + " 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("ptd-verify: out of memory"));
 }
 
 TEST(CliAuditTest, WriteErrorsOnStdoutAreExitTwo) {
-  for (const std::string& cmd : {Verify("--json " + kK01), Verify(kK01),
-                                 Load("--device host --json " + kK01),
-                                 Load("--device host " + kK01), Verify("--help"),
-                                 Load("--help")}) {
+  for (const std::string& cmd :
+       {Verify("--json " + kK01), Verify(kK01), Load("--device host --json " + kK01),
+        Load("--device host " + kK01), Verify("--help"), Load("--help")}) {
     SCOPED_TRACE(cmd);
     const auto r = RunCommand(cmd + " 2>&1 >/dev/full");
     EXPECT_EQ(r.exit_code, 2) << r.out;
@@ -190,8 +189,9 @@ TEST(CliAuditTest, TheLoaderRefusesFqnsWithoutAManifest) {
 
 TEST(CliAuditTest, LoadFailuresAreOneJsonObjectWithRuleCodeAndFile) {
   // An unknown weight.
-  auto r = RunCommand(Load("--device host --json --fqn nope --manifest " + kK01Manifest + " " +
-                           kK01) + " 2>/dev/null");
+  auto r =
+      RunCommand(Load("--device host --json --fqn nope --manifest " + kK01Manifest + " " + kK01) +
+                 " 2>/dev/null");
   EXPECT_EQ(r.exit_code, 2);
   json j = json::parse(r.out);
   EXPECT_FALSE(j["ok"].get<bool>());
@@ -225,9 +225,9 @@ TEST(CliAuditTest, UnreadableInputIsSaidOnceOnStderrWithTheRightName) {
   EXPECT_EQ(out_only.out, "");
   const auto both = RunCommand(Load("--device host " + dir.path()) + " 2>&1");
   EXPECT_EQ(Count(both.out, dir.path()), 1u) << both.out;
-  EXPECT_THAT(both.out, AllOf(HasSubstr("ptd-load: cannot read input"),
-                              HasSubstr("not a regular file (a directory)"),
-                              Not(HasSubstr("ptd-verify"))));
+  EXPECT_THAT(both.out,
+              AllOf(HasSubstr("ptd-load: cannot read input"),
+                    HasSubstr("not a regular file (a directory)"), Not(HasSubstr("ptd-verify"))));
 }
 
 TEST(CliAuditTest, NoDriverIsSaidPlainly) {
@@ -344,7 +344,8 @@ TEST(CliAuditTest, ReadableReportSaysEachThingOnceWithUnitsAndLabels) {
 }
 
 TEST(CliAuditTest, WeightTableShowsTheSegmentsSizeBesideTheManifests) {
-  const auto r = RunCommand(Verify("--manifest " + ConformancePath("files/k12_storage_size_mismatch.manifest") +
+  const auto r = RunCommand(Verify("--manifest " +
+                                   ConformancePath("files/k12_storage_size_mismatch.manifest") +
                                    " " + ConformancePath("files/k12_storage_size_mismatch.ptd")));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, HasSubstr("required segment manifest\n"));
@@ -378,8 +379,8 @@ TEST(CliAuditTest, DigestLimitMustBeAByteCount) {
   }
   EXPECT_EQ(RunCommand(Verify("--digest --digest-limit 18446744073709551615 " + kK01)).exit_code,
             0);
-  const auto d1 = RunCommand(Verify("--json --digest --digest-limit 0 --manifest " + kK01Manifest +
-                                    " " + kK01));
+  const auto d1 = RunCommand(
+      Verify("--json --digest --digest-limit 0 --manifest " + kK01Manifest + " " + kK01));
   EXPECT_THAT(d1.out, HasSubstr("\"D1\""));  // 0 is honoured: every view is over it.
 }
 
@@ -418,7 +419,8 @@ TEST(CliAuditTest, WriteDemoIntoAMissingDirectoryIsAUsageError) {
   GTEST_SKIP() << "examples not built (PTD_BUILD_EXAMPLES=OFF)";
 #else
   TempDir dir;
-  const auto r = RunCommand(std::string(PTD_WRITE_DEMO_BINARY) + " " + dir.File("absent") + " 2>&1");
+  const auto r =
+      RunCommand(std::string(PTD_WRITE_DEMO_BINARY) + " " + dir.File("absent") + " 2>&1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.out, HasSubstr("no such directory"));
   EXPECT_THAT(r.out, Not(HasSubstr(".tmp")));
@@ -479,8 +481,8 @@ TEST(CliAuditTest, ProgressBarIsErasedUnderTmux) {
   const std::string session = "ptd_cli_audit_" + std::to_string(::getpid());
   const std::string done = dir.File("done");
   const std::string cmd = "PTD_PROGRESS_DELAY_MS=0 " + std::string(PTD_LOAD_BINARY) +
-                          " --device host --threads 1 --digest --repeat 40 " +
-                          ptd + " >/dev/null; touch " + done;
+                          " --device host --threads 1 --digest --repeat 40 " + ptd +
+                          " >/dev/null; touch " + done;
   ASSERT_EQ(RunCommand("tmux new-session -d -s " + session + " -x 40 -y 10 '" + cmd + "; sleep 30'")
                 .exit_code,
             0);

@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/weight_writer.h"
 #include "runtime/internal/utf8.h"
 #include "tests/testing/test_util.h"
@@ -53,8 +54,8 @@ TEST(CliTest, MallocUsesHugePagesUnlessOptedOut) {
     EXPECT_THAT(on.out, HasSubstr("malloc: glibc.malloc.hugetlb=1 (large blocks"));
     auto out = RunCommand(clean + "PTD_MALLOC_HUGETLB=0 " + binary + " --version 2>&1");
     EXPECT_THAT(out.out, HasSubstr("malloc: default (4 KiB) pages"));
-    auto own = RunCommand(clean + "GLIBC_TUNABLES=glibc.malloc.hugetlb=0 " + binary +
-                          " --version 2>&1");
+    auto own =
+        RunCommand(clean + "GLIBC_TUNABLES=glibc.malloc.hugetlb=0 " + binary + " --version 2>&1");
     EXPECT_THAT(own.out, HasSubstr("malloc: glibc.malloc.hugetlb=0\n"));
     // Another tunable is kept, and the setting appended to it.
     auto other = RunCommand(clean + "GLIBC_TUNABLES=glibc.malloc.tcache_count=8 " + binary +
@@ -67,12 +68,11 @@ TEST(CliTest, MallocUsesHugePagesUnlessOptedOut) {
                                 binary + " --version 2>&1");
     EXPECT_THAT(threshold.out, HasSubstr("malloc: mmap_threshold set by the environment"));
     EXPECT_THAT(threshold.out, HasSubstr("malloc: glibc.malloc.hugetlb=1 (large blocks"));
-    auto legacy =
-        RunCommand(clean + "MALLOC_MMAP_THRESHOLD_=65536 " + binary + " --version 2>&1");
+    auto legacy = RunCommand(clean + "MALLOC_MMAP_THRESHOLD_=65536 " + binary + " --version 2>&1");
     EXPECT_THAT(legacy.out, HasSubstr("malloc: mmap_threshold set by the environment"));
     // A verification is the same with either setting.
-    auto plain = RunCommand(clean + "PTD_MALLOC_HUGETLB=0 " + binary + " " + kK01 +
-                            " --manifest " + kK01Manifest + " --json 2>/dev/null");
+    auto plain = RunCommand(clean + "PTD_MALLOC_HUGETLB=0 " + binary + " " + kK01 + " --manifest " +
+                            kK01Manifest + " --json 2>/dev/null");
     auto huge = RunCommand(clean + binary + " " + kK01 + " --manifest " + kK01Manifest +
                            " --json 2>/dev/null");
     EXPECT_EQ(plain.exit_code, huge.exit_code);
@@ -82,7 +82,7 @@ TEST(CliTest, MallocUsesHugePagesUnlessOptedOut) {
 
 TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(RunCommand(Verify("--bogus " + kK01)).exit_code, 2);
-  EXPECT_EQ(RunCommand(Verify("")).exit_code, 2);                  // No file.
+  EXPECT_EQ(RunCommand(Verify("")).exit_code, 2);                    // No file.
   EXPECT_EQ(RunCommand(Verify(kK01 + " --manifest")).exit_code, 2);  // No value.
   EXPECT_EQ(RunCommand(Verify("--sm ninety " + kK01)).exit_code, 2);
 }
@@ -112,40 +112,40 @@ TEST(CliTest, MissingFileErrorIsPrintedOnce) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(Count(r.out, "/nonexistent/model.ptd"), 1u) << r.out;
   EXPECT_EQ(Count(r.out, "ptd-verify:"), 1u) << r.out;
-  auto stdout_only = RunCommand(std::string(PTD_VERIFY_BINARY) +
-                                " /nonexistent/model.ptd 2>/dev/null");
+  auto stdout_only =
+      RunCommand(std::string(PTD_VERIFY_BINARY) + " /nonexistent/model.ptd 2>/dev/null");
   EXPECT_EQ(stdout_only.out, "");
   // JSON mode: the JSON object on stdout, the message once on stderr.
-  auto err_only = RunCommand(std::string(PTD_VERIFY_BINARY) +
-                             " --json /nonexistent/model.ptd 2>&1 >/dev/null");
+  auto err_only =
+      RunCommand(std::string(PTD_VERIFY_BINARY) + " --json /nonexistent/model.ptd 2>&1 >/dev/null");
   EXPECT_EQ(err_only.exit_code, 2);
   EXPECT_EQ(Count(err_only.out, "/nonexistent/model.ptd"), 1u) << err_only.out;
 }
 
 TEST(CliTest, ReadableReportEscapesNonUtf8Keys) {
   // C6: a key that is not UTF-8 (a raw 0x8c byte).
-  auto r = RunCommand(Verify(
-      ::ptd::testing::DataPath("../fuzz/corpus/container/s02_invalid_utf8_key.ptd")));
+  auto r = RunCommand(
+      Verify(::ptd::testing::DataPath("../fuzz/corpus/container/s02_invalid_utf8_key.ptd")));
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_TRUE(internal::IsValidUtf8(r.out)) << r.out;
   EXPECT_THAT(r.out, HasSubstr("\xEF\xBF\xBD"));  // U+FFFD, as in the JSON.
 }
 
 TEST(CliTest, JsonHasEveryPart) {
-  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " +
-                      kK01Manifest + " " + kK01);
+  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " + kK01Manifest + " " +
+                      kK01);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json j = json::parse(r.out);
   for (const char* k : {"ok", "ptd", "manifests", "errors", "warnings"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
-  for (const char* k : {"path", "size", "version", "segment_base_offset",
-                        "segment_data_size", "segments", "named_data"}) {
+  for (const char* k : {"path", "size", "version", "segment_base_offset", "segment_data_size",
+                        "segments", "named_data"}) {
     EXPECT_TRUE(j["ptd"].contains(k)) << k;
   }
   const auto& w = j["manifests"][0]["weights"][0];
-  for (const char* k : {"fqn", "storage_key", "dtype", "device_type", "storage_offset",
-                        "sizes", "strides", "storage_nbytes", "required_nbytes"}) {
+  for (const char* k : {"fqn", "storage_key", "dtype", "device_type", "storage_offset", "sizes",
+                        "strides", "storage_nbytes", "required_nbytes"}) {
     EXPECT_TRUE(w.contains(k)) << k;
   }
   EXPECT_FALSE(w.contains("sha256"));  // Only with --digest.
@@ -161,8 +161,8 @@ TEST(CliTest, JsonAndReportNameTheManifestFormat) {
   const std::string k03 = ConformancePath("files/k03_released_fqn3.manifest");
   for (const auto& [manifest, format] :
        {std::pair{kK01Manifest, "ETCUDAFQN0"}, std::pair{k03, "ETCUDAFQN3"}}) {
-    auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " +
-                        manifest + " " + kK01);
+    auto r =
+        RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " + manifest + " " + kK01);
     ASSERT_EQ(r.exit_code, 0) << r.out;
     const nlohmann::ordered_json j = nlohmann::ordered_json::parse(r.out);
     const auto& m = j["manifests"][0];
@@ -174,14 +174,14 @@ TEST(CliTest, JsonAndReportNameTheManifestFormat) {
     EXPECT_EQ(it.key(), "format");
     auto text = RunCommand(Verify("--manifest " + manifest + " " + kK01));
     // The heading names the manifest's file.
-    EXPECT_THAT(text.out, HasSubstr("\nmanifest " + manifest + " (" + format +
-                                    "): 1 variant, 12 weights"));
+    EXPECT_THAT(text.out,
+                HasSubstr("\nmanifest " + manifest + " (" + format + "): 1 variant, 12 weights"));
   }
 }
 
 TEST(CliTest, SmSelectsAVariantOrSaysNoneFits) {
-  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --sm 90 --pte " +
-                      kK01Pte + " " + kK01);
+  auto r =
+      RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --sm 90 --pte " + kK01Pte + " " + kK01);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json j = json::parse(r.out);
   const auto& m = j["manifests"][0];
@@ -200,7 +200,8 @@ TEST(CliTest, ReadableReportListsErrorsFirstThenWeights) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, HasSubstr("FAILED"));
   // The rule is the line's first column (said once, not again at the end).
-  EXPECT_THAT(r.out, HasSubstr("  G2  weight 'x.rows': view requires 80 bytes from a 48-byte storage\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("  G2  weight 'x.rows': view requires 80 bytes from a 48-byte storage\n"));
   const size_t errors_at = r.out.find("1 error:");
   const size_t table_at = r.out.find("required segment manifest");
   ASSERT_NE(errors_at, std::string::npos);
@@ -226,8 +227,8 @@ TEST(CliTest, DigestLimitGivesWarningD1AndNullSha) {
                   .ok());
   ASSERT_TRUE(w.Write(dir.File("m.ptd"), dir.File("m.manifest")).ok());
   auto r = RunCommand(std::string(PTD_VERIFY_BINARY) +
-                      " --json --digest --digest-limit 1000 --manifest " +
-                      dir.File("m.manifest") + " " + dir.File("m.ptd"));
+                      " --json --digest --digest-limit 1000 --manifest " + dir.File("m.manifest") +
+                      " " + dir.File("m.ptd"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json j = json::parse(r.out);
   EXPECT_TRUE(j["manifests"][0]["weights"][0]["sha256"].is_null());
@@ -244,13 +245,13 @@ TEST(CliTest, DigestLimitGivesWarningD1AndNullSha) {
 TEST(CliTest, ManifestChecksRunEvenWhenTheContainerIsUnreadable) {
   // H2 makes the .ptd unusable; G1/G2 need only the manifest and still run.
   TempDir dir;
-  std::vector<uint8_t> ptd = ::ptd::testing::ReadFileBytes(
-      ConformancePath("files/k10_clone_with_original_offset.ptd"));
+  std::vector<uint8_t> ptd =
+      ::ptd::testing::ReadFileBytes(ConformancePath("files/k10_clone_with_original_offset.ptd"));
   ptd[7] = '2';  // FT02.
   ::ptd::testing::WriteFileBytes(dir.File("bad.ptd"), ptd);
   auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json --manifest " +
-                      ConformancePath("files/k10_clone_with_original_offset.manifest") +
-                      " " + dir.File("bad.ptd"));
+                      ConformancePath("files/k10_clone_with_original_offset.manifest") + " " +
+                      dir.File("bad.ptd"));
   EXPECT_EQ(r.exit_code, 1);
   const json j = json::parse(r.out);
   std::vector<std::string> rules;
@@ -261,8 +262,9 @@ TEST(CliTest, ManifestChecksRunEvenWhenTheContainerIsUnreadable) {
 
 TEST(CliTest, NonUtf8KeysStillGiveValidJson) {
   // Fuzz-found: a key that is not UTF-8 (C6) once aborted the JSON output.
-  auto r = RunCommand(std::string(PTD_VERIFY_BINARY) + " --json " +
-                      ::ptd::testing::DataPath("../fuzz/corpus/container/s02_invalid_utf8_key.ptd"));
+  auto r =
+      RunCommand(std::string(PTD_VERIFY_BINARY) + " --json " +
+                 ::ptd::testing::DataPath("../fuzz/corpus/container/s02_invalid_utf8_key.ptd"));
   EXPECT_EQ(r.exit_code, 1) << r.out;
   const json j = json::parse(r.out);
   EXPECT_FALSE(j["ok"].get<bool>());

@@ -9,9 +9,10 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/test_util.h"
+
 #include "ptd/verify.h"
 #include "ptd/verify_json.h"
+#include "tests/testing/test_util.h"
 
 namespace ptd {
 namespace {
@@ -132,19 +133,16 @@ TEST_P(ConformanceTest, GivesExpectedVerdictRulesAndDigests) {
     if (tc.contains("weights")) {
       ASSERT_EQ(j["manifests"].size(), 1u);
       const auto& m = j["manifests"][0];
-      EXPECT_EQ(m["source"].get<std::string>().rfind(route == "pte" ? "pte:" : "manifest", 0),
-                0u);
+      EXPECT_EQ(m["source"].get<std::string>().rfind(route == "pte" ? "pte:" : "manifest", 0), 0u);
       ASSERT_EQ(m["weights"].size(), tc["weights"].size());
       for (const auto& want : tc["weights"]) {
         // Matched by fqn (unique within a manifest), not by position.
-        const auto match = std::find_if(
-            m["weights"].begin(), m["weights"].end(),
-            [&](const auto& w) { return w["fqn"] == want["fqn"]; });
+        const auto match = std::find_if(m["weights"].begin(), m["weights"].end(),
+                                        [&](const auto& w) { return w["fqn"] == want["fqn"]; });
         ASSERT_NE(match, m["weights"].end()) << want["fqn"];
         const auto& got = *match;
         for (auto it = want.begin(); it != want.end(); ++it) {
-          EXPECT_EQ(json(got[it.key()]), it.value())
-              << want["fqn"] << " field " << it.key();
+          EXPECT_EQ(json(got[it.key()]), it.value()) << want["fqn"] << " field " << it.key();
         }
       }
     }
@@ -187,9 +185,7 @@ std::vector<std::string> AllCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Upstream, ConformanceTest, ::testing::ValuesIn(AllCases()),
-                         [](const ::testing::TestParamInfo<std::string>& p) {
-                           return p.param;
-                         });
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // The same weights and verdicts through --pte as through --manifest.
 TEST(ConformanceCrossTest, PteAndManifestAgree) {

@@ -14,10 +14,11 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/verify.h"
 #include "ptd/verify_json.h"
-#include "verifier/cli_util.h"
 #include "tests/testing/test_util.h"
+#include "verifier/cli_util.h"
 
 namespace ptd {
 namespace {
@@ -67,7 +68,9 @@ std::vector<Golden> GoldensOf(const nlohmann::json& tc) {
       // The readable report as ptd-verify builds it: the first rows only.
       o.list_limit = 2;
       const VerifyOutcome cut = RunVerify(o);
-      out.push_back({stem + ".rows2.txt", Normalized(FormatText(cut, TextOptions{.max_rows = 2, .names = cli::ToolInputNames()}))});
+      out.push_back({stem + ".rows2.txt",
+                     Normalized(FormatText(
+                         cut, TextOptions{.max_rows = 2, .names = cli::ToolInputNames()}))});
     }
   }
   return out;

@@ -5,24 +5,25 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
+#include "ptd/verify.h"
+#include "ptd/verify_json.h"
 #include "tests/pte/pte_builder.h"
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/test_util.h"
-#include "ptd/verify.h"
-#include "ptd/verify_json.h"
 
 namespace ptd {
 namespace {
 
 using ::ptd::testing::BuildPte;
-using ::ptd::testing::PtePlanSpec;
-using ::ptd::testing::PteSpec;
-using ::ptd::testing::TempDir;
 using ::ptd::testing::HasError;
 using ::ptd::testing::MessageHas;
+using ::ptd::testing::PtePlanSpec;
+using ::ptd::testing::PteSpec;
 using ::ptd::testing::SourceIs;
+using ::ptd::testing::TempDir;
 using ::testing::HasSubstr;
 
 constexpr char kKey[] = "cuda_fqn_weight:cuda:shared.w";
@@ -64,10 +65,8 @@ std::string WritePte(const TempDir& dir, uint64_t decode_nbytes,
                      std::vector<std::pair<std::string, uint32_t>> named = {}) {
   PteSpec spec;
   spec.plans = {PtePlanSpec{"forward", {{.index = 0}}},
-                PtePlanSpec{"decode", {{.id = "XnnpackBackend", .index = 1},
-                                       {.index = 1}}}};
-  spec.segments = {ManifestBytes("lib_so", "w", 32),
-                   ManifestBytes("lib_so", "w", decode_nbytes)};
+                PtePlanSpec{"decode", {{.id = "XnnpackBackend", .index = 1}, {.index = 1}}}};
+  spec.segments = {ManifestBytes("lib_so", "w", 32), ManifestBytes("lib_so", "w", decode_nbytes)};
   spec.named_data = std::move(named);
   const std::string path = dir.File("model.pte");
   ::ptd::testing::WriteFileBytes(path, BuildPte(spec));
@@ -76,8 +75,7 @@ std::string WritePte(const TempDir& dir, uint64_t decode_nbytes,
 
 TEST(PteVerifyTest, TwoMethodsShareWeights) {
   TempDir dir;
-  VerifyOptions o{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 32),
-                  .digest = true};
+  VerifyOptions o{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 32), .digest = true};
   const VerifyOutcome out = RunVerify(o);
   const nlohmann::ordered_json out_json = VerifyJson(out);
   ASSERT_EQ(out.exit_code(), 0) << out_json.dump(1);
@@ -92,20 +90,19 @@ TEST(PteVerifyTest, TwoMethodsShareWeights) {
 
 TEST(PteVerifyTest, G4AcrossMethodsThatDisagree) {
   TempDir dir;
-  const VerifyOutcome out = RunVerify(
-      VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 40)});
+  const VerifyOutcome out =
+      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 40)});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
-  EXPECT_THAT(out.report,
-              HasError("G4", ::testing::AllOf(MessageHas("40"), MessageHas("32"),
-                                              MessageHas("pte:forward:0"),
-                                              SourceIs("pte:decode:1"))));
+  EXPECT_THAT(out.report, HasError("G4", ::testing::AllOf(MessageHas("40"), MessageHas("32"),
+                                                          MessageHas("pte:forward:0"),
+                                                          SourceIs("pte:decode:1"))));
 }
 
 TEST(PteVerifyTest, P3LibraryMissingFromPteAndPtd) {
   TempDir dir;
-  const VerifyOutcome out = RunVerify(
-      VerifyOptions{.ptd_path = WritePtd(dir, false), .pte_path = WritePte(dir, 32)});
+  const VerifyOutcome out =
+      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, false), .pte_path = WritePte(dir, 32)});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
   ASSERT_TRUE(out.report.HasError("P3"));
@@ -151,10 +148,10 @@ TEST(PteVerifyTest, UnsupportedManifestVersionIsM1Unimplemented) {
       RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
-  EXPECT_THAT(out.report,
-              HasError("M1", ::testing::AllOf(
-                                 ::ptd::testing::CodeIs(absl::StatusCode::kUnimplemented),
-                                 SourceIs("pte:forward:0"))));
+  EXPECT_THAT(
+      out.report,
+      HasError("M1", ::testing::AllOf(::ptd::testing::CodeIs(absl::StatusCode::kUnimplemented),
+                                      SourceIs("pte:forward:0"))));
 }
 
 TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateIsVerified) {

@@ -6,12 +6,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/manifest.h"
 #include "ptd/verify.h"
 #include "ptd/verify_json.h"
-#include "verifier/cli_util.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
+#include "verifier/cli_util.h"
 
 namespace ptd {
 namespace {
@@ -71,7 +72,8 @@ TEST(ReportListTest, ALimitedReportListsTheFirstRowsAndTheTotals) {
   EXPECT_EQ(cut_json["warnings"], full_json["warnings"]);
 
   // Printed with as many rows as it lists, it is the full report's text.
-  const std::string text = FormatText(cut, TextOptions{.max_rows = 7, .names = cli::ToolInputNames()});
+  const std::string text =
+      FormatText(cut, TextOptions{.max_rows = 7, .names = cli::ToolInputNames()});
   EXPECT_EQ(text, FormatText(full, TextOptions{.max_rows = 7, .names = cli::ToolInputNames()}));
   EXPECT_THAT(text, HasSubstr("120 segments, 120 keys"));
   EXPECT_THAT(text, HasSubstr("120 weights"));

@@ -1,6 +1,8 @@
 // One regression case per rule of docs/SPEC.md, read from the checked-in
 // files under tests/data/rules/ (see tests/testing/rule_files.h for the
 // naming and how to regenerate them). Each case asserts its own rule.
+#include "tests/testing/rule_files.h"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+
 #include "ptd/checkpoint.h"
 #include "ptd/file_source.h"
 #include "ptd/safetensors.h"
@@ -22,7 +25,6 @@
 #include "ptd/verify_json.h"
 #include "ptd/weight_writer.h"
 #include "tests/testing/diagnostics.h"
-#include "tests/testing/rule_files.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -58,9 +60,7 @@ std::vector<std::string> Stems() {
 // under the sanitizers, and -Werror makes that fatal.
 void ScanRules(const std::string& text, std::string_view letters, bool multi_digit,
                std::set<std::string>* rules) {
-  const auto word = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  };
+  const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   const auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   for (size_t i = 0; i + 1 < text.size(); ++i) {
     if (letters.find(text[i]) == std::string_view::npos) continue;
@@ -102,8 +102,8 @@ TEST(RuleFilesTest, SpecDefinesTheRulesWeExpect) {
   const std::set<std::string> rules = SpecRules();
   // 38 in sections 1-6, S1-S10 and N1 in section 7.
   EXPECT_EQ(rules.size(), 49u) << ::testing::PrintToString(rules);
-  for (const char* r : {"H1", "H5", "C8", "M6", "G5", "W3", "W4", "X3", "P4", "D1", "R1",
-                        "U1", "S1", "S7", "S10", "N1"}) {
+  for (const char* r : {"H1", "H5", "C8", "M6", "G5", "W3", "W4", "X3", "P4", "D1", "R1", "U1",
+                        "S1", "S7", "S10", "N1"}) {
     EXPECT_TRUE(rules.count(r)) << r;
   }
 }
@@ -117,8 +117,8 @@ TEST(RuleFilesTest, EveryRuleOfTheSpecHasARegressionCase) {
         << "(add one to tests/testing/rule_files.cc and regenerate)";
   }
   for (const std::string& rule : covered) {
-    EXPECT_TRUE(SpecRules().count(rule)) << "a case for " << rule
-                                         << ", which docs/SPEC.md does not define";
+    EXPECT_TRUE(SpecRules().count(rule))
+        << "a case for " << rule << ", which docs/SPEC.md does not define";
   }
 }
 
@@ -210,8 +210,8 @@ void RunWriterCase(const std::string& rule, const std::string& path) {
 void RunSafetensorsCase(const std::string& rule, const std::string& base) {
   const std::string want = "(" + rule + ")";
   const bool index = Exists(base + std::string(kSafetensorsIndexSuffix));
-  const std::string path = index ? base + std::string(kSafetensorsIndexSuffix)
-                                 : base + ".safetensors";
+  const std::string path =
+      index ? base + std::string(kSafetensorsIndexSuffix) : base + ".safetensors";
   if (!index) {
     for (bool mmap : {false, true}) {
       SCOPED_TRACE(mmap ? "mmap" : "pread");
@@ -295,27 +295,24 @@ TEST_P(RuleCaseTest, AssertsItsRule) {
       // X2 is reported through the G rule it names (G1-G4 between a
       // manifest and this .ptd).
       EXPECT_THAT(out.report,
-                  ::testing::AnyOf(HasError("G1"), HasError("G2"), HasError("G3"),
-                                   HasError("G4")));
+                  ::testing::AnyOf(HasError("G1"), HasError("G2"), HasError("G3"), HasError("G4")));
       EXPECT_EQ(out.exit_code(), 1);
     } else {
       EXPECT_THAT(out.report, HasError(rule));
       EXPECT_EQ(out.exit_code(), 1);
     }
     // The JSON names the rule too (what CI and users read).
-    const auto& list = ::ptd::testing::IsWarningRule(rule) ? out_json["warnings"]
-                                                           : out_json["errors"];
+    const auto& list =
+        ::ptd::testing::IsWarningRule(rule) ? out_json["warnings"] : out_json["errors"];
     if (rule != "X2") {
-      EXPECT_TRUE(std::any_of(list.begin(), list.end(),
-                              [&](const auto& d) { return d["rule"] == rule; }));
+      EXPECT_TRUE(
+          std::any_of(list.begin(), list.end(), [&](const auto& d) { return d["rule"] == rule; }));
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(SpecRules, RuleCaseTest, ::testing::ValuesIn(Stems()),
-                         [](const ::testing::TestParamInfo<std::string>& p) {
-                           return p.param;
-                         });
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace ptd

@@ -13,22 +13,23 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/file_source.h"
 #include "ptd/verify.h"
 #include "ptd/verify_json.h"
-#include "verifier/cli_util.h"
 #include "ptd/weight_bundle.h"
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/test_util.h"
+#include "verifier/cli_util.h"
 
 namespace ptd {
 namespace {
 
+using ::ptd::testing::CodeIs;
 using ::ptd::testing::ConformancePath;
 using ::ptd::testing::Describe;
 using ::ptd::testing::HasError;
 using ::ptd::testing::MessageHas;
-using ::ptd::testing::CodeIs;
 using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::WriteFileBytes;
@@ -39,8 +40,7 @@ using ::testing::HasSubstr;
 // bytes, as another process might. at < 0: never.
 class TruncatingSource final : public FileSource {
  public:
-  TruncatingSource(std::shared_ptr<const FileSource> inner, std::string path, int at,
-                   uint64_t keep)
+  TruncatingSource(std::shared_ptr<const FileSource> inner, std::string path, int at, uint64_t keep)
       : inner_(std::move(inner)), path_(std::move(path)), at_(at), keep_(keep) {}
   const std::string& name() const override { return inner_->name(); }
   uint64_t size() const override { return inner_->size(); }
@@ -48,8 +48,7 @@ class TruncatingSource final : public FileSource {
     Step();
     return inner_->ReadAt(offset, dst);
   }
-  std::optional<absl::Span<const uint8_t>> View(uint64_t offset,
-                                                uint64_t len) const override {
+  std::optional<absl::Span<const uint8_t>> View(uint64_t offset, uint64_t len) const override {
     Step();
     return inner_->View(offset, len);
   }
@@ -121,8 +120,7 @@ TEST_F(TruncationTest, ContainerTruncatedBeforeItsFlatBufferIsReadIsC1DataLoss) 
   const WeightBundle b = WeightBundle::Verify(sources, &report);
   ASSERT_TRUE(src->truncated());
   EXPECT_THAT(report, HasError("C1", ::testing::AllOf(CodeIs(absl::StatusCode::kDataLoss),
-                                                       MessageHas(ptd_),
-                                                       MessageHas("shrank"))))
+                                                      MessageHas(ptd_), MessageHas("shrank"))))
       << Describe(report);
   EXPECT_EQ(b.container(), nullptr);
 }

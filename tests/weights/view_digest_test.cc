@@ -3,6 +3,8 @@
 // including storages larger than the 1 MiB window.
 #include "ptd/view_digest.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -13,13 +15,12 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "ptd/file_source.h"
 #include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
-#include "ptd/file_source.h"
 
 namespace ptd {
 namespace {
@@ -32,8 +33,8 @@ struct View {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   ViewSpec spec() const {
-    return ViewSpec{.element_size = e, .storage_offset = offset, .sizes = sizes,
-                    .strides = strides};
+    return ViewSpec{
+        .element_size = e, .storage_offset = offset, .sizes = sizes, .strides = strides};
   }
 };
 
@@ -75,8 +76,8 @@ Sources MakeSources(const std::vector<uint8_t>& storage, const std::string& name
   std::vector<uint8_t> file = RandomBytes(prefix, 99);
   file.insert(file.end(), storage.begin(), storage.end());
   file.insert(file.end(), 11, 0xee);  // Bytes after the storage.
-  const std::string path = ::testing::TempDir() + "/view_digest_test_" +
-                           std::to_string(::getpid()) + "_" + name;
+  const std::string path =
+      ::testing::TempDir() + "/view_digest_test_" + std::to_string(::getpid()) + "_" + name;
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(file.data()),
@@ -88,7 +89,7 @@ Sources MakeSources(const std::vector<uint8_t>& storage, const std::string& name
   absl::StatusOr<std::unique_ptr<FileSource>> p = OpenPreadFile(path);
   EXPECT_TRUE(p.ok()) << p.status();
   if (p.ok()) s.pread = *std::move(p);
-  std::filesystem::remove(path);  // The open descriptor keeps the bytes.
+  std::filesystem::remove(path);                  // The open descriptor keeps the bytes.
   EXPECT_FALSE(s.pread->View(0, 1).has_value());  // Really the windowed path.
   return s;
 }
@@ -98,13 +99,13 @@ absl::StatusOr<std::vector<uint8_t>> Gather(const FileSource& source, uint64_t b
                                             uint64_t nbytes, const View& v) {
   std::vector<uint8_t> out;
   bool chunk_too_big = false;
-  const absl::Status s = GatherView(source, base, nbytes, v.spec(),
-                                    [&](absl::Span<const uint8_t> chunk) {
-                                      if (chunk.size() > kGatherWindowBytes) {
-                                        chunk_too_big = true;
-                                      }
-                                      out.insert(out.end(), chunk.begin(), chunk.end());
-                                    });
+  const absl::Status s =
+      GatherView(source, base, nbytes, v.spec(), [&](absl::Span<const uint8_t> chunk) {
+        if (chunk.size() > kGatherWindowBytes) {
+          chunk_too_big = true;
+        }
+        out.insert(out.end(), chunk.begin(), chunk.end());
+      });
   if (!s.ok()) return s;
   EXPECT_FALSE(chunk_too_big);
   return out;
@@ -119,8 +120,7 @@ void ExpectGathersLikeBruteForce(const Sources& src, const std::vector<uint8_t>&
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(got->size(), expected.size());
     ASSERT_TRUE(*got == expected);
-    absl::StatusOr<std::string> digest =
-        DigestView(*source, src.base, storage.size(), v.spec());
+    absl::StatusOr<std::string> digest = DigestView(*source, src.base, storage.size(), v.spec());
     ASSERT_TRUE(digest.ok()) << digest.status();
     EXPECT_EQ(*digest, Sha256Hex(expected));
   }
@@ -156,15 +156,15 @@ TEST(ViewDigestTest, NamedLayouts) {
   const std::vector<uint8_t> storage = RandomBytes(4096, 2);
   const Sources src = MakeSources(storage, "layouts.bin");
   const std::vector<View> views = {
-      {4, 8, {3, 4}, {4, 1}},                     // big[2:5]
-      {4, 1, {8, 2}, {8, 1}},                     // big[:, 1:3]
-      {4, 0, {4, 8}, {1, 4}},                     // Transposed.
-      {4, 0, {2, 3, 4, 5}, {60, 1, 15, 3}},       // Channels-last.
-      {4, 3, {}, {}},                             // 0-dim.
-      {4, 0, {0, 4}, {4, 1}},                     // Empty.
-      {2, 5, {100, 3}, {0, 1}},                   // Broadcast rows.
-      {8, 0, {5, 1, 3}, {3, 1000, 1}},            // Size-1 dim, odd stride.
-      {1, 0, {4, 5}, {1, 1}},                     // Overlapping windows.
+      {4, 8, {3, 4}, {4, 1}},                // big[2:5]
+      {4, 1, {8, 2}, {8, 1}},                // big[:, 1:3]
+      {4, 0, {4, 8}, {1, 4}},                // Transposed.
+      {4, 0, {2, 3, 4, 5}, {60, 1, 15, 3}},  // Channels-last.
+      {4, 3, {}, {}},                        // 0-dim.
+      {4, 0, {0, 4}, {4, 1}},                // Empty.
+      {2, 5, {100, 3}, {0, 1}},              // Broadcast rows.
+      {8, 0, {5, 1, 3}, {3, 1000, 1}},       // Size-1 dim, odd stride.
+      {1, 0, {4, 5}, {1, 1}},                // Overlapping windows.
   };
   for (const View& v : views) ExpectGathersLikeBruteForce(src, storage, v);
 }
@@ -180,8 +180,7 @@ TEST(ViewDigestTest, TransposedViewOfLargeStorageCrossesWindows) {
   // The contiguous whole, longer than one window, and a slice starting near
   // the window's end.
   ExpectGathersLikeBruteForce(src, storage, View{4, 0, {kRows, kCols}, {kCols, 1}});
-  ExpectGathersLikeBruteForce(src, storage,
-                              View{4, 262140, {8, 3}, {kCols, 1}});
+  ExpectGathersLikeBruteForce(src, storage, View{4, 262140, {8, 3}, {kCols, 1}});
 }
 
 TEST(ViewDigestTest, LongBroadcastOutputIsChunked) {
@@ -213,16 +212,15 @@ TEST(ViewDigestTest, DigestRangeEqualsOneShotSha) {
       {kGatherWindowBytes - 3, kGatherWindowBytes + 7},
   };
   for (const auto& [offset, len] : ranges) {
-    const std::string expected = Sha256Hex(
-        absl::MakeConstSpan(storage.data() + offset, static_cast<size_t>(len)));
+    const std::string expected =
+        Sha256Hex(absl::MakeConstSpan(storage.data() + offset, static_cast<size_t>(len)));
     for (const FileSource* source : {src.memory.get(), src.pread.get()}) {
       absl::StatusOr<std::string> d = DigestRange(*source, src.base + offset, len);
       ASSERT_TRUE(d.ok()) << d.status();
       EXPECT_EQ(*d, expected) << offset << "+" << len;
     }
   }
-  EXPECT_EQ(Sha256Hex({}),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex({}), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
 #include "ptd/manifest.h"
 #include "tests/testing/test_util.h"
 
@@ -40,9 +41,9 @@ TEST(WeightBundleTest, OpensContainerAndStandaloneManifest) {
 }
 
 TEST(WeightBundleTest, TakesManifestsFromEveryCudaDelegateOfAPte) {
-  absl::StatusOr<WeightBundle> b = WeightBundle::Open(
-      BundlePaths{.ptd = ConformancePath("files/k01_view_geometry.ptd"),
-                  .pte = ConformancePath("files/k01_view_geometry.pte")});
+  absl::StatusOr<WeightBundle> b =
+      WeightBundle::Open(BundlePaths{.ptd = ConformancePath("files/k01_view_geometry.ptd"),
+                                     .pte = ConformancePath("files/k01_view_geometry.pte")});
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_NE(b->program(), nullptr);
   ASSERT_FALSE(b->manifests().empty());
@@ -84,10 +85,10 @@ TEST(WeightBundleTest, DiagnosticsKeepTheirOrderWhenTheManifestIsDecodedBeside) 
     const std::string manifest = dir.File("m" + std::to_string(n) + ".manifest");
     ::ptd::testing::WriteFileBytes(manifest, bytes);
     for (bool use_mmap : {false, true}) {
-      auto sources = OpenBundleSources(BundlePaths{
-          .ptd = ConformancePath("files/c12_segment_past_data_region.ptd"),
-          .manifest = manifest,
-          .use_mmap = use_mmap});
+      auto sources = OpenBundleSources(
+          BundlePaths{.ptd = ConformancePath("files/c12_segment_past_data_region.ptd"),
+                      .manifest = manifest,
+                      .use_mmap = use_mmap});
       ASSERT_TRUE(sources.ok()) << sources.status();
       Report report;
       const WeightBundle b = WeightBundle::Verify(*sources, &report);
@@ -114,9 +115,8 @@ TEST(WeightBundleTest, ContainerAloneHasNoWeights) {
 }
 
 TEST(WeightBundleTest, OpenFailsWithTheFirstRuleAndVerifyCollectsIt) {
-  const BundlePaths paths{
-      .ptd = ConformancePath("files/k11_truncated_clone.ptd"),
-      .manifest = ConformancePath("files/k11_truncated_clone.manifest")};
+  const BundlePaths paths{.ptd = ConformancePath("files/k11_truncated_clone.ptd"),
+                          .manifest = ConformancePath("files/k11_truncated_clone.manifest")};
   absl::StatusOr<WeightBundle> b = WeightBundle::Open(paths);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kDataLoss);
@@ -132,9 +132,8 @@ TEST(WeightBundleTest, OpenFailsWithTheFirstRuleAndVerifyCollectsIt) {
 }
 
 TEST(WeightBundleTest, VerifyFromPathsCollectsWhatVerifyFromSourcesDoes) {
-  const BundlePaths paths{
-      .ptd = ConformancePath("files/k11_truncated_clone.ptd"),
-      .manifest = ConformancePath("files/k11_truncated_clone.manifest")};
+  const BundlePaths paths{.ptd = ConformancePath("files/k11_truncated_clone.ptd"),
+                          .manifest = ConformancePath("files/k11_truncated_clone.manifest")};
   Report by_path;
   const WeightBundle b = WeightBundle::Verify(paths, &by_path);
   EXPECT_TRUE(by_path.HasError("G2"));
@@ -183,8 +182,7 @@ TEST(WeightBundleTest, ResolvedWeightsSurviveAMove) {
   ASSERT_FALSE(m.weights.empty());
   EXPECT_EQ(m.manifest, &again.manifests()[0].manifest);
   EXPECT_EQ(m.weights[0].entry, &again.manifests()[0].manifest.entries[0]);
-  EXPECT_EQ(again.container()->Find(m.weights[0].entry->storage_key),
-            m.weights[0].named);
+  EXPECT_EQ(again.container()->Find(m.weights[0].entry->storage_key), m.weights[0].named);
 }
 
 }  // namespace

@@ -14,12 +14,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/diagnostics.h"
-#include "tests/testing/raw_ptd.h"
+
+#include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
-#include "ptd/container.h"
 #include "ptd/ptd_writer.h"
+#include "tests/testing/diagnostics.h"
+#include "tests/testing/raw_ptd.h"
 
 namespace ptd {
 namespace {
@@ -29,12 +30,12 @@ using ::ptd::testing::HasError;
 using ::ptd::testing::MessageHas;
 using ::ptd::testing::SourceIs;
 
-using ::testing::Contains;
-using ::testing::Not;
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 std::vector<uint8_t> Pattern(size_t n, uint8_t seed = 1) {
   std::vector<uint8_t> b(n);
@@ -66,8 +67,7 @@ std::string_view Kept(std::string_view name) {
 }
 
 WeightEntry Entry(std::string_view fqn, std::string_view key, uint64_t nbytes, int64_t offset,
-                  DimVector sizes, DimVector strides,
-                  int32_t device_type = 1) {
+                  DimVector sizes, DimVector strides, int32_t device_type = 1) {
   return WeightEntry{.fqn = Kept(fqn),
                      .storage_key = Kept(key),
                      .storage_nbytes = nbytes,
@@ -93,8 +93,8 @@ struct Resolved {
 Resolved Resolve(const Container& c, const std::vector<const Manifest*>& ms) {
   std::vector<ManifestInput> inputs;
   for (size_t i = 0; i < ms.size(); ++i) {
-    inputs.push_back({.source = i == 0 ? "manifest" : "pte:forward:" + std::to_string(i),
-                      .manifest = ms[i]});
+    inputs.push_back(
+        {.source = i == 0 ? "manifest" : "pte:forward:" + std::to_string(i), .manifest = ms[i]});
   }
   Resolved r;
   r.set = WeightSet::Resolve(c, inputs, &r.report);
@@ -146,9 +146,9 @@ TEST(WeightSetTest, ResolvesSharedStorageWithoutDiagnostics) {
 
 TEST(WeightSetTest, X1MissingStorageKey) {
   auto c = MakeContainer({{kRows, Pattern(48)}});
-  const Manifest m = OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1}),
-                                 Entry("gone", "cuda_fqn_weight:cuda:gone", 48, 0,
-                                       {3, 4}, {4, 1})});
+  const Manifest m =
+      OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1}),
+                  Entry("gone", "cuda_fqn_weight:cuda:gone", 48, 0, {3, 4}, {4, 1})});
   const Resolved r = Resolve(*c, {&m});
   EXPECT_THAT(ErrorRules(r.report), ElementsAre("X1"));
   const Diagnostic& d = r.report.errors()[0];
@@ -160,8 +160,7 @@ TEST(WeightSetTest, X1MissingStorageKey) {
   EXPECT_TRUE(ws[0].ok);
   EXPECT_FALSE(ws[1].ok);
   EXPECT_EQ(ws[1].named, nullptr);
-  absl::StatusOr<WeightSet> open =
-      WeightSet::Open(*c, {{.source = "manifest", .manifest = &m}});
+  absl::StatusOr<WeightSet> open = WeightSet::Open(*c, {{.source = "manifest", .manifest = &m}});
   EXPECT_EQ(open.status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -183,8 +182,7 @@ TEST(WeightSetTest, G2ViewPastStorage) {
 
 TEST(WeightSetTest, G1OverflowingStrides) {
   auto c = MakeContainer({{kRows, Pattern(48)}});
-  const Manifest m = OneVariant(
-      {Entry("x.rows", kRows, 48, 0, {3, 4}, {int64_t{1} << 62, 1})});
+  const Manifest m = OneVariant({Entry("x.rows", kRows, 48, 0, {3, 4}, {int64_t{1} << 62, 1})});
   const Resolved r = Resolve(*c, {&m});
   EXPECT_THAT(ErrorRules(r.report), ElementsAre("G1"));
   EXPECT_FALSE(r.set.manifests()[0].weights[0].extent.has_value());
@@ -220,8 +218,8 @@ TEST(WeightSetTest, G4StorageNbytesDisagreeAcrossManifests) {
   const Manifest b = OneVariant({Entry("q", kQkv, 128, 0, {4, 4}, {4, 1})});
   const Resolved r = Resolve(*c, {&a, &b});
   // b's entry also disagrees with the segment (G3); G4 names both numbers.
-  EXPECT_THAT(r.report, HasError("G4", AllOf(MessageHas("128"), MessageHas("192"),
-                                             MessageHas(kQkv), SourceIs("pte:forward:1"))))
+  EXPECT_THAT(r.report, HasError("G4", AllOf(MessageHas("128"), MessageHas("192"), MessageHas(kQkv),
+                                             SourceIs("pte:forward:1"))))
       << All(r.report);
   EXPECT_TRUE(r.set.manifests()[0].weights[0].ok);
   EXPECT_FALSE(r.set.manifests()[1].weights[0].ok);
@@ -242,8 +240,8 @@ TEST(WeightSetTest, G4SameFqnInTwoManifestsAgreeing) {
   // Two manifests of one .pte may share fqns and storages.
   auto c = MakeContainer({{kQkv, Pattern(192)}});
   const Manifest a = OneVariant({Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
-  const Manifest b = OneVariant({Entry("q", kQkv, 192, 0, {4, 4}, {4, 1}),
-                                 Entry("rest", kQkv, 192, 16, {8, 4}, {4, 1})});
+  const Manifest b = OneVariant(
+      {Entry("q", kQkv, 192, 0, {4, 4}, {4, 1}), Entry("rest", kQkv, 192, 16, {8, 4}, {4, 1})});
   const Resolved r = Resolve(*c, {&a, &b});
   EXPECT_TRUE(r.report.ok()) << All(r.report);
 }
@@ -273,8 +271,8 @@ TEST(WeightSetTest, G5OnlyTrailingBytes) {
 TEST(WeightSetTest, G5NotReportedForStridedViewGaps) {
   // The compact clone of big[:, 1:3] (8x8 float): 232 bytes with row gaps.
   auto c = MakeContainer({{"cuda_fqn_weight:cuda:cols", Pattern(232)}});
-  const Manifest m = OneVariant(
-      {Entry("cols", "cuda_fqn_weight:cuda:cols", 232, 0, {8, 2}, {8, 1})});
+  const Manifest m =
+      OneVariant({Entry("cols", "cuda_fqn_weight:cuda:cols", 232, 0, {8, 2}, {8, 1})});
   const Resolved r = Resolve(*c, {&m});
   EXPECT_TRUE(r.report.ok()) << All(r.report);
   EXPECT_THAT(r.report.warnings(), IsEmpty()) << All(r.report);
@@ -284,12 +282,10 @@ TEST(WeightSetTest, G5CountsViewsThroughEveryKeyOfASegment) {
   // Two keys with identical bytes share one segment; each key's view covers
   // one half, so together they reach every byte.
   const std::vector<uint8_t> bytes = Pattern(64);
-  auto c = MakeContainer({{"cuda_fqn_weight:cuda:a", bytes},
-                          {"cuda_fqn_weight:cuda:b", bytes}});
+  auto c = MakeContainer({{"cuda_fqn_weight:cuda:a", bytes}, {"cuda_fqn_weight:cuda:b", bytes}});
   ASSERT_EQ(c->segments().size(), 1u);
-  const Manifest m = OneVariant(
-      {Entry("a", "cuda_fqn_weight:cuda:a", 64, 0, {8}, {1}),
-       Entry("b", "cuda_fqn_weight:cuda:b", 64, 8, {8}, {1})});
+  const Manifest m = OneVariant({Entry("a", "cuda_fqn_weight:cuda:a", 64, 0, {8}, {1}),
+                                 Entry("b", "cuda_fqn_weight:cuda:b", 64, 8, {8}, {1})});
   const Resolved r = Resolve(*c, {&m});
   EXPECT_TRUE(r.report.ok()) << All(r.report);
   EXPECT_THAT(r.report.warnings(), IsEmpty()) << All(r.report);
@@ -323,9 +319,9 @@ TEST(WeightSetTest, X3NotReportedForTheSecondEntryOfADuplicatedKey) {
   const std::string x = "cuda_fqn_weight:cuda:x", y = "cuda_fqn_weight:cuda:y";
   testing::RawPtd raw;
   raw.segments = std::vector<testing::RawSegment>{{0, 24}, {128, 16}};
-  raw.named_data = std::vector<testing::RawNamed>{
-      {.key = x, .segment_index = 0}, {.key = y, .segment_index = 1},
-      {.key = x, .segment_index = 1}};
+  raw.named_data = std::vector<testing::RawNamed>{{.key = x, .segment_index = 0},
+                                                  {.key = y, .segment_index = 1},
+                                                  {.key = x, .segment_index = 1}};
   raw.data = Pattern(144);
   Report container_report;
   auto c = Container::Verify(
@@ -354,8 +350,7 @@ TEST(WeightSetTest, EntryWithM5ProblemsIsSkipped) {
   // segment is also too small and not referenced by size, so any G check
   // that ran would fire.
   Manifest valid = OneVariant({Entry("rows", kRows, 48, 0, {3, 4}, {4, 1}),
-                               Entry("bad", "cuda_fqn_weight:cuda:bad", 48, 0,
-                                     {3, 4}, {4, 1})});
+                               Entry("bad", "cuda_fqn_weight:cuda:bad", 48, 0, {3, 4}, {4, 1})});
   absl::StatusOr<std::vector<uint8_t>> bytes = EncodeManifest(valid);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   for (size_t i = bytes->size() - 8; i < bytes->size(); ++i) (*bytes)[i] = 0xff;
@@ -381,8 +376,8 @@ TEST(WeightSetTest, EntryWithM5ProblemsIsSkipped) {
 }
 
 TEST(WeightSetTest, EntryWithDuplicateFqnIsSkipped) {
-  Manifest m = OneVariant({Entry("w", kRows, 48, 0, {3, 4}, {4, 1}),
-                           Entry("w", kRows, 40, 0, {3, 4}, {4, 1})});
+  Manifest m = OneVariant(
+      {Entry("w", kRows, 48, 0, {3, 4}, {4, 1}), Entry("w", kRows, 40, 0, {3, 4}, {4, 1})});
   m.entries[1].well_formed = false;  // As the decoder marks an M6 duplicate.
   auto c = MakeContainer({{kRows, Pattern(48)}});
   const Resolved r = Resolve(*c, {&m});
@@ -392,17 +387,14 @@ TEST(WeightSetTest, EntryWithDuplicateFqnIsSkipped) {
 // --- Conformance files -------------------------------------------------------------------
 
 std::vector<uint8_t> ReadConformance(const std::string& name) {
-  std::ifstream in(std::string(PTD_TEST_DATA_DIR) + "/conformance/files/" + name,
-                   std::ios::binary);
+  std::ifstream in(std::string(PTD_TEST_DATA_DIR) + "/conformance/files/" + name, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
 TEST(WeightSetTest, ConformanceRejectsNameTheirRule) {
   const std::map<std::string, std::string> cases = {
-      {"k10_clone_with_original_offset", "G2"},
-      {"k11_truncated_clone", "G2"},
-      {"k12_storage_size_mismatch", "G3"},
-      {"k13_storage_key_missing", "X1"},
+      {"k10_clone_with_original_offset", "G2"}, {"k11_truncated_clone", "G2"},
+      {"k12_storage_size_mismatch", "G3"},      {"k13_storage_key_missing", "X1"},
       {"k14_overflowing_strides", "G1"},
   };
   for (const auto& [name, rule] : cases) {
@@ -471,23 +463,25 @@ TEST(WeightSetTest, LargeManifestReportsInEntryOrderAcrossItsHalves) {
     storages.push_back({key, Pattern(8)});
     m.entries.push_back(Entry(fqn, key, 8, 0, {2}, {1}));
   }
-  m.entries[3].sizes = {3};                                  // G2: 12 of 8 bytes.
+  m.entries[3].sizes = {3};                                   // G2: 12 of 8 bytes.
   m.entries[9999].storage_key = "cuda_fqn_weight:cuda:gone";  // X1.
-  m.entries[10000].strides = {int64_t{1} << 62};             // G1.
-  m.entries[15000].storage_key = m.entries[2].storage_key;   // G4 with w2.
+  m.entries[10000].strides = {int64_t{1} << 62};              // G1.
+  m.entries[15000].storage_key = m.entries[2].storage_key;    // G4 with w2.
   m.entries[15000].storage_nbytes = 16;
-  m.entries[19999].sizes = {3};                              // G2.
+  m.entries[19999].sizes = {3};  // G2.
   auto c = MakeContainer(storages);
   ASSERT_NE(c, nullptr);
   const Resolved r = Resolve(*c, {&m});
   std::vector<std::string> errors;
-  for (const Diagnostic& d : r.report.errors()) errors.push_back(d.rule + " " + d.fqn.value_or("-"));
+  for (const Diagnostic& d : r.report.errors())
+    errors.push_back(d.rule + " " + d.fqn.value_or("-"));
   EXPECT_THAT(errors, ElementsAre("G2 w3", "X1 w9999", "G1 w10000", "G4 w15000", "G2 w19999"));
   EXPECT_THAT(r.report.errors()[3].message, HasSubstr("weight 'w2'"));
   std::vector<std::string> orphans;
-  for (const Diagnostic& d : r.report.warnings()) orphans.push_back(d.rule + " " + d.key.value_or("-"));
-  EXPECT_THAT(orphans, ElementsAre("X3 cuda_fqn_weight:cuda:w9999",
-                                   "X3 cuda_fqn_weight:cuda:w15000"));
+  for (const Diagnostic& d : r.report.warnings())
+    orphans.push_back(d.rule + " " + d.key.value_or("-"));
+  EXPECT_THAT(orphans,
+              ElementsAre("X3 cuda_fqn_weight:cuda:w9999", "X3 cuda_fqn_weight:cuda:w15000"));
   const std::vector<ResolvedWeight>& w = r.set.manifests()[0].weights;
   ASSERT_EQ(w.size(), static_cast<size_t>(kKeys));
   for (int i : {3, 9999, 10000, 15000, 19999}) EXPECT_FALSE(w[i].ok) << i;
@@ -532,8 +526,8 @@ TEST(WeightSetTest, G3BreakDrawsNoG5) {
 
 TEST(WeightSetTest, ManifestErrorsNameTheManifestFile) {
   auto c = MakeContainer({{kRows, Pattern(48)}, {kQkv, Pattern(192)}});
-  const Manifest a = OneVariant({Entry("x.rows", kRows, 48, 8, {3, 4}, {4, 1}),
-                                 Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
+  const Manifest a = OneVariant(
+      {Entry("x.rows", kRows, 48, 8, {3, 4}, {4, 1}), Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
   const Manifest b = OneVariant({Entry("k", kQkv, 128, 0, {4, 4}, {4, 1})});
   const std::vector<ManifestInput> inputs = {
       {.source = "manifest", .manifest = &a, .file = "w.manifest"},
@@ -546,9 +540,9 @@ TEST(WeightSetTest, ManifestErrorsNameTheManifestFile) {
 
 TEST(WeightSetTest, CrossChecksNameTheContainer) {
   auto c = MakeContainer({{kRows, Pattern(40)}});
-  const Manifest m = OneVariant({Entry("x.rows", kRows, 48, 0, {3, 4}, {4, 1}),
-                                 Entry("gone", "cuda_fqn_weight:cuda:gone", 48, 0, {3, 4},
-                                       {4, 1})});
+  const Manifest m =
+      OneVariant({Entry("x.rows", kRows, 48, 0, {3, 4}, {4, 1}),
+                  Entry("gone", "cuda_fqn_weight:cuda:gone", 48, 0, {3, 4}, {4, 1})});
   Report report;
   (void)WeightSet::Resolve(*c, {{.source = "manifest", .manifest = &m, .file = "w.manifest"}},
                            &report);
@@ -614,8 +608,7 @@ TEST(WeightSetTest, RuntimeOwnedViewStillChecked) {
 
 TEST(WeightSetTest, RuntimeOwnedG1Overflow) {
   auto c = MakeContainer({{kRows, Pattern(48)}});
-  const Manifest m = OneVariant(
-      {Entry(kKvFqn, kKvKey, 64, 0, {4, 4}, {int64_t{1} << 62, 1})});
+  const Manifest m = OneVariant({Entry(kKvFqn, kKvKey, 64, 0, {4, 4}, {int64_t{1} << 62, 1})});
   const Resolved r = Resolve(*c, {&m});
   EXPECT_THAT(ErrorRules(r.report), ElementsAre("G1")) << All(r.report);
   EXPECT_FALSE(r.set.manifests()[0].weights[0].ok);
@@ -623,9 +616,9 @@ TEST(WeightSetTest, RuntimeOwnedG1Overflow) {
 
 TEST(WeightSetTest, RuntimeOwnedG4AmongSharers) {
   auto c = MakeContainer({{kRows, Pattern(48)}});
-  const Manifest m = OneVariant({Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1}),
-                                 Entry("__et_offgraph_kv_layer_0_k2", kKvKey, 128, 0,
-                                       {4, 8}, {8, 1})});
+  const Manifest m =
+      OneVariant({Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1}),
+                  Entry("__et_offgraph_kv_layer_0_k2", kKvKey, 128, 0, {4, 8}, {8, 1})});
   const Resolved r = Resolve(*c, {&m});
   EXPECT_THAT(ErrorRules(r.report), ElementsAre("G4")) << All(r.report);
 }
@@ -648,10 +641,10 @@ TEST(WeightSetTest, R1RuntimeOwnedKeyStoredAnyway) {
 
 TEST(WeightSetTest, RuntimeOwnedOnlyManifest) {
   auto c = MakeContainer({});
-  const Manifest m = OneVariant({Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1}),
-                                 Entry("__et_offgraph_kv_layer_0_v",
-                                       "cuda_fqn_weight:cuda:__et_offgraph_kv_layer_0_v", 256,
-                                       0, {4, 16}, {16, 1})});
+  const Manifest m = OneVariant(
+      {Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1}),
+       Entry("__et_offgraph_kv_layer_0_v", "cuda_fqn_weight:cuda:__et_offgraph_kv_layer_0_v", 256,
+             0, {4, 16}, {16, 1})});
   const Resolved r = Resolve(*c, {&m});
   EXPECT_TRUE(r.report.ok()) << All(r.report);
   EXPECT_THAT(r.report.warnings(), IsEmpty());

@@ -4,25 +4,26 @@
 // verifier library.
 #include "ptd/weight_writer.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/diagnostics.h"
-#include "ptd/sha256.h"
+
+#include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
-#include "ptd/container.h"
-#include "ptd/view_digest.h"
-#include "ptd/weight_set.h"
+#include "ptd/sha256.h"
 #include "ptd/verify.h"
 #include "ptd/verify_json.h"
+#include "ptd/view_digest.h"
+#include "ptd/weight_set.h"
+#include "tests/testing/diagnostics.h"
 
 namespace ptd {
 namespace {
@@ -43,8 +44,7 @@ std::vector<uint8_t> Floats(size_t n, float start = 0) {
 }
 
 // Elements [first, first + count) of a float32 storage.
-std::vector<uint8_t> Slice(const std::vector<uint8_t>& storage, size_t first,
-                           size_t count) {
+std::vector<uint8_t> Slice(const std::vector<uint8_t>& storage, size_t first, size_t count) {
   return {storage.begin() + 4 * first, storage.begin() + 4 * (first + count)};
 }
 
@@ -65,38 +65,43 @@ std::vector<uint8_t> Gather2d(absl::Span<const uint8_t> storage, int64_t offset,
 WeightSpec RowsClone(const std::vector<uint8_t>& clone_storage) {
   return WeightSpec{
       .fqn = "layers.0.attn.rows",
-      .value = {.storage = clone_storage, .storage_offset = 0,
-                .sizes = {3, 4}, .strides = {4, 1}, .is_original_storage = false},
-      .properties = {.storage_size = 128, .offset = 8, .shape = {3, 4},
-                     .stride = {4, 1}}};
+      .value = {.storage = clone_storage,
+                .storage_offset = 0,
+                .sizes = {3, 4},
+                .strides = {4, 1},
+                .is_original_storage = false},
+      .properties = {.storage_size = 128, .offset = 8, .shape = {3, 4}, .stride = {4, 1}}};
 }
 
 // big = 8x8 float32 (256 bytes); big[:, 1:3] cloned with its strides kept.
 WeightSpec ColsClone(const std::vector<uint8_t>& clone_storage) {
   return WeightSpec{
       .fqn = "layers.0.attn.cols",
-      .value = {.storage = clone_storage, .storage_offset = 0,
-                .sizes = {8, 2}, .strides = {8, 1}, .is_original_storage = false},
-      .properties = {.storage_size = 256, .offset = 1, .shape = {8, 2},
-                     .stride = {8, 1}}};
+      .value = {.storage = clone_storage,
+                .storage_offset = 0,
+                .sizes = {8, 2},
+                .strides = {8, 1},
+                .is_original_storage = false},
+      .properties = {.storage_size = 256, .offset = 1, .shape = {8, 2}, .stride = {8, 1}}};
 }
 
 // A slice of a fused 192-byte qkv storage that keeps the fused storage.
 WeightSpec QkvSlice(std::string fqn, const std::vector<uint8_t>& qkv, int64_t offset) {
   return WeightSpec{
       .fqn = std::move(fqn),
-      .value = {.storage = qkv, .storage_offset = offset, .sizes = {4, 4},
-                .strides = {4, 1}, .is_original_storage = true},
-      .properties = {.storage_size = 192, .offset = offset, .shape = {4, 4},
-                     .stride = {4, 1}}};
+      .value = {.storage = qkv,
+                .storage_offset = offset,
+                .sizes = {4, 4},
+                .strides = {4, 1},
+                .is_original_storage = true},
+      .properties = {.storage_size = 192, .offset = offset, .shape = {4, 4}, .stride = {4, 1}}};
 }
 
 // The bytes the writer stored for `key`.
 std::vector<uint8_t> StoredBytes(const CudaWeightWriter& w, std::string_view key) {
   absl::StatusOr<std::vector<uint8_t>> file = w.ptd().Serialize();
   EXPECT_TRUE(file.ok()) << file.status();
-  absl::StatusOr<std::unique_ptr<Container>> c =
-      Container::Open(MemorySource(*std::move(file)));
+  absl::StatusOr<std::unique_ptr<Container>> c = Container::Open(MemorySource(*std::move(file)));
   EXPECT_TRUE(c.ok()) << c.status();
   if (!c.ok()) return {};
   absl::StatusOr<Bytes> b = (*c)->Get(key);
@@ -148,8 +153,8 @@ TEST(WeightWriterTest, CloneWithTooLittleStorageRejected) {
   CudaWeightWriter w("so_blob");
   const absl::Status s = w.Add(RowsClone(clone));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("requires"), HasSubstr("48"),
-                                 HasSubstr("40"), HasSubstr("(W1)")));
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("requires"), HasSubstr("48"), HasSubstr("40"), HasSubstr("(W1)")));
   ExpectNothingRecorded(w);
 }
 
@@ -235,8 +240,9 @@ TEST(WeightWriterTest, W3ViewPastWrittenStorage) {
   CudaWeightWriter w("so_blob");
   const absl::Status s = w.Add(spec);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "AOTI view 'x' requires 236 bytes from a 232-byte cloned "
-                         "storage (W3)");
+  EXPECT_EQ(s.message(),
+            "AOTI view 'x' requires 236 bytes from a 232-byte cloned "
+            "storage (W3)");
   ExpectNothingRecorded(w);
 }
 
@@ -259,8 +265,7 @@ TEST(WeightWriterTest, LibraryConstantKeyCarriesSoBlobKey) {
   const std::vector<uint8_t> c = Floats(4);
   WeightSpec spec{.fqn = "_tensor_constant0",
                   .value = {.storage = c, .sizes = {4}, .strides = {1}},
-                  .properties = {.storage_size = 16, .offset = 0, .shape = {4},
-                                 .stride = {1}}};
+                  .properties = {.storage_size = 16, .offset = 0, .shape = {4}, .stride = {1}}};
   CudaWeightWriter w("aoti_so_blob_sm90");
   ASSERT_TRUE(w.Add(spec).ok());
   EXPECT_EQ(w.manifest().entries[0].storage_key,
@@ -303,13 +308,13 @@ TEST(WeightWriterTest, ReleasedFormatWritesEtcudafqn3) {
 }
 
 TEST(WeightWriterTest, ReleasedFormatNeedsOneUntargetedVariant) {
-  CudaWeightWriter w("a", {Variant{.target_sm = 80, .so_blob_key = "a"},
-                           Variant{.target_sm = 90, .so_blob_key = "b"}},
-                     {}, ManifestFormat::kFqn3);
+  CudaWeightWriter w(
+      "a",
+      {Variant{.target_sm = 80, .so_blob_key = "a"}, Variant{.target_sm = 90, .so_blob_key = "b"}},
+      {}, ManifestFormat::kFqn3);
   const absl::Status s = w.EncodedManifest().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr("ETCUDAFQN3"), HasSubstr("has 2")));
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("ETCUDAFQN3"), HasSubstr("has 2")));
 }
 
 TEST(WeightWriterTest, DuplicateFqnRejected) {
@@ -333,8 +338,7 @@ TEST(WeightWriterTest, IdenticalStoragesShareOneSegment) {
 
   absl::StatusOr<std::vector<uint8_t>> file = w.ptd().Serialize();
   ASSERT_TRUE(file.ok()) << file.status();
-  absl::StatusOr<std::unique_ptr<Container>> c =
-      Container::Open(MemorySource(*std::move(file)));
+  absl::StatusOr<std::unique_ptr<Container>> c = Container::Open(MemorySource(*std::move(file)));
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ((*c)->segments().size(), 1u);
   ASSERT_EQ((*c)->segments()[0].size, 192u);
@@ -355,21 +359,18 @@ struct Model {
     ASSERT_TRUE(w.Add(ColsClone(cols)).ok());
     ASSERT_TRUE(w.Add(QkvSlice("layers.0.attn.q", qkv, 0)).ok());
     ASSERT_TRUE(w.Add(QkvSlice("layers.0.attn.k", qkv, 16)).ok());
-    ASSERT_TRUE(w.Add(WeightSpec{
-                          .fqn = "_tensor_constant0",
-                          .value = {.storage = constant, .sizes = {4}, .strides = {1}},
-                          .properties = {.storage_size = 16, .offset = 0,
-                                         .shape = {4}, .stride = {1}}})
-                    .ok());
+    ASSERT_TRUE(
+        w.Add(WeightSpec{
+                  .fqn = "_tensor_constant0",
+                  .value = {.storage = constant, .sizes = {4}, .strides = {1}},
+                  .properties = {.storage_size = 16, .offset = 0, .shape = {4}, .stride = {1}}})
+            .ok());
   }
 
   // Each weight's elements, gathered by hand from the value's own bytes.
   std::vector<std::vector<uint8_t>> Expected() const {
-    return {rows,
-            Gather2d(cols, 0, {8, 2}, {8, 1}),
-            Gather2d(qkv, 0, {4, 4}, {4, 1}),
-            Gather2d(qkv, 16, {4, 4}, {4, 1}),
-            constant};
+    return {rows, Gather2d(cols, 0, {8, 2}, {8, 1}), Gather2d(qkv, 0, {4, 4}, {4, 1}),
+            Gather2d(qkv, 16, {4, 4}, {4, 1}), constant};
   }
 };
 
@@ -399,9 +400,8 @@ TEST(WeightWriterTest, RoundTripThroughReader) {
     SCOPED_TRACE(rw.entry->fqn);
     ASSERT_TRUE(rw.ok);
     const uint32_t seg = rw.named->segment_index;
-    absl::StatusOr<std::string> digest =
-        DigestView((*c)->source(), (*c)->SegmentFileOffset(seg),
-                   rw.entry->storage_nbytes, rw.view());
+    absl::StatusOr<std::string> digest = DigestView((*c)->source(), (*c)->SegmentFileOffset(seg),
+                                                    rw.entry->storage_nbytes, rw.view());
     ASSERT_TRUE(digest.ok()) << digest.status();
     EXPECT_EQ(*digest, Sha256Hex(expected[i]));
   }
@@ -411,9 +411,8 @@ TEST(WeightWriterTest, WrittenFilesPassTheVerifier) {
   const Model model;
   CudaWeightWriter w("so_blob");
   model.AddTo(w);
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) /
-      ("weight_writer_test_" + std::to_string(::getpid()));
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("weight_writer_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string ptd_path = (dir / "model.ptd").string();
   const std::string manifest_path = (dir / "model.manifest").string();

@@ -27,15 +27,16 @@
 #ifndef PTD_EXECUTORCH_CONTAINER_DATA_MAP_H_
 #define PTD_EXECUTORCH_CONTAINER_DATA_MAP_H_
 
+#include <executorch/runtime/core/named_data_map.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include <executorch/runtime/core/named_data_map.h>
-
 #include "absl/status/statusor.h"
+
 #include "ptd/container.h"
 #include "ptd/file_source.h"
 
@@ -47,8 +48,8 @@ class ContainerDataMap final : public ::executorch::runtime::NamedDataMap {
 
   // Opens and verifies `path` (Container::Open). Fails with the container's
   // status: NotFound for a missing file, DataLoss naming the broken rule.
-  static absl::StatusOr<std::unique_ptr<ContainerDataMap>> OpenFile(
-      const std::string& path, Access access = Access::kMmap);
+  static absl::StatusOr<std::unique_ptr<ContainerDataMap>> OpenFile(const std::string& path,
+                                                                    Access access = Access::kMmap);
   static absl::StatusOr<std::unique_ptr<ContainerDataMap>> Open(
       std::shared_ptr<const FileSource> source);
 
@@ -58,8 +59,8 @@ class ContainerDataMap final : public ::executorch::runtime::NamedDataMap {
   const Container& container() const { return *container_; }
 
   // ---- executorch::runtime::NamedDataMap ----
-  ::executorch::runtime::Result<const ::executorch::runtime::TensorLayout>
-  get_tensor_layout(std::string_view key) const override;
+  ::executorch::runtime::Result<const ::executorch::runtime::TensorLayout> get_tensor_layout(
+      std::string_view key) const override;
   ::executorch::runtime::Result<::executorch::runtime::FreeableBuffer> get_data(
       std::string_view key) const override;
   // Copies the key's bytes (see above) into `buffer`. InvalidArgument unless

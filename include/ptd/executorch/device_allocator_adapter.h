@@ -19,14 +19,15 @@
 #ifndef PTD_EXECUTORCH_DEVICE_ALLOCATOR_ADAPTER_H_
 #define PTD_EXECUTORCH_DEVICE_ALLOCATOR_ADAPTER_H_
 
+#include <executorch/runtime/core/device_allocator.h>
+
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
-#include <executorch/runtime/core/device_allocator.h>
-
 #include "absl/status/status.h"
+
 #include "ptd/device.h"
 
 namespace ptd {

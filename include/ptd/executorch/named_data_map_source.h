@@ -48,16 +48,17 @@
 #ifndef PTD_EXECUTORCH_NAMED_DATA_MAP_SOURCE_H_
 #define PTD_EXECUTORCH_NAMED_DATA_MAP_SOURCE_H_
 
+#include <executorch/runtime/core/error.h>
+#include <executorch/runtime/core/named_data_map.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include <executorch/runtime/core/error.h>
-#include <executorch/runtime/core/named_data_map.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
 #include "ptd/loader.h"
@@ -76,8 +77,7 @@ struct NamedDataMapSourceOptions {
 
 // A ByteSource over `map` (see above). `map` must outlive it.
 std::unique_ptr<ByteSource> MakeNamedDataMapByteSource(
-    const ::executorch::runtime::NamedDataMap& map,
-    NamedDataMapSourceOptions options = {});
+    const ::executorch::runtime::NamedDataMap& map, NamedDataMapSourceOptions options = {});
 
 // The absl::Status for ExecuTorch error `error` of `call` ("get_data") on
 // `key` of the source `name`; OK for Error::Ok.

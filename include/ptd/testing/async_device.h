@@ -37,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
 #include "ptd/device.h"
 
 namespace ptd {
@@ -58,12 +59,12 @@ struct AsyncDeviceOptions {
 };
 
 struct AsyncCounts {
-  uint64_t copies = 0;             // CopyToDeviceAsync calls that issued a copy.
-  uint64_t completed = 0;          // Copies done.
-  uint64_t out_of_order = 0;       // Copies that completed before an older one.
-  uint64_t max_in_flight = 0;      // Most copies queued at once.
-  uint64_t waits = 0;              // Wait calls.
-  uint64_t copies_to_host = 0;     // CopyToHost calls (a zero-byte one included).
+  uint64_t copies = 0;          // CopyToDeviceAsync calls that issued a copy.
+  uint64_t completed = 0;       // Copies done.
+  uint64_t out_of_order = 0;    // Copies that completed before an older one.
+  uint64_t max_in_flight = 0;   // Most copies queued at once.
+  uint64_t waits = 0;           // Wait calls.
+  uint64_t copies_to_host = 0;  // CopyToHost calls (a zero-byte one included).
   uint64_t bytes_to_host = 0;
   uint64_t staging_freed_in_flight = 0;  // See the header comment.
 };
@@ -95,8 +96,7 @@ class AsyncDevice final : public Device {
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t nbytes) override;
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
-  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
-                                               size_t nbytes) override;
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src, size_t nbytes) override;
   absl::Status Wait(const CopyTicket& ticket) override;
   absl::Status Synchronize() override;
   absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) override;

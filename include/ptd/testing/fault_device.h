@@ -38,6 +38,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+
 #include "ptd/device.h"
 
 namespace ptd {
@@ -64,15 +65,15 @@ struct FaultPlan {
 };
 
 struct FaultCounts {
-  uint64_t allocations = 0;          // Allocate calls, failed ones included.
+  uint64_t allocations = 0;  // Allocate calls, failed ones included.
   uint64_t staging_allocations = 0;
   uint64_t copies = 0;
   uint64_t waits = 0;
-  uint64_t prepares = 0;             // PrepareWrite calls, failed ones included.
+  uint64_t prepares = 0;  // PrepareWrite calls, failed ones included.
   uint64_t prepared_bytes = 0;
-  uint64_t live_staging_bytes = 0;   // Staging bytes handed out, not freed.
+  uint64_t live_staging_bytes = 0;  // Staging bytes handed out, not freed.
   uint64_t peak_live_staging_bytes = 0;
-  uint64_t live_allocations = 0;     // Device blocks handed out, not freed.
+  uint64_t live_allocations = 0;  // Device blocks handed out, not freed.
 };
 
 class FaultDevice final : public Device {
@@ -101,8 +102,7 @@ class FaultDevice final : public Device {
   }
   absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
-  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src,
-                                               size_t nbytes) override;
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src, size_t nbytes) override;
   absl::Status Wait(const CopyTicket& ticket) override;
   absl::Status Synchronize() override;
   absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) override;

@@ -21,12 +21,12 @@ absl::Status CudaStatus(cudaError_t error, const char* call, int device);
 
 // PTD_CUDA_RETURN_IF_ERROR(device, cudaMalloc, &p, n): calls cudaMalloc(&p, n)
 // and returns the CudaStatus of a failure from the enclosing function.
-#define PTD_CUDA_RETURN_IF_ERROR(device, fn, ...)                                 \
-  do {                                                                            \
-    const cudaError_t ptd_cuda_error_ = fn(__VA_ARGS__);                          \
-    if (ptd_cuda_error_ != cudaSuccess) {                                         \
-      return ::ptd::internal::CudaStatus(ptd_cuda_error_, #fn, (device));         \
-    }                                                                             \
+#define PTD_CUDA_RETURN_IF_ERROR(device, fn, ...)                         \
+  do {                                                                    \
+    const cudaError_t ptd_cuda_error_ = fn(__VA_ARGS__);                  \
+    if (ptd_cuda_error_ != cudaSuccess) {                                 \
+      return ::ptd::internal::CudaStatus(ptd_cuda_error_, #fn, (device)); \
+    }                                                                     \
   } while (false)
 
 #endif  // PTD_CUDA_INTERNAL_CUDA_STATUS_H_
