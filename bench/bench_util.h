@@ -1,10 +1,8 @@
-// Shared fixtures for ptd_bench: a synthetic model file, a page-cache warmer,
-// pre-faulted buffers and in-memory containers / manifests of N entries.
-//
-// The synthetic model is written once per process into a fresh temporary
-// directory and removed at exit. The machine pages out page cache left idle
-// for about a minute, so every benchmark that reads the file calls
-// WarmPageCache() right before its timed loop.
+// Shared fixtures for ptd_bench (the verifier's parts) and ptd_cuda_bench:
+// in-memory containers and manifests of N entries, a loop's rate, and a
+// fixture check. The load itself is measured by the suite (bench/suite/,
+// scripts/bench.sh), whose FillPattern and WarmPageCache (model_sets.h)
+// these use too.
 //
 // Thread-safety: not thread-safe; benchmarks run on one thread.
 #ifndef PTD_BENCH_BENCH_UTIL_H_
@@ -20,34 +18,10 @@
 #include "absl/status/status.h"
 
 #include "ptd/file_source.h"
+#include "bench/suite/model_sets.h"
 #include "ptd/manifest.h"
 
 namespace ptd::bench {
-
-struct SyntheticModel {
-  std::string path;                    // The .ptd file.
-  uint64_t file_bytes = 0;             // Size of the file.
-  uint64_t data_bytes = 0;             // Sum of the storages (what a load copies).
-  std::vector<std::string> keys;       // In the order a program asks for them.
-  std::vector<uint64_t> sizes;         // Bytes of each key's storage.
-  std::vector<uint64_t> dest_offsets;  // Where each key goes in the arena.
-};
-
-// The model: 1 x 64 MiB, 2 x 32 MiB, 4 x 16 MiB storages (embedding,
-// lm_head, large projections), 48 x 1 MiB and 2048 x 4 KiB (norms, biases,
-// small projections): 248 MiB of data in 2103 keys, distinct bytes each so
-// nothing is deduplicated. Written on first use; CHECK-fails on error.
-const SyntheticModel& Model();
-
-// Reads the whole file with pread into a scratch buffer so that the timed
-// loop that follows finds it in the page cache.
-void WarmPageCache(const std::string& path);
-
-// A buffer of `n` bytes with every page already touched.
-std::unique_ptr<uint8_t[]> PrefaultedBuffer(uint64_t n);
-
-// Fills `dst` with bytes derived from `seed` (distinct seeds, distinct bytes).
-void FillPattern(uint64_t seed, uint8_t* dst, uint64_t n);
 
 // An in-memory .ptd with `n` keys "model.layers.I.weight" of 16 distinct
 // bytes each.

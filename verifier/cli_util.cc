@@ -86,18 +86,6 @@ namespace {
 constexpr const char* kTunables = "GLIBC_TUNABLES";
 constexpr const char* kHugetlbTunable = "glibc.malloc.hugetlb";
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 // glibc.malloc.hugetlb exists from glibc 2.35.
 bool GlibcHasHugetlbTunable() {
@@ -122,8 +110,23 @@ const char* TunableSetting(const char* name) {
 
 }  // namespace
 
+bool BuiltWithSanitizer() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
 bool HugePageMallocAvailable() {
-  return !kSanitized && GlibcHasHugetlbTunable() && KernelAllowsThp();
+  return !BuiltWithSanitizer() && GlibcHasHugetlbTunable() && KernelAllowsThp();
 }
 
 std::string MallocPagesLine() {

@@ -28,13 +28,19 @@ int RunGuarded(const char* program, const std::function<int()>& body);
 // Called first in main(): re-executes the program once, the same arguments
 // and descriptors, with glibc's malloc backing its large blocks with
 // transparent huge pages (GLIBC_TUNABLES glibc.malloc.hugetlb=1, glibc
-// 2.35+). A run over 100,000 weights touches tens of megabytes of fresh
-// metadata, and a 4 KiB first-touch fault costs about 2 us on these
-// machines; one 2 MiB fault replaces 512 of them. Does nothing (returns)
+// 2.35+): a run over 100,000 weights touches tens of megabytes of fresh
+// metadata, and one 2 MiB fault replaces 512 of 4 KiB (figures:
+// bench/results/notes.md). Does nothing (returns)
 // when the kernel's THP mode is "never", when GLIBC_TUNABLES already sets
 // glibc.malloc.hugetlb, when PTD_MALLOC_HUGETLB=0, in a sanitizer build
 // (its allocator ignores glibc's tunables), or when exec fails.
 void ReexecWithHugePageMalloc(char** argv);
+
+// True when this code was built with AddressSanitizer, ThreadSanitizer or
+// MemorySanitizer (GCC's and clang's ways of saying so): their allocators
+// ignore glibc's tunables, and their shadow memory reserves terabytes of
+// address space.
+bool BuiltWithSanitizer();
 
 // True when ReexecWithHugePageMalloc can take effect here: glibc 2.35+, a
 // kernel THP mode other than "never", no sanitizer.
@@ -47,9 +53,8 @@ bool HugePageMallocAvailable();
 // plan's tables of 100,000 entries, once freed, stay in the heap as holes
 // that the next tables do not fit. Fixed, blocks of 2 MiB and more get
 // mappings of their own (on huge pages with glibc.malloc.hugetlb=1) that go
-// back to the system when freed; smaller ones reuse the heap. ptd-load
-// --device host, peak RSS: 100,000 weights 106-114 -> 93 MB, 65,536 x 1 KiB
-// 136 -> 123 MB. Does nothing when GLIBC_TUNABLES sets
+// back to the system when freed; smaller ones reuse the heap (peak RSS
+// figures: bench/results/notes.md). Does nothing when GLIBC_TUNABLES sets
 // glibc.malloc.mmap_threshold or MALLOC_MMAP_THRESHOLD_ is set (the user's
 // choice is kept), or where mallopt refuses (a sanitizer's allocator).
 inline constexpr int kMallocMmapThreshold = 2 << 20;

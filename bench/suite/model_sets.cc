@@ -33,17 +33,6 @@ constexpr int32_t kBFloat16 = 15;
 // Bumped whenever what a set contains changes: old files are not reused.
 constexpr char kFormat[] = "v1";
 
-void FillPattern(uint64_t seed, uint8_t* dst, uint64_t n) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  uint64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(dst + i, &x, 8);
-  }
-  for (; i < n; ++i) dst[i] = static_cast<uint8_t>(seed + i);
-}
 
 uint64_t ParseU64(const std::string& flag, const std::string& v) {
   char* end = nullptr;
@@ -259,6 +248,18 @@ uint64_t FileSize(int fd) {
 }
 
 }  // namespace
+
+void FillPattern(uint64_t seed, uint8_t* dst, uint64_t n) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(dst + i, &x, 8);
+  }
+  for (; i < n; ++i) dst[i] = static_cast<uint8_t>(seed + i);
+}
 
 void Check(bool ok, const std::string& what) {
   if (ok) return;

@@ -73,6 +73,8 @@ ModelSet VerifySet(const SuiteFlags& flags, uint64_t weights);
 // a Drop() that leaves pages resident means this machine does not give a
 // cold cache (the caller reports it).
 double WarmPageCache(const std::string& path);
+// Fills `dst` with bytes derived from `seed` (distinct seeds, distinct bytes).
+void FillPattern(uint64_t seed, uint8_t* dst, uint64_t n);
 double DropPageCache(const std::string& path);
 double ResidentFraction(const std::string& path);
 

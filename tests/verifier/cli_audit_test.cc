@@ -55,20 +55,10 @@ void SparseFile(const std::string& path, const std::string& head, uint64_t size)
 
 constexpr uint64_t k100GiB = uint64_t{100} << 30;
 
-// True when the tools under test were built with ASan or TSan (this test is
-// built with the same flags): their shadow memory reserves terabytes of
-// address space, so `ulimit -v` kills them before main().
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+// The tools under test are built with the same flags as this test: under
+// ASan or TSan their shadow memory reserves terabytes of address space, so
+// `ulimit -v` kills them before main().
+const bool kSanitized = cli::BuiltWithSanitizer();
 
 // A shell prefix that caps what the command may allocate at `mib` MiB: an
 // address-space limit, or under a sanitizer its allocator's own cap (an
