@@ -17,8 +17,8 @@
 
 #include "absl/status/status.h"
 
-#include "ptd/file_source.h"
 #include "bench/suite/model_sets.h"
+#include "ptd/file_source.h"
 #include "ptd/manifest.h"
 
 namespace ptd::bench {

@@ -135,7 +135,7 @@ void BM_WeightSetResolve(benchmark::State& state) {
   const int64_t n = state.range(0);
   const WeightSetFixture& f = WeightSetCached(n);
   auto c = ContainerOrDie(f.ptd);
-  const ManifestInput inputs[] = {{"manifest", &f.manifest}};
+  const SourcedManifest inputs[] = {{"manifest", f.manifest}};
   CheckOk(WeightSet::Open(*c, inputs).status(), "WeightSet::Open");
   for (auto _ : state) {
     Report report;

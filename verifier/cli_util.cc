@@ -86,7 +86,6 @@ namespace {
 constexpr const char* kTunables = "GLIBC_TUNABLES";
 constexpr const char* kHugetlbTunable = "glibc.malloc.hugetlb";
 
-
 // glibc.malloc.hugetlb exists from glibc 2.35.
 bool GlibcHasHugetlbTunable() {
   int major = 0, minor = 0;

@@ -33,7 +33,6 @@ constexpr int32_t kBFloat16 = 15;
 // Bumped whenever what a set contains changes: old files are not reused.
 constexpr char kFormat[] = "v1";
 
-
 uint64_t ParseU64(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   errno = 0;

@@ -287,7 +287,7 @@ void BM_Verify(benchmark::State& state, const ModelSet& m, bool keep_heap) {
     Check(man.ok(), "ParseManifest");
     manifest.push_back(Since(t0));
     t0 = Clock::now();
-    const ManifestInput in[] = {{"manifest", &*man}};
+    const SourcedManifest in[] = {{"manifest", *std::move(man)}};
     auto ws = WeightSet::Open(**c, in);
     Check(ws.ok(), "WeightSet::Open");
     resolve.push_back(Since(t0));

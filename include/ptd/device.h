@@ -82,24 +82,21 @@ inline constexpr size_t kDeviceAlignment = 256;
 // storages in 6.4 MB instead of 25.6 MB.
 inline constexpr size_t kHostAlignment = 64;
 
-// A range of device memory. Sub-ranges of one block (an arena) share it;
-// the block is freed when its last DeviceBuffer goes. Movable and copyable
-// (copies share the block).
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(std::shared_ptr<void> block, void* data, size_t size)
-      : block_(std::move(block)), data_(data), size_(size) {}
+namespace internal {
 
+// What DeviceBuffer and HostBuffer share: a range of a block that is freed
+// when the last range of it goes. Not used on its own.
+class BlockRange {
+ public:
   void* data() const { return data_; }
   size_t size() const { return size_; }
   explicit operator bool() const { return block_ != nullptr; }
 
-  // Bytes [offset, offset + size) of this buffer, sharing its block.
-  // REQUIRES: the range is inside this buffer.
-  DeviceBuffer Slice(size_t offset, size_t size) const {
-    return DeviceBuffer(block_, static_cast<char*>(data_) + offset, size);
-  }
+ protected:
+  BlockRange() = default;
+  BlockRange(std::shared_ptr<void> block, void* data, size_t size)
+      : block_(std::move(block)), data_(data), size_(size) {}
+  const std::shared_ptr<void>& block() const { return block_; }
 
  private:
   std::shared_ptr<void> block_;
@@ -107,8 +104,40 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
-// Host memory handed out by a device for staging (pinned for CUDA).
-using HostBuffer = DeviceBuffer;
+}  // namespace internal
+
+// A range of device memory. Sub-ranges of one block (an arena) share it;
+// the block is freed when its last DeviceBuffer goes. Movable and copyable
+// (copies share the block).
+class DeviceBuffer : public internal::BlockRange {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(std::shared_ptr<void> block, void* data, size_t size)
+      : BlockRange(std::move(block), data, size) {}
+
+  // Bytes [offset, offset + size) of this buffer, sharing its block.
+  // REQUIRES: the range is inside this buffer.
+  DeviceBuffer Slice(size_t offset, size_t size) const {
+    return DeviceBuffer(block(), static_cast<char*>(data()) + offset, size);
+  }
+};
+
+// Host memory handed out by a device for staging copies (pinned for CUDA):
+// a source of CopyToDeviceAsync, never a destination. Shaped as
+// DeviceBuffer, but a different type, so that neither is passed for the
+// other.
+class HostBuffer : public internal::BlockRange {
+ public:
+  HostBuffer() = default;
+  HostBuffer(std::shared_ptr<void> block, void* data, size_t size)
+      : BlockRange(std::move(block), data, size) {}
+
+  // Bytes [offset, offset + size) of this buffer, sharing its block.
+  // REQUIRES: the range is inside this buffer.
+  HostBuffer Slice(size_t offset, size_t size) const {
+    return HostBuffer(block(), static_cast<char*>(data()) + offset, size);
+  }
+};
 
 // Status payload (type URL) set by AllocateMany on failure: the index of the
 // buffer that could not be allocated, in decimal ASCII.

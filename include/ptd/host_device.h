@@ -129,7 +129,8 @@ class HostDevice final : public Device {
   DeviceStats stats() const override;
 
  private:
-  absl::StatusOr<DeviceBuffer> AllocateBlock(size_t nbytes, bool staging);
+  // A block of at least `nbytes`, counted as staging or as an allocation.
+  absl::StatusOr<std::shared_ptr<void>> AllocateBlock(size_t nbytes, bool staging);
   // The block behind AllocateMany: malloc'd, or a huge-page mapping.
   std::shared_ptr<void> AllocateManyBlock(size_t total);
 

@@ -75,13 +75,6 @@ struct BundlePaths {
 // (see OpenMmapFile) for the first that cannot be opened.
 absl::StatusOr<BundleSources> OpenBundleSources(const BundlePaths& paths);
 
-// A decoded manifest and where it came from.
-struct SourcedManifest {
-  std::string source;  // "manifest" or "pte:<method>:<delegate index>".
-  Manifest manifest;
-  std::string file;  // The file it was read from (the manifest or the .pte).
-};
-
 class WeightBundle {
  public:
   // Runs every check, appending each error and warning to `report`. Never

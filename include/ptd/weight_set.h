@@ -13,8 +13,8 @@
 // entry that disagrees with another on storage_nbytes (G4) is not compared
 // with the segment again (G3). Work is O(entries + keys).
 //
-// Lifetime: the WeightSet points into the container and the manifests,
-// which must outlive it.
+// Lifetime: the WeightSet points into the container and the
+// SourcedManifests, which must outlive it (and stay where they are).
 #ifndef PTD_WEIGHT_SET_H_
 #define PTD_WEIGHT_SET_H_
 
@@ -35,11 +35,15 @@
 
 namespace ptd {
 
-struct ManifestInput {
-  std::string source;        // "manifest" or "pte:<method>:<index>".
-  const Manifest* manifest;  // Not owned.
-  // The file the manifest was read from: the `file` of diagnostics about the
-  // manifest's own contents (G1, G2, G4). Empty: the container's path.
+// A decoded manifest and where it came from: what WeightSet resolves, what
+// WeightBundle::manifests() lists, and what ResolvedManifest points to.
+struct SourcedManifest {
+  // kStandaloneManifestSource, or "pte:<method>:<delegate index>".
+  std::string source;
+  Manifest manifest;
+  // The file it was read from (the manifest or the .pte): the `file` of
+  // diagnostics about the manifest's own contents (G1, G2, G4). Empty: the
+  // container's path.
   std::string file = {};
 };
 
@@ -55,27 +59,31 @@ struct ResolvedWeight {
   ViewSpec view() const;  // REQUIRES: the entry's dtype is known.
 };
 
+// A manifest's resolved weights.
 struct ResolvedManifest {
-  std::string source;
-  const Manifest* manifest = nullptr;
-  std::vector<ResolvedWeight> weights;  // Same order as manifest->entries.
+  const SourcedManifest* manifest = nullptr;  // Not owned.
+  std::vector<ResolvedWeight> weights;        // Same order as its entries.
+
+  const std::string& source() const { return manifest->source; }
+  const std::vector<WeightEntry>& entries() const { return manifest->manifest.entries; }
 };
 
 class WeightSet {
  public:
   // Resolves every manifest against `container`, appending each error and
   // warning to `report`.
-  static WeightSet Resolve(const Container& container, absl::Span<const ManifestInput> manifests,
+  static WeightSet Resolve(const Container& container, absl::Span<const SourcedManifest> manifests,
                            Report* report);
 
   // The checks that need only the manifests (G1, G2, G4), for when the
   // container could not be read: the weights get their extents, and none is
   // ok (nothing can be loaded).
-  static WeightSet CheckWithoutContainer(absl::Span<const ManifestInput> manifests, Report* report);
+  static WeightSet CheckWithoutContainer(absl::Span<const SourcedManifest> manifests,
+                                         Report* report);
 
   // For use: the first error as a Status.
   static absl::StatusOr<WeightSet> Open(const Container& container,
-                                        absl::Span<const ManifestInput> manifests);
+                                        absl::Span<const SourcedManifest> manifests);
 
   // The size of the bytes stored under a key, nullopt when there is no such
   // key: what a source other than a Container (a loader's ByteSource) knows.
@@ -86,14 +94,14 @@ class WeightSet {
   // so no R1 either). Without segments there is no G5 and no
   // X3 (nothing lists the keys no manifest names), and `named` stays null;
   // a weight is ok when every check passed.
-  static WeightSet ResolveSizes(absl::Span<const ManifestInput> manifests,
+  static WeightSet ResolveSizes(absl::Span<const SourcedManifest> manifests,
                                 const StorageSizeFn& storage_size, Report* report);
 
   const std::vector<ResolvedManifest>& manifests() const { return manifests_; }
 
  private:
   static WeightSet ResolveImpl(const Container* container, const StorageSizeFn* storage_size,
-                               absl::Span<const ManifestInput> manifests, Report* report);
+                               absl::Span<const SourcedManifest> manifests, Report* report);
 
   std::vector<ResolvedManifest> manifests_;
 };

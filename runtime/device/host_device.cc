@@ -23,6 +23,7 @@
 
 #include "runtime/internal/buddyinfo.h"
 #include "runtime/internal/checked_math.h"
+#include "runtime/internal/status_macros.h"
 
 namespace ptd {
 namespace {
@@ -221,7 +222,7 @@ std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
   return std::shared_ptr<void>(aligned, [size](void* q) { ::munmap(q, size); });
 }
 
-absl::StatusOr<DeviceBuffer> HostDevice::AllocateBlock(size_t nbytes, bool staging) {
+absl::StatusOr<std::shared_ptr<void>> HostDevice::AllocateBlock(size_t nbytes, bool staging) {
   // aligned_alloc needs a size that is a multiple of the alignment, and a
   // zero-byte buffer still gets a distinct, freeable block.
   const size_t rounded =
@@ -254,11 +255,13 @@ absl::StatusOr<DeviceBuffer> HostDevice::AllocateBlock(size_t nbytes, bool stagi
       counters->live_bytes.fetch_sub(nbytes, std::memory_order_relaxed);
     }
   });
-  return DeviceBuffer(std::move(block), p, nbytes);
+  return block;
 }
 
 absl::StatusOr<DeviceBuffer> HostDevice::Allocate(size_t nbytes) {
-  return AllocateBlock(nbytes, /*staging=*/false);
+  PTD_ASSIGN_OR_RETURN(std::shared_ptr<void> block, AllocateBlock(nbytes, /*staging=*/false));
+  void* p = block.get();
+  return DeviceBuffer(std::move(block), p, nbytes);
 }
 
 absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(absl::Span<const size_t> sizes) {
@@ -321,7 +324,9 @@ absl::Status HostDevice::PrepareWrite(void* p, size_t n) {
 }
 
 absl::StatusOr<HostBuffer> HostDevice::AllocateStaging(size_t nbytes) {
-  return AllocateBlock(nbytes, /*staging=*/true);
+  PTD_ASSIGN_OR_RETURN(std::shared_ptr<void> block, AllocateBlock(nbytes, /*staging=*/true));
+  void* p = block.get();
+  return HostBuffer(std::move(block), p, nbytes);
 }
 
 absl::StatusOr<CopyTicket> HostDevice::CopyToDeviceAsync(void* dst, const void* src,

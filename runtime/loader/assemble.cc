@@ -23,11 +23,17 @@ double Since(LoadedWeightsAssembler::Clock::time_point t) {
 
 // The result's names and dims: views of the originals, or copies into one
 // preallocated buffer of each kind, sized before the first is added.
-class LoadedWeightsAssembler::Names {
+// Not a NameArena (ptd/manifest.h): that one grows in 64 KiB blocks, locks
+// for each name and keeps owners alive, for names added over a manifest's
+// life; this one knows every size up front, makes one exact allocation per
+// kind, copies dims as well as names, and hands both arrays over to the
+// result (ReleaseChars, ReleaseDims).
+class LoadedWeightsAssembler::PresizedCopies {
  public:
-  Names(absl::Span<const ManifestRef> manifests, const LoadPlan& plan, bool views) : views_(views) {
+  PresizedCopies(absl::Span<const ResolvedManifest> manifests, const LoadPlan& plan, bool views)
+      : views_(views) {
     size_t name_bytes = 0, num_dims = 0;
-    for (const ManifestRef& m : manifests) name_bytes += m.source.size();
+    for (const ResolvedManifest& m : manifests) name_bytes += m.source().size();
     if (!views) {
       for (const PlannedKey& k : plan.keys) name_bytes += k.key.size();
       const auto count = [&](const WeightEntry& e) {
@@ -79,7 +85,7 @@ LoadedWeightsAssembler::~LoadedWeightsAssembler() = default;
 LoadStats& LoadedWeightsAssembler::stats() { return impl_->stats; }
 LoadTimings& LoadedWeightsAssembler::timings() { return impl_->timings; }
 
-void LoadedWeightsAssembler::Assemble(absl::Span<const ManifestRef> manifests, bool all_keys,
+void LoadedWeightsAssembler::Assemble(absl::Span<const ResolvedManifest> manifests, bool all_keys,
                                       LoadPlan plan, PlacedStorages placed,
                                       std::shared_ptr<const void> keep) {
   const auto finish_t0 = Clock::now();
@@ -88,8 +94,8 @@ void LoadedWeightsAssembler::Assemble(absl::Span<const ManifestRef> manifests, b
   out.chosen = std::move(plan.chosen_variants);
   const uint64_t total_bytes = plan.total_bytes;
   const bool views = keep != nullptr && !all_keys;
-  Names names(manifests, plan, views);
-  for (const ManifestRef& m : manifests) out.sources.push_back(names.Copy(m.source));
+  PresizedCopies names(manifests, plan, views);
+  for (const ResolvedManifest& m : manifests) out.sources.push_back(names.Copy(m.source()));
   // First the storages, from the plan's storages and the buffers, which
   // then go; then their keys, from the plan's keys, which then go.
   BuildStorages(*out.device, plan, placed);
@@ -131,7 +137,7 @@ void LoadedWeightsAssembler::BuildStorages(const Device& device, LoadPlan& plan,
 }
 
 // Each storage's keys, in first-use order, grouped by storage in one array.
-void LoadedWeightsAssembler::BuildStorageKeys(Names& names, LoadPlan& plan) {
+void LoadedWeightsAssembler::BuildStorageKeys(PresizedCopies& names, LoadPlan& plan) {
   LoadedWeights::Impl& out = *impl_;
   const size_t num_storages = out.storages.size();
   std::vector<uint32_t> key_start(num_storages + 1, 0);
@@ -153,7 +159,8 @@ void LoadedWeightsAssembler::BuildStorageKeys(Names& names, LoadPlan& plan) {
   }
 }
 
-void LoadedWeightsAssembler::BuildWeights(Names& names, bool by_source, const LoadPlan& plan) {
+void LoadedWeightsAssembler::BuildWeights(PresizedCopies& names, bool by_source,
+                                          const LoadPlan& plan) {
   LoadedWeights::Impl& out = *impl_;
   out.weights.reserve(plan.weights.size());
   // Find(source, fqn) uses the fqn index when there is one manifest.
@@ -185,7 +192,7 @@ void LoadedWeightsAssembler::BuildWeights(Names& names, bool by_source, const Lo
   }
 }
 
-void LoadedWeightsAssembler::BuildRuntimeOwned(Names& names, const LoadPlan& plan) {
+void LoadedWeightsAssembler::BuildRuntimeOwned(PresizedCopies& names, const LoadPlan& plan) {
   LoadedWeights::Impl& out = *impl_;
   out.runtime_owned.reserve(plan.runtime_owned.size());
   for (const PlannedRuntimeOwned& o : plan.runtime_owned) {

@@ -37,7 +37,7 @@ class LoadedWeightsAssembler {
   // them (the keys of a load without a manifest come from the source's
   // list, so they are always copied), else copies, each kind in one
   // buffer. Sources are few and always copied.
-  void Assemble(absl::Span<const ManifestRef> manifests, bool all_keys, LoadPlan plan,
+  void Assemble(absl::Span<const ResolvedManifest> manifests, bool all_keys, LoadPlan plan,
                 PlacedStorages placed, std::shared_ptr<const void> keep);
 
   // The result, its timings ended: total_s from `start`, and first_weight_s
@@ -46,12 +46,12 @@ class LoadedWeightsAssembler {
   LoadedWeights Finish(Clock::time_point start, std::optional<double> first_complete_s);
 
  private:
-  class Names;
+  class PresizedCopies;
 
   void BuildStorages(const Device& device, LoadPlan& plan, PlacedStorages& placed);
-  void BuildStorageKeys(Names& names, LoadPlan& plan);
-  void BuildWeights(Names& names, bool by_source, const LoadPlan& plan);
-  void BuildRuntimeOwned(Names& names, const LoadPlan& plan);
+  void BuildStorageKeys(PresizedCopies& names, LoadPlan& plan);
+  void BuildWeights(PresizedCopies& names, bool by_source, const LoadPlan& plan);
+  void BuildRuntimeOwned(PresizedCopies& names, const LoadPlan& plan);
 
   std::unique_ptr<LoadedWeights::Impl> impl_;
 };

@@ -18,7 +18,6 @@
 namespace ptd {
 
 using Clock = std::chrono::steady_clock;
-using internal::ManifestRef;
 using internal::Sv;
 
 namespace {
@@ -32,7 +31,7 @@ double Since(Clock::time_point t) {
 // `source`. `start` is when the call began and `verify_s` the verification
 // it ran before this (both count in the result's timings). `keep`, when not
 // null, holds the manifests and container: the result then views them.
-absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests, bool all_keys,
+absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests, bool all_keys,
                                    const ByteSource& source, const Container* container,
                                    std::shared_ptr<Device> device, const LoadOptions& options,
                                    Clock::time_point start, double verify_s,
@@ -41,9 +40,9 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ManifestRef> manifests, bool
   if (all_keys && !options.fqns.empty()) {
     // Weights are named by a manifest; loading every key instead would be a
     // silent surprise (and may allocate what the caller did not ask for).
-    return absl::InvalidArgumentError(
-        absl::StrCat("LoadOptions::fqns names weight '", options.fqns.front(),
-                     "' but there is no manifest (weights are named by --manifest or --pte)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadOptions::fqns names weight '", options.fqns.front(),
+        "' but there is no manifest (weights are named by BundlePaths::manifest or ::pte)"));
   }
   PTD_RETURN_IF_ERROR(internal::CheckPlaceOptions(*device, options));
   internal::LoadedWeightsAssembler result(device);
@@ -93,7 +92,7 @@ absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle, std::shared
       for (const ResolvedWeight& w : m.weights) {
         if (!w.ok) {
           return absl::FailedPreconditionError(
-              absl::StrCat("LoadWeights: weight '", Sv(w.entry->fqn), "' (", m.source,
+              absl::StrCat("LoadWeights: weight '", Sv(w.entry->fqn), "' (", m.source(),
                            ") failed verification; open the bundle with WeightBundle::Open"));
         }
       }
@@ -115,17 +114,11 @@ absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle, std::shared
     // Else an in-memory source (no path to reopen): read it as it is.
   }
   const std::unique_ptr<ByteSource> source = MakeContainerByteSource(*c, std::move(data));
-  std::vector<ManifestRef> refs;
-  for (const SourcedManifest& m : bundle.manifests()) {
-    ManifestRef ref{m.source, &m.manifest};
-    if (bundle.weights()) {
-      for (const ResolvedManifest& r : bundle.weights()->manifests()) {
-        if (r.manifest == &m.manifest) ref.resolved = &r.weights;
-      }
-    }
-    refs.push_back(std::move(ref));
-  }
-  return Load(refs, refs.empty(), *source, c, std::move(device), options, start, verify_s,
+  // The resolved weights are parallel to the bundle's manifests, and absent
+  // only without manifests.
+  absl::Span<const ResolvedManifest> manifests;
+  if (bundle.weights()) manifests = bundle.weights()->manifests();
+  return Load(manifests, manifests.empty(), *source, c, std::move(device), options, start, verify_s,
               std::move(keep));
 }
 
@@ -154,8 +147,9 @@ absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
                                           const ByteSource& source, std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
   const auto start = Clock::now();
-  PTD_ASSIGN_OR_RETURN(const Manifest m, ParseManifest(manifest, kStandaloneManifestSource));
-  const ManifestInput input{"manifest", &m};
+  PTD_ASSIGN_OR_RETURN(Manifest m, ParseManifest(manifest, kStandaloneManifestSource));
+  const SourcedManifest input{.source = std::string(kStandaloneManifestSource),
+                              .manifest = std::move(m)};
   Report report;
   const WeightSet resolved = WeightSet::ResolveSizes(
       absl::MakeConstSpan(&input, 1),
@@ -169,9 +163,8 @@ absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
     const absl::Status first = report.FirstError();
     return absl::Status(first.code(), absl::StrCat(source.name(), ": ", first.message()));
   }
-  const ManifestRef ref{"manifest", &m, &resolved.manifests().front().weights};
-  return Load(absl::MakeConstSpan(&ref, 1), false, source, nullptr, std::move(device), options,
-              start, Since(start));
+  return Load(resolved.manifests(), false, source, nullptr, std::move(device), options, start,
+              Since(start));
 }
 
 }  // namespace ptd

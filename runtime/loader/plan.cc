@@ -40,14 +40,14 @@ std::optional<size_t> LibraryOf(const WeightEntry& e, const Manifest& m) {
 
 // The variant chosen for `m`: the capability decides; without one, a single
 // untargeted variant wins, and otherwise none is chosen.
-absl::StatusOr<std::optional<size_t>> ChooseVariant(const ManifestRef& m,
+absl::StatusOr<std::optional<size_t>> ChooseVariant(const ResolvedManifest& m,
                                                     std::optional<uint32_t> sm) {
-  const std::vector<Variant>& variants = m.manifest->variants;
+  const std::vector<Variant>& variants = m.manifest->manifest.variants;
   if (sm) {
     auto c = SelectVariant(variants, *sm);
     if (!c.ok()) {
       return absl::Status(c.status().code(),
-                          absl::StrCat("manifest ", m.source, ": ", c.status().message()));
+                          absl::StrCat("manifest ", m.source(), ": ", c.status().message()));
     }
     return std::optional<size_t>(c->index);
   }
@@ -172,17 +172,16 @@ class WeightPlanner {
         plan_(*plan),
         table_(source, container, plan) {}
 
-  absl::Status PlanManifest(uint32_t mi, const ManifestRef& m) {
+  absl::Status PlanManifest(uint32_t mi, const ResolvedManifest& m) {
     PTD_ASSIGN_OR_RETURN(const std::optional<size_t> chosen, ChooseVariant(m, sm_));
     plan_.chosen_variants.push_back(chosen);
-    const std::vector<WeightEntry>& entries = m.manifest->entries;
-    const std::vector<ResolvedWeight>* resolved =
-        m.resolved != nullptr && m.resolved->size() == entries.size() ? m.resolved : nullptr;
+    const std::vector<WeightEntry>& entries = m.entries();
+    const bool resolved = m.weights.size() == entries.size();
     plan_.weights.reserve(plan_.weights.size() + entries.size());
     table_.Reserve(plan_.weights.capacity());
     for (size_t ei = 0; ei < entries.size(); ++ei) {
-      PTD_RETURN_IF_ERROR(PlanEntry(mi, *m.manifest, chosen, entries[ei],
-                                    resolved != nullptr ? &(*resolved)[ei] : nullptr));
+      PTD_RETURN_IF_ERROR(PlanEntry(mi, m.manifest->manifest, chosen, entries[ei],
+                                    resolved ? &m.weights[ei] : nullptr));
     }
     return absl::OkStatus();
   }
@@ -261,7 +260,7 @@ class WeightPlanner {
 
 }  // namespace
 
-absl::StatusOr<LoadPlan> PlanLoad(absl::Span<const ManifestRef> manifests, bool all_keys,
+absl::StatusOr<LoadPlan> PlanLoad(absl::Span<const ResolvedManifest> manifests, bool all_keys,
                                   const ByteSource& source, const Container* container,
                                   const Device& device, const LoadOptions& options) {
   LoadPlan plan;

@@ -50,16 +50,6 @@ struct StorageJob {
   uint8_t* dest = nullptr;  // Set once allocated.
 };
 
-// A manifest to load, where it came from, and its verified weights.
-struct ManifestRef {
-  std::string source;
-  const Manifest* manifest = nullptr;
-  // The verifier's weights, parallel to manifest->entries: the plan reuses
-  // their extents, and with a container their entries. REQUIRES: every
-  // manifest of a load has them (verification precedes every load).
-  const std::vector<ResolvedWeight>* resolved = nullptr;
-};
-
 // A stored weight chosen for loading; 16 bytes a weight. Its placement is
 // its storage's. The element size comes from the entry's dtype again, which
 // the plan checked.
@@ -108,7 +98,7 @@ struct LoadPlan {
 // manifest or a key the source cannot read; FailedPrecondition for an fqn
 // that is a constant of another variant; DataLoss (G1) for a runtime-owned
 // entry without a verified extent; a variant choice's error.
-absl::StatusOr<LoadPlan> PlanLoad(absl::Span<const ManifestRef> manifests, bool all_keys,
+absl::StatusOr<LoadPlan> PlanLoad(absl::Span<const ResolvedManifest> manifests, bool all_keys,
                                   const ByteSource& source, const Container* container,
                                   const Device& device, const LoadOptions& options);
 

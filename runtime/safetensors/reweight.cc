@@ -98,11 +98,8 @@ absl::StatusOr<ProgramManifests> LoadProgramManifests(const BundlePaths& paths) 
     }
   }
   if (!out.manifests.empty()) {
-    std::vector<ManifestInput> inputs;
-    for (const SourcedManifest& s : out.manifests)
-      inputs.push_back({s.source, &s.manifest, s.file});
     Report report;
-    out.weights = WeightSet::CheckWithoutContainer(inputs, &report);
+    out.weights = WeightSet::CheckWithoutContainer(out.manifests, &report);
     PTD_RETURN_IF_ERROR(report.FirstError());
   }
   return out;
@@ -435,6 +432,497 @@ struct OutEntry {
   uint32_t segment = 0;
 };
 
+// A checkpoint tensor under its new name, and whether a weight uses it.
+struct RenamedTensor {
+  SafetensorsCheckpoint::TensorRef ref;
+  bool used = false;
+};
+
+// One reweighting, step by step: name the checkpoint's tensors, plan the
+// storages (S8, S10), decide the layout, write, report. The steps share the
+// state below; each is called once, in that order (MakeLayout at most twice).
+class Reweighter {
+ public:
+  Reweighter(const std::string& checkpoint, const BundlePaths& program, const std::string& out,
+             const ReweightOptions& options, const Container* base, ReweightResult* result)
+      : checkpoint_(checkpoint),
+        program_(program),
+        out_(out),
+        options_(options),
+        base_(base),
+        result_(*result),
+        builder_(options, base, result) {}
+
+  absl::Status NameTensors(const SafetensorsCheckpoint& ckpt);
+  absl::Status PlanWeights(const WeightSet& weights);
+  absl::Status PlanKeys();
+  void ReportUnused();
+  absl::Status DecideLayout();
+  absl::Status Write();
+  void ReportZeroFills();
+
+ private:
+  const NamedDataEntry* BaseEntry(std::string_view key, uint64_t nbytes) const;
+  Storage& StorageFor(std::string_view key, uint64_t nbytes);
+  absl::Status Attach(Storage& s, ViewUse u, int32_t dtype, const std::string& where);
+  absl::Status KeepFromBase(Storage& s, ViewUse u, const std::string& where);
+  absl::StatusOr<bool> BaseLayoutFits();
+  void CollectEntries();
+  absl::StatusOr<uint64_t> AssignSegments(bool exact);
+  absl::Status MakeLayout(bool exact);
+  absl::Status Produce(const WriteFn& write);
+  absl::Status ProduceInBase(const WriteFn& write);
+  absl::Status ProduceCollected(const WriteFn& write);
+  absl::Status Check(const std::string& temp) const;
+
+  const std::string& checkpoint_;
+  const BundlePaths& program_;
+  const std::string& out_;
+  const ReweightOptions& options_;
+  const Container* base_;  // Null: none given.
+  ReweightResult& result_;
+  Builder builder_;
+
+  // The checkpoint's tensors under their new names, and the names in order.
+  absl::flat_hash_map<std::string, RenamedTensor> by_name_;
+  std::vector<std::string> order_;
+
+  // The storages, in order of first reference.
+  std::vector<Storage> storages_;
+  absl::flat_hash_map<std::string, size_t> storage_index_;
+  absl::flat_hash_set<std::string> written_, kept_;
+
+  bool fits_ = false;  // The base's layout is kept.
+
+  // The collector's layout when the base's does not fit.
+  std::vector<OutEntry> entries_;
+  std::vector<size_t> segment_first_;  // Entry index of each segment's first key.
+  std::vector<uint8_t> head_;
+  uint64_t segment_base_offset_ = 0;
+  std::vector<uint64_t> segment_offsets_;
+
+  // Fingerprints of what the optimistic layout wrote, per entry.
+  std::vector<size_t> fingerprints_;
+  bool exact_layout_ = false;
+  std::vector<uint8_t> copy_buf_;
+};
+
+// The checkpoint's tensors under their new names; two renamed alike are an
+// error.
+absl::Status Reweighter::NameTensors(const SafetensorsCheckpoint& ckpt) {
+  for (const SafetensorsCheckpoint::TensorRef& ref : ckpt.tensors()) {
+    std::string name = Rename(ref.tensor->name, options_.rename);
+    auto [it, inserted] = by_name_.try_emplace(name, RenamedTensor{ref});
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(checkpoint_, ": checkpoint tensors '", it->second.ref.tensor->name,
+                       "' and '", ref.tensor->name, "' are both renamed to '", name, "'"));
+    }
+    order_.push_back(std::move(name));
+  }
+  return absl::OkStatus();
+}
+
+// The base's entry under `key` when it holds `nbytes` bytes, else null.
+const NamedDataEntry* Reweighter::BaseEntry(std::string_view key, uint64_t nbytes) const {
+  if (!base_) return nullptr;
+  const NamedDataEntry* n = base_->Find(key);
+  if (n == nullptr || base_->SegmentSize(*n) != nbytes) return nullptr;
+  return n;
+}
+
+Storage& Reweighter::StorageFor(std::string_view key, uint64_t nbytes) {
+  auto [it, inserted] = storage_index_.try_emplace(std::string(key), storages_.size());
+  if (inserted) {
+    storages_.push_back(
+        Storage{.key = std::string(key), .nbytes = nbytes, .base = BaseEntry(key, nbytes)});
+  }
+  return storages_[it->second];
+}
+
+// S10: a view the checkpoint has no tensor for keeps the base's bytes, when
+// the base has the storage.
+absl::Status Reweighter::KeepFromBase(Storage& s, ViewUse u, const std::string& where) {
+  if (s.base == nullptr) {
+    std::string why =
+        !base_ ? "no base .ptd was given"
+        : base_->Find(s.key) == nullptr
+            ? absl::StrCat("the base ", *options_.base, " has no key '", s.key, "'")
+            : absl::StrCat("the base's segment under '", s.key, "' is ",
+                           *base_->SegmentSize(*base_->Find(s.key)), " bytes, not ", s.nbytes);
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint_, ": ", where, ": the checkpoint has no tensor '", u.fqn, "' and ",
+                     why, " to supply storage '", s.key, "' (S10)"));
+  }
+  if (kept_.insert(u.fqn).second) {
+    result_.kept.push_back(u.fqn);
+    result_.report.Warning(
+        "S10",
+        absl::StrCat(where, ": the checkpoint has no tensor '", u.fqn,
+                     "': its bytes are kept from the base (storage '", s.key, "')"),
+        Where{.file = checkpoint_, .key = s.key, .fqn = u.fqn});
+  }
+  s.views.push_back(std::move(u));
+  return absl::OkStatus();
+}
+
+// Adds view `u` (of a weight of `dtype`) to `s`, with the checkpoint tensor
+// that fills it, checked against the weight (S8), or the base's bytes (S10).
+absl::Status Reweighter::Attach(Storage& s, ViewUse u, int32_t dtype, const std::string& where) {
+  auto it = by_name_.find(u.fqn);
+  if (it == by_name_.end()) return KeepFromBase(s, std::move(u), where);
+  it->second.used = true;
+  const SafetensorsTensor& t = *it->second.ref.tensor;
+  const std::string& tfile = it->second.ref.file->path();
+  if (t.dtype->scalar_type != dtype) {
+    std::string extra;
+    if (!IsFloating(dtype) && IsFloating(t.dtype->scalar_type)) {
+      extra = absl::StrCat(
+          "; the weight is quantized or packed (an integer dtype) and a "
+          "floating tensor is never reinterpreted: give it as ",
+          Sv(SafetensorsDtypeFor(dtype) ? SafetensorsDtypeFor(dtype)->name
+                                        : ScalarTypeName(dtype)));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(tfile, ": ", where, ": checkpoint tensor '", t.name, "' is ",
+                     Sv(t.dtype->name), " but the weight's dtype is ", Sv(ScalarTypeName(dtype)),
+                     " (", dtype, ")", extra, " (S8)"));
+  }
+  std::vector<uint64_t> sizes(u.sizes.begin(), u.sizes.end());
+  if (t.shape != sizes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        tfile, ": ", where, ": checkpoint tensor '", t.name, "' has shape ", ShapeString(t.shape),
+        " but the weight's sizes are ", ShapeString(sizes), " (S8)"));
+  }
+  u.file = it->second.ref.file;
+  u.tensor = &t;
+  if (written_.insert(u.fqn).second) result_.written.push_back(u.fqn);
+  s.views.push_back(std::move(u));
+  return absl::OkStatus();
+}
+
+// The storages the manifests reference, each view checked (S8, S10).
+absl::Status Reweighter::PlanWeights(const WeightSet& weights) {
+  absl::flat_hash_map<std::pair<std::string, std::string>, std::vector<size_t>> views_by_fqn;
+  for (const ResolvedManifest& m : weights.manifests()) {
+    for (const ResolvedWeight& w : m.weights) {
+      const WeightEntry& e = *w.entry;
+      if (w.runtime_owned) continue;
+      Storage& s = StorageFor(e.storage_key, e.storage_nbytes);
+      // A weight that several manifests show through the same view is
+      // placed once.
+      std::vector<size_t>& same_fqn =
+          views_by_fqn[{std::string(e.storage_key), std::string(e.fqn)}];
+      const bool seen = std::any_of(same_fqn.begin(), same_fqn.end(), [&](size_t i) {
+        const ViewUse& v = s.views[i];
+        return v.offset == e.storage_offset && v.sizes == e.sizes && v.strides == e.strides;
+      });
+      if (seen) continue;
+      same_fqn.push_back(s.views.size());
+      ViewUse u{.fqn = std::string(e.fqn),
+                .source = m.source(),
+                .element_size = *ElementSize(e.dtype),
+                .offset = e.storage_offset,
+                .sizes = e.sizes,
+                .strides = e.strides,
+                .extent = *w.extent};
+      u.contiguous = IsContiguous(u.spec());
+      PTD_RETURN_IF_ERROR(Attach(s, std::move(u), e.dtype,
+                                 absl::StrCat("weight '", Sv(e.fqn), "' (", m.source(), ")")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Key mode: each of the base's keys, as one U8 view over its whole storage.
+absl::Status Reweighter::PlanKeys() {
+  for (const NamedDataEntry& n : base_->named_data()) {
+    const uint64_t size = *base_->SegmentSize(n);
+    Storage& s = StorageFor(n.key, size);
+    ViewUse u{.fqn = std::string(n.key),
+              .element_size = 1,
+              .sizes = {static_cast<int64_t>(size)},
+              .strides = {1}};
+    u.extent = ComputeExtent(u.spec()).extent;
+    u.contiguous = true;
+    PTD_RETURN_IF_ERROR(Attach(s, std::move(u), 0, absl::StrCat("key '", Sv(n.key), "'")));
+  }
+  return absl::OkStatus();
+}
+
+// S8: a warning for each checkpoint tensor no weight uses.
+void Reweighter::ReportUnused() {
+  for (const std::string& name : order_) {
+    const RenamedTensor& n = by_name_.at(name);
+    if (n.used) continue;
+    result_.unused.push_back(n.ref.tensor->name);
+    result_.report.Warning(
+        "S8",
+        absl::StrCat(
+            "checkpoint tensor '", n.ref.tensor->name, "'",
+            name != n.ref.tensor->name ? absl::StrCat(" (renamed '", name, "')") : std::string(),
+            " is used by no weight"),
+        Where{.file = n.ref.file->path()});
+  }
+}
+
+// Does the base's layout fit? Every storage under a base key of its size,
+// and the keys sharing a base segment with a storage still equal.
+absl::StatusOr<bool> Reweighter::BaseLayoutFits() {
+  bool fits = base_ != nullptr;
+  for (const Storage& s : storages_) fits = fits && s.base != nullptr;
+  if (!fits) return fits;
+  std::vector<std::vector<const NamedDataEntry*>> by_segment(base_->segments().size());
+  for (const NamedDataEntry& n : base_->named_data()) by_segment[n.segment_index].push_back(&n);
+  for (const auto& keys : by_segment) {
+    if (keys.size() < 2 || !fits) continue;
+    std::optional<std::string> first;
+    bool any_storage = false;
+    for (const NamedDataEntry* n : keys)
+      any_storage |= storage_index_.contains(std::string(n->key));
+    if (!any_storage) continue;
+    for (const NamedDataEntry* n : keys) {
+      std::string digest;
+      if (auto it = storage_index_.find(std::string(n->key)); it != storage_index_.end()) {
+        PTD_ASSIGN_OR_RETURN(digest, builder_.Hash(storages_[it->second]));
+      } else {
+        PTD_ASSIGN_OR_RETURN(
+            digest, DigestRange(base_->source(), base_->SegmentFileOffset(n->segment_index),
+                                *base_->SegmentSize(*n)));
+      }
+      if (first && *first != digest) fits = false;
+      if (!first) first = digest;
+    }
+  }
+  return fits;
+}
+
+// The collector's entries: every storage, then the base's other keys.
+void Reweighter::CollectEntries() {
+  for (const Storage& s : storages_) {
+    const NamedDataEntry* b = base_ ? base_->Find(s.key) : nullptr;
+    entries_.push_back(OutEntry{.key = s.key,
+                                .storage = &s,
+                                .size = s.nbytes,
+                                .layout = b && s.base ? b->layout : nullptr});
+  }
+  if (base_) {
+    for (const NamedDataEntry& n : base_->named_data()) {
+      if (storage_index_.contains(std::string(n.key))) continue;
+      entries_.push_back(OutEntry{.key = std::string(n.key),
+                                  .base = &n,
+                                  .size = *base_->SegmentSize(n),
+                                  .layout = n.layout});
+    }
+  }
+}
+
+// The base's layout when it fits, else the collector's entries.
+absl::Status Reweighter::DecideLayout() {
+  PTD_ASSIGN_OR_RETURN(fits_, BaseLayoutFits());
+  if (!fits_) CollectEntries();
+  return absl::OkStatus();
+}
+
+// Gives each entry its segment (entries with the same id share one) and each
+// segment its offset; returns the end of the segment data.
+absl::StatusOr<uint64_t> Reweighter::AssignSegments(bool exact) {
+  segment_first_.clear();
+  segment_offsets_.clear();
+  for (OutEntry& e : entries_) e.segment = 0;
+  absl::flat_hash_map<uint64_t, int> size_count;
+  for (const OutEntry& e : entries_) ++size_count[e.size];
+  absl::flat_hash_map<std::string, uint32_t> by_digest;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    OutEntry& e = entries_[i];
+    std::string id = absl::StrCat("#", i);
+    // Keys that share a segment in the base are equal without a look.
+    if (!exact && e.base != nullptr) id = absl::StrCat("base#", e.base->segment_index);
+    if (exact && size_count[e.size] > 1) {
+      if (e.storage) {
+        PTD_ASSIGN_OR_RETURN(id, builder_.Hash(*e.storage));
+      } else {
+        PTD_ASSIGN_OR_RETURN(
+            id,
+            DigestRange(base_->source(), base_->SegmentFileOffset(e.base->segment_index), e.size));
+      }
+      id = absl::StrCat(e.size, ":", id);
+    }
+    auto [it, inserted] = by_digest.try_emplace(id, static_cast<uint32_t>(segment_first_.size()));
+    if (inserted) segment_first_.push_back(i);
+    e.segment = it->second;
+  }
+  uint64_t end = 0;
+  for (size_t first : segment_first_) {
+    const uint64_t offset = *internal::AlignUp(end, kDefaultSegmentAlignment);
+    segment_offsets_.push_back(offset);
+    end = offset + entries_[first].size;
+  }
+  return end;
+}
+
+// Identical bytes are stored once (upstream's collector). Whether two
+// storages are identical is known only once they are built, and the
+// layout (the FlatBuffer's size, so every segment's offset) depends on it.
+// So the first try assumes no storage equals another entry (the usual
+// case: a layout known up front, each storage built once and written
+// while it is built) and fingerprints what it writes; when two entries of
+// one size may be equal after all, the exact layout hashes them first and
+// the file is written again.
+absl::Status Reweighter::MakeLayout(bool exact) {
+  PTD_ASSIGN_OR_RETURN(const uint64_t end, AssignSegments(exact));
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  std::vector<flatbuffers::Offset<fb::DataSegment>> segs;
+  for (size_t i = 0; i < segment_first_.size(); ++i) {
+    segs.push_back(
+        fb::CreateDataSegment(fbb, segment_offsets_[i], entries_[segment_first_[i]].size));
+  }
+  std::vector<flatbuffers::Offset<fb::NamedData>> named;
+  for (const OutEntry& e : entries_) {
+    flatbuffers::Offset<fb::TensorLayout> layout = 0;
+    if (e.layout) {
+      layout = fb::CreateTensorLayout(fbb, static_cast<fb::ScalarType>(e.layout->scalar_type),
+                                      fbb.CreateVector(e.layout->sizes),
+                                      fbb.CreateVector(e.layout->dim_order));
+    }
+    named.push_back(fb::CreateNamedData(fbb, fbb.CreateString(e.key), e.segment, layout));
+  }
+  auto root =
+      fb::CreateFlatTensor(fbb, kPtdVersion, fbb.CreateVector(segs), fbb.CreateVector(named));
+  fb::FinishFlatTensorBuffer(fbb, root);
+  const uint64_t fb_size = fbb.GetSize();
+  if (kPtdHeaderBlockSize + fb_size > internal::kMaxFlatBufferSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the .ptd's FlatBuffer would be ", fb_size, " bytes, over 2^31"));
+  }
+  const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
+  segment_base_offset_ = *internal::AlignUp(fb_end, kDefaultSegmentAlignment);
+  head_.assign(fb_end, 0);
+  internal::SpliceFlatBuffer(absl::MakeConstSpan(fbb.GetBufferPointer(), fb_size),
+                             static_cast<uint32_t>(kPtdHeaderBlockSize), absl::MakeSpan(head_));
+  internal::EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
+                                      .flatbuffer_offset = kPtdHeaderBlockSize,
+                                      .flatbuffer_size = fb_size,
+                                      .segment_base_offset = segment_base_offset_,
+                                      .segment_data_size = end},
+                            absl::MakeSpan(head_));
+  return absl::OkStatus();
+}
+
+// The base byte for byte, storages rebuilt in place.
+absl::Status Reweighter::ProduceInBase(const WriteFn& write) {
+  absl::flat_hash_map<uint32_t, const Storage*> rebuilt;
+  for (const Storage& s : storages_) rebuilt.try_emplace(s.base->segment_index, &s);
+  const FileSource& src = base_->source();
+  uint64_t pos = 0;
+  for (uint32_t i = 0; i < base_->segments().size(); ++i) {
+    const uint64_t at = base_->SegmentFileOffset(i);
+    const uint64_t size = base_->segments()[i].size;
+    if (at < pos) continue;  // An empty segment at the next one's offset.
+    PTD_RETURN_IF_ERROR(CopyRange(src, pos, at - pos, copy_buf_, write));
+    if (auto it = rebuilt.find(i); it != rebuilt.end()) {
+      PTD_RETURN_IF_ERROR(builder_.Build(*it->second, true, write));
+    } else {
+      PTD_RETURN_IF_ERROR(CopyRange(src, at, size, copy_buf_, write));
+    }
+    pos = at + size;
+  }
+  return CopyRange(src, pos, src.size() - pos, copy_buf_, write);
+}
+
+// The collector's layout; Aborted when the optimistic layout wrote two
+// segments that may hold the same bytes.
+absl::Status Reweighter::ProduceCollected(const WriteFn& write) {
+  PTD_RETURN_IF_ERROR(write(head_));
+  PTD_RETURN_IF_ERROR(WriteZeros(write, segment_base_offset_ - head_.size()));
+  uint64_t pos = 0;
+  for (size_t i = 0; i < segment_first_.size(); ++i) {
+    const OutEntry& e = entries_[segment_first_[i]];
+    PTD_RETURN_IF_ERROR(WriteZeros(write, segment_offsets_[i] - pos));
+    size_t& fp = fingerprints_[segment_first_[i]];
+    fp = absl::HashOf(e.size);
+    const WriteFn fingerprinted = [&](absl::Span<const uint8_t> b) {
+      if (!exact_layout_) {
+        fp = absl::HashOf(fp, absl::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+      }
+      return write(b);
+    };
+    if (e.storage) {
+      PTD_RETURN_IF_ERROR(builder_.Build(*e.storage, true, fingerprinted));
+    } else {
+      PTD_RETURN_IF_ERROR(CopyRange(base_->source(),
+                                    base_->SegmentFileOffset(e.base->segment_index), e.size,
+                                    copy_buf_, fingerprinted));
+    }
+    pos = segment_offsets_[i] + e.size;
+  }
+  if (!exact_layout_) {
+    // Two segments of one size and fingerprint may hold the same bytes:
+    // then the optimistic layout is not the collector's.
+    absl::flat_hash_set<std::pair<uint64_t, size_t>> seen;
+    for (size_t first : segment_first_) {
+      if (!seen.emplace(entries_[first].size, fingerprints_[first]).second) {
+        return absl::AbortedError("identical storages: the exact layout is needed");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Reweighter::Produce(const WriteFn& write) {
+  result_.zero_filled.clear();
+  result_.zero_filled_bytes = 0;
+  return fits_ ? ProduceInBase(write) : ProduceCollected(write);
+}
+
+// The finished temporary file, verified with the program before the rename.
+absl::Status Reweighter::Check(const std::string& temp) const {
+  BundlePaths verify{.ptd = temp, .manifest = program_.manifest, .pte = program_.pte};
+  auto bundle = WeightBundle::Open(verify);
+  if (!bundle.ok()) {
+    return absl::Status(
+        bundle.status().code(),
+        absl::StrCat("the reweighted .ptd fails verification: ", bundle.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+// Writes `out` atomically: the optimistic layout first, the exact one when
+// identical storages turn up.
+absl::Status Reweighter::Write() {
+  if (!fits_) PTD_RETURN_IF_ERROR(MakeLayout(/*exact=*/false));
+  fingerprints_.assign(entries_.size(), 0);
+  const auto produce = [this](const WriteFn& write, const WriteAtFn&) { return Produce(write); };
+  const auto check = [this](const std::string& temp) { return Check(temp); };
+  absl::Status status = WriteFileAtomicallyAt(out_, produce, check);
+  if (!fits_ && absl::IsAborted(status)) {
+    // Nothing was left behind; lay the file out with identical storages
+    // stored once, and write it again.
+    exact_layout_ = true;
+    PTD_RETURN_IF_ERROR(MakeLayout(/*exact=*/true));
+    status = WriteFileAtomicallyAt(out_, produce, check);
+  }
+  return status;
+}
+
+// S10: a warning for each storage with zero-filled bytes.
+void Reweighter::ReportZeroFills() {
+  if (result_.zero_filled_bytes == 0) return;
+  absl::flat_hash_map<std::string, uint64_t> per_key;
+  std::vector<std::string> keys;
+  for (const ZeroFill& z : result_.zero_filled) {
+    if (per_key[z.key] == 0) keys.push_back(z.key);
+    per_key[z.key] += z.nbytes;
+  }
+  for (const std::string& k : keys) {
+    result_.report.Warning("S10",
+                           absl::StrCat("storage '", k, "': ", per_key[k],
+                                        " bytes that no view covers are zero-filled (no base "
+                                        "supplies them)"),
+                           Where{.file = out_, .key = k});
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const BundlePaths& program,
@@ -451,391 +939,17 @@ absl::StatusOr<ReweightResult> Reweight(const std::string& checkpoint, const Bun
   const bool key_mode = pm.manifests.empty();
   if (key_mode && !base) {
     return absl::InvalidArgumentError(
-        "reweighting without a manifest (no --manifest, or a .pte without one) needs a base "
-        ".ptd whose keys it looks up");
+        "reweighting without a manifest (no BundlePaths::manifest, or a ::pte without one) "
+        "needs ReweightOptions::base, a .ptd whose keys it looks up");
   }
 
-  // The checkpoint's tensors under their new names.
-  struct Named {
-    SafetensorsCheckpoint::TensorRef ref;
-    bool used = false;
-  };
-  absl::flat_hash_map<std::string, Named> by_name;
-  std::vector<std::string> order;
-  for (const SafetensorsCheckpoint::TensorRef& ref : ckpt.tensors()) {
-    std::string name = Rename(ref.tensor->name, options.rename);
-    auto [it, inserted] = by_name.try_emplace(name, Named{ref});
-    if (!inserted) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(checkpoint, ": checkpoint tensors '", it->second.ref.tensor->name, "' and '",
-                       ref.tensor->name, "' are both renamed to '", name, "'"));
-    }
-    order.push_back(std::move(name));
-  }
-  const auto base_entry = [&](std::string_view key, uint64_t nbytes) -> const NamedDataEntry* {
-    if (!base) return nullptr;
-    const NamedDataEntry* n = base->Find(key);
-    if (n == nullptr || base->SegmentSize(*n) != nbytes) return nullptr;
-    return n;
-  };
-
-  // The storages, in order of first reference, each view checked (S8, S10).
-  std::vector<Storage> storages;
-  absl::flat_hash_map<std::string, size_t> storage_index;
-  absl::flat_hash_set<std::string> written, kept;
-  const auto attach = [&](Storage& s, ViewUse u, int32_t dtype,
-                          const std::string& where) -> absl::Status {
-    auto it = by_name.find(u.fqn);
-    if (it == by_name.end()) {
-      if (s.base == nullptr) {
-        std::string why =
-            !base ? "no base .ptd was given"
-            : base->Find(s.key) == nullptr
-                ? absl::StrCat("the base ", *options.base, " has no key '", s.key, "'")
-                : absl::StrCat("the base's segment under '", s.key, "' is ",
-                               *base->SegmentSize(*base->Find(s.key)), " bytes, not ", s.nbytes);
-        return absl::InvalidArgumentError(
-            absl::StrCat(checkpoint, ": ", where, ": the checkpoint has no tensor '", u.fqn,
-                         "' and ", why, " to supply storage '", s.key, "' (S10)"));
-      }
-      if (kept.insert(u.fqn).second) {
-        result.kept.push_back(u.fqn);
-        result.report.Warning(
-            "S10",
-            absl::StrCat(where, ": the checkpoint has no tensor '", u.fqn,
-                         "': its bytes are kept from the base (storage '", s.key, "')"),
-            Where{.file = checkpoint, .key = s.key, .fqn = u.fqn});
-      }
-      s.views.push_back(std::move(u));
-      return absl::OkStatus();
-    }
-    it->second.used = true;
-    const SafetensorsTensor& t = *it->second.ref.tensor;
-    const std::string& tfile = it->second.ref.file->path();
-    if (t.dtype->scalar_type != dtype) {
-      std::string extra;
-      if (!IsFloating(dtype) && IsFloating(t.dtype->scalar_type)) {
-        extra = absl::StrCat(
-            "; the weight is quantized or packed (an integer dtype) and a "
-            "floating tensor is never reinterpreted: give it as ",
-            Sv(SafetensorsDtypeFor(dtype) ? SafetensorsDtypeFor(dtype)->name
-                                          : ScalarTypeName(dtype)));
-      }
-      return absl::InvalidArgumentError(
-          absl::StrCat(tfile, ": ", where, ": checkpoint tensor '", t.name, "' is ",
-                       Sv(t.dtype->name), " but the weight's dtype is ", Sv(ScalarTypeName(dtype)),
-                       " (", dtype, ")", extra, " (S8)"));
-    }
-    std::vector<uint64_t> sizes(u.sizes.begin(), u.sizes.end());
-    if (t.shape != sizes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          tfile, ": ", where, ": checkpoint tensor '", t.name, "' has shape ", ShapeString(t.shape),
-          " but the weight's sizes are ", ShapeString(sizes), " (S8)"));
-    }
-    u.file = it->second.ref.file;
-    u.tensor = &t;
-    if (written.insert(u.fqn).second) result.written.push_back(u.fqn);
-    s.views.push_back(std::move(u));
-    return absl::OkStatus();
-  };
-  const auto storage_for = [&](std::string_view key, uint64_t nbytes) -> Storage& {
-    auto [it, inserted] = storage_index.try_emplace(std::string(key), storages.size());
-    if (inserted) {
-      storages.push_back(
-          Storage{.key = std::string(key), .nbytes = nbytes, .base = base_entry(key, nbytes)});
-    }
-    return storages[it->second];
-  };
-
-  if (!key_mode) {
-    absl::flat_hash_map<std::pair<std::string, std::string>, std::vector<size_t>> views_by_fqn;
-    for (const ResolvedManifest& m : pm.weights->manifests()) {
-      for (const ResolvedWeight& w : m.weights) {
-        const WeightEntry& e = *w.entry;
-        if (w.runtime_owned) continue;
-        Storage& s = storage_for(e.storage_key, e.storage_nbytes);
-        // A weight that several manifests show through the same view is
-        // placed once.
-        std::vector<size_t>& same_fqn =
-            views_by_fqn[{std::string(e.storage_key), std::string(e.fqn)}];
-        const bool seen = std::any_of(same_fqn.begin(), same_fqn.end(), [&](size_t i) {
-          const ViewUse& v = s.views[i];
-          return v.offset == e.storage_offset && v.sizes == e.sizes && v.strides == e.strides;
-        });
-        if (seen) continue;
-        same_fqn.push_back(s.views.size());
-        ViewUse u{.fqn = std::string(e.fqn),
-                  .source = m.source,
-                  .element_size = *ElementSize(e.dtype),
-                  .offset = e.storage_offset,
-                  .sizes = e.sizes,
-                  .strides = e.strides,
-                  .extent = *w.extent};
-        u.contiguous = IsContiguous(u.spec());
-        PTD_RETURN_IF_ERROR(attach(s, std::move(u), e.dtype,
-                                   absl::StrCat("weight '", Sv(e.fqn), "' (", m.source, ")")));
-      }
-    }
-  } else {
-    for (const NamedDataEntry& n : base->named_data()) {
-      const uint64_t size = *base->SegmentSize(n);
-      Storage& s = storage_for(n.key, size);
-      ViewUse u{.fqn = std::string(n.key),
-                .element_size = 1,
-                .sizes = {static_cast<int64_t>(size)},
-                .strides = {1}};
-      u.extent = ComputeExtent(u.spec()).extent;
-      u.contiguous = true;
-      PTD_RETURN_IF_ERROR(attach(s, std::move(u), 0, absl::StrCat("key '", Sv(n.key), "'")));
-    }
-  }
-  for (const std::string& name : order) {
-    const Named& n = by_name.at(name);
-    if (n.used) continue;
-    result.unused.push_back(n.ref.tensor->name);
-    result.report.Warning(
-        "S8",
-        absl::StrCat(
-            "checkpoint tensor '", n.ref.tensor->name, "'",
-            name != n.ref.tensor->name ? absl::StrCat(" (renamed '", name, "')") : std::string(),
-            " is used by no weight"),
-        Where{.file = n.ref.file->path()});
-  }
-
-  Builder builder(options, base.get(), &result);
-
-  // Does the base's layout fit? Every storage under a base key of its size,
-  // and the keys sharing a base segment with a storage still equal.
-  bool fits = base != nullptr;
-  for (const Storage& s : storages) fits = fits && s.base != nullptr;
-  std::vector<std::vector<const NamedDataEntry*>> by_segment;
-  if (fits) {
-    by_segment.resize(base->segments().size());
-    for (const NamedDataEntry& n : base->named_data()) by_segment[n.segment_index].push_back(&n);
-    for (const auto& keys : by_segment) {
-      if (keys.size() < 2 || !fits) continue;
-      std::optional<std::string> first;
-      bool any_storage = false;
-      for (const NamedDataEntry* n : keys)
-        any_storage |= storage_index.contains(std::string(n->key));
-      if (!any_storage) continue;
-      for (const NamedDataEntry* n : keys) {
-        std::string digest;
-        if (auto it = storage_index.find(std::string(n->key)); it != storage_index.end()) {
-          PTD_ASSIGN_OR_RETURN(digest, builder.Hash(storages[it->second]));
-        } else {
-          PTD_ASSIGN_OR_RETURN(
-              digest, DigestRange(base->source(), base->SegmentFileOffset(n->segment_index),
-                                  *base->SegmentSize(*n)));
-        }
-        if (first && *first != digest) fits = false;
-        if (!first) first = digest;
-      }
-    }
-  }
-
-  // The collector's layout when the base's does not fit.
-  std::vector<OutEntry> entries;
-  std::vector<size_t> segment_first;  // Entry index of each segment's first key.
-  std::vector<uint8_t> head;
-  uint64_t segment_base_offset = 0;
-  std::vector<uint64_t> segment_offsets;
-  if (!fits) {
-    for (const Storage& s : storages) {
-      const NamedDataEntry* b = base ? base->Find(s.key) : nullptr;
-      entries.push_back(OutEntry{.key = s.key,
-                                 .storage = &s,
-                                 .size = s.nbytes,
-                                 .layout = b && s.base ? b->layout : nullptr});
-    }
-    if (base) {
-      for (const NamedDataEntry& n : base->named_data()) {
-        if (storage_index.contains(std::string(n.key))) continue;
-        entries.push_back(OutEntry{.key = std::string(n.key),
-                                   .base = &n,
-                                   .size = *base->SegmentSize(n),
-                                   .layout = n.layout});
-      }
-    }
-  }
-  // Identical bytes are stored once (upstream's collector). Whether two
-  // storages are identical is known only once they are built, and the
-  // layout (the FlatBuffer's size, so every segment's offset) depends on it.
-  // So the first try assumes no storage equals another entry (the usual
-  // case: a layout known up front, each storage built once and written
-  // while it is built) and fingerprints what it writes; when two entries of
-  // one size may be equal after all, the exact layout below hashes them
-  // first and the file is written again.
-  const auto make_layout = [&](bool exact) -> absl::Status {
-    segment_first.clear();
-    segment_offsets.clear();
-    for (OutEntry& e : entries) e.segment = 0;
-    absl::flat_hash_map<uint64_t, int> size_count;
-    for (const OutEntry& e : entries) ++size_count[e.size];
-    absl::flat_hash_map<std::string, uint32_t> by_digest;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      OutEntry& e = entries[i];
-      std::string id = absl::StrCat("#", i);
-      // Keys that share a segment in the base are equal without a look.
-      if (!exact && e.base != nullptr) id = absl::StrCat("base#", e.base->segment_index);
-      if (exact && size_count[e.size] > 1) {
-        if (e.storage) {
-          PTD_ASSIGN_OR_RETURN(id, builder.Hash(*e.storage));
-        } else {
-          PTD_ASSIGN_OR_RETURN(
-              id,
-              DigestRange(base->source(), base->SegmentFileOffset(e.base->segment_index), e.size));
-        }
-        id = absl::StrCat(e.size, ":", id);
-      }
-      auto [it, inserted] = by_digest.try_emplace(id, static_cast<uint32_t>(segment_first.size()));
-      if (inserted) segment_first.push_back(i);
-      e.segment = it->second;
-    }
-    uint64_t end = 0;
-    for (size_t first : segment_first) {
-      const uint64_t offset = *internal::AlignUp(end, kDefaultSegmentAlignment);
-      segment_offsets.push_back(offset);
-      end = offset + entries[first].size;
-    }
-    flatbuffers::FlatBufferBuilder fbb(1024);
-    std::vector<flatbuffers::Offset<fb::DataSegment>> segs;
-    for (size_t i = 0; i < segment_first.size(); ++i) {
-      segs.push_back(
-          fb::CreateDataSegment(fbb, segment_offsets[i], entries[segment_first[i]].size));
-    }
-    std::vector<flatbuffers::Offset<fb::NamedData>> named;
-    for (const OutEntry& e : entries) {
-      flatbuffers::Offset<fb::TensorLayout> layout = 0;
-      if (e.layout) {
-        layout = fb::CreateTensorLayout(fbb, static_cast<fb::ScalarType>(e.layout->scalar_type),
-                                        fbb.CreateVector(e.layout->sizes),
-                                        fbb.CreateVector(e.layout->dim_order));
-      }
-      named.push_back(fb::CreateNamedData(fbb, fbb.CreateString(e.key), e.segment, layout));
-    }
-    auto root =
-        fb::CreateFlatTensor(fbb, kPtdVersion, fbb.CreateVector(segs), fbb.CreateVector(named));
-    fb::FinishFlatTensorBuffer(fbb, root);
-    const uint64_t fb_size = fbb.GetSize();
-    if (kPtdHeaderBlockSize + fb_size > internal::kMaxFlatBufferSize) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the .ptd's FlatBuffer would be ", fb_size, " bytes, over 2^31"));
-    }
-    const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
-    segment_base_offset = *internal::AlignUp(fb_end, kDefaultSegmentAlignment);
-    head.assign(fb_end, 0);
-    internal::SpliceFlatBuffer(absl::MakeConstSpan(fbb.GetBufferPointer(), fb_size),
-                               static_cast<uint32_t>(kPtdHeaderBlockSize), absl::MakeSpan(head));
-    internal::EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
-                                        .flatbuffer_offset = kPtdHeaderBlockSize,
-                                        .flatbuffer_size = fb_size,
-                                        .segment_base_offset = segment_base_offset,
-                                        .segment_data_size = end},
-                              absl::MakeSpan(head));
-    return absl::OkStatus();
-  };
-  if (!fits) PTD_RETURN_IF_ERROR(make_layout(/*exact=*/false));
-
-  // Fingerprints of what the optimistic layout wrote, per entry.
-  std::vector<size_t> fingerprints(entries.size(), 0);
-  bool exact_layout = false;
-  std::vector<uint8_t> copy_buf;
-  const auto produce = [&](const WriteFn& write, const WriteAtFn&) -> absl::Status {
-    result.zero_filled.clear();
-    result.zero_filled_bytes = 0;
-    const auto emit = [&](absl::Span<const uint8_t> b) { return write(b); };
-    if (fits) {
-      // The base byte for byte, storages rebuilt in place.
-      absl::flat_hash_map<uint32_t, const Storage*> rebuilt;
-      for (const Storage& s : storages) rebuilt.try_emplace(s.base->segment_index, &s);
-      const FileSource& src = base->source();
-      uint64_t pos = 0;
-      for (uint32_t i = 0; i < base->segments().size(); ++i) {
-        const uint64_t at = base->SegmentFileOffset(i);
-        const uint64_t size = base->segments()[i].size;
-        if (at < pos) continue;  // An empty segment at the next one's offset.
-        PTD_RETURN_IF_ERROR(CopyRange(src, pos, at - pos, copy_buf, write));
-        if (auto it = rebuilt.find(i); it != rebuilt.end()) {
-          PTD_RETURN_IF_ERROR(builder.Build(*it->second, true, emit));
-        } else {
-          PTD_RETURN_IF_ERROR(CopyRange(src, at, size, copy_buf, write));
-        }
-        pos = at + size;
-      }
-      return CopyRange(src, pos, src.size() - pos, copy_buf, write);
-    }
-    PTD_RETURN_IF_ERROR(write(head));
-    PTD_RETURN_IF_ERROR(WriteZeros(write, segment_base_offset - head.size()));
-    uint64_t pos = 0;
-    for (size_t i = 0; i < segment_first.size(); ++i) {
-      const OutEntry& e = entries[segment_first[i]];
-      PTD_RETURN_IF_ERROR(WriteZeros(write, segment_offsets[i] - pos));
-      size_t& fp = fingerprints[segment_first[i]];
-      fp = absl::HashOf(e.size);
-      const WriteFn fingerprinted = [&](absl::Span<const uint8_t> b) {
-        if (!exact_layout) {
-          fp = absl::HashOf(fp,
-                            absl::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
-        }
-        return write(b);
-      };
-      if (e.storage) {
-        PTD_RETURN_IF_ERROR(builder.Build(*e.storage, true, fingerprinted));
-      } else {
-        PTD_RETURN_IF_ERROR(CopyRange(base->source(),
-                                      base->SegmentFileOffset(e.base->segment_index), e.size,
-                                      copy_buf, fingerprinted));
-      }
-      pos = segment_offsets[i] + e.size;
-    }
-    if (!exact_layout) {
-      // Two segments of one size and fingerprint may hold the same bytes:
-      // then the optimistic layout is not the collector's.
-      absl::flat_hash_set<std::pair<uint64_t, size_t>> seen;
-      for (size_t first : segment_first) {
-        if (!seen.emplace(entries[first].size, fingerprints[first]).second) {
-          return absl::AbortedError("identical storages: the exact layout is needed");
-        }
-      }
-    }
-    return absl::OkStatus();
-  };
-  const auto check = [&](const std::string& temp) -> absl::Status {
-    BundlePaths verify{.ptd = temp, .manifest = program.manifest, .pte = program.pte};
-    auto bundle = WeightBundle::Open(verify);
-    if (!bundle.ok()) {
-      return absl::Status(
-          bundle.status().code(),
-          absl::StrCat("the reweighted .ptd fails verification: ", bundle.status().message()));
-    }
-    return absl::OkStatus();
-  };
-  absl::Status status = WriteFileAtomicallyAt(out, produce, check);
-  if (!fits && absl::IsAborted(status)) {
-    // Nothing was left behind; lay the file out with identical storages
-    // stored once, and write it again.
-    exact_layout = true;
-    PTD_RETURN_IF_ERROR(make_layout(/*exact=*/true));
-    status = WriteFileAtomicallyAt(out, produce, check);
-  }
-  PTD_RETURN_IF_ERROR(status);
-
-  if (result.zero_filled_bytes > 0) {
-    absl::flat_hash_map<std::string, uint64_t> per_key;
-    std::vector<std::string> keys;
-    for (const ZeroFill& z : result.zero_filled) {
-      if (per_key[z.key] == 0) keys.push_back(z.key);
-      per_key[z.key] += z.nbytes;
-    }
-    for (const std::string& k : keys) {
-      result.report.Warning("S10",
-                            absl::StrCat("storage '", k, "': ", per_key[k],
-                                         " bytes that no view covers are zero-filled (no base "
-                                         "supplies them)"),
-                            Where{.file = out, .key = k});
-    }
-  }
+  Reweighter reweighter(checkpoint, program, out, options, base.get(), &result);
+  PTD_RETURN_IF_ERROR(reweighter.NameTensors(ckpt));
+  PTD_RETURN_IF_ERROR(key_mode ? reweighter.PlanKeys() : reweighter.PlanWeights(*pm.weights));
+  reweighter.ReportUnused();
+  PTD_RETURN_IF_ERROR(reweighter.DecideLayout());
+  PTD_RETURN_IF_ERROR(reweighter.Write());
+  reweighter.ReportZeroFills();
   return result;
 }
 

@@ -122,6 +122,167 @@ Json ParseJsonNoDuplicates(std::string_view text, std::string_view ordered,
 
 bool IsU64(const Json& j) { return j.is_number_unsigned(); }
 
+// DataLoss "<file>: <parts> (<rule>)": how the reader reports a broken rule.
+template <typename... Parts>
+absl::Status Loss(const std::string& file, std::string_view rule, const Parts&... parts) {
+  return absl::DataLossError(absl::StrCat(file, ": ", parts..., " (", Sv(rule), ")"));
+}
+
+// S1, S2: reads the header length N and the N header bytes that follow it.
+absl::StatusOr<std::string> ReadHeaderText(const FileSource& source) {
+  const std::string& file = source.name();
+  const uint64_t size = source.size();
+  if (size < 8) {
+    return Loss(file, "S1", "the file is ", size, " bytes, shorter than the 8-byte header length");
+  }
+  uint8_t len_bytes[8];
+  PTD_RETURN_IF_ERROR(source.ReadAt(0, absl::MakeSpan(len_bytes, 8)));
+  const uint64_t n = internal::LoadLE<uint64_t>(len_bytes);
+  if (n > kSafetensorsMaxHeaderBytes) {
+    return Loss(file, "S2", "header length ", n, " exceeds the limit of ",
+                kSafetensorsMaxHeaderBytes, " bytes");
+  }
+  if (!internal::RangeInside(8, n, size)) {  // 8 + n <= size, without overflow.
+    return Loss(file, "S1", "header length ", n, " needs ", n + 8,
+                " bytes (8 + N) but the file is ", size, " bytes");
+  }
+  std::string text(n, '\0');
+  PTD_RETURN_IF_ERROR(
+      source.ReadAt(8, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
+  return text;
+}
+
+// S3: the header text as a JSON object without duplicate keys; the order of
+// the keys of `__metadata__` goes to `*metadata_order`. Frees `text` once
+// parsed (only one copy of the header at a time).
+absl::StatusOr<Json> ParseHeader(const std::string& file, std::string text,
+                                 std::vector<std::string>* metadata_order) {
+  if (!internal::IsValidUtf8(text)) {
+    return Loss(file, "S3", "the ", text.size(), "-byte header is not valid UTF-8");
+  }
+  std::string error;
+  Json header = ParseJsonNoDuplicates(text, kSafetensorsMetadataKey, metadata_order, &error);
+  text = std::string();  // Only one copy of the header at a time.
+  if (!error.empty()) return Loss(file, "S3", "header: ", error);
+  if (!header.is_object()) {
+    return Loss(file, "S3", "the header is a JSON ", header.type_name(), ", not an object");
+  }
+  return header;
+}
+
+// S3: `__metadata__`, an object of strings, in the header's order.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadMetadata(
+    const std::string& file, const Json& value, const std::vector<std::string>& order) {
+  if (!value.is_object()) {
+    return Loss(file, "S3", "__metadata__ is a JSON ", value.type_name(),
+                ", not an object of strings");
+  }
+  std::vector<std::pair<std::string, std::string>> metadata;
+  for (const std::string& key : order) {
+    const auto it = value.find(key);
+    if (it == value.end()) continue;  // Cannot happen: the keys came from the parse.
+    const Json& v = *it;
+    if (!v.is_string()) {
+      return Loss(file, "S3", "__metadata__ ", Quoted(key), " is a JSON ", v.type_name(),
+                  ", not a string");
+    }
+    metadata.emplace_back(key, v.get<std::string>());
+  }
+  return metadata;
+}
+
+// S4: one tensor entry: an object with a known dtype, a shape of
+// non-negative integers and data_offsets [begin, end].
+absl::StatusOr<SafetensorsTensor> ReadTensorEntry(const std::string& file, const std::string& name,
+                                                  const Json& value) {
+  const std::string where = absl::StrCat("tensor ", Quoted(name), ": ");
+  if (!value.is_object()) {
+    return Loss(file, "S4", where, "is a JSON ", value.type_name(), ", not an object");
+  }
+  SafetensorsTensor t;
+  t.name = name;
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    if (!value.contains(field)) return Loss(file, "S4", where, "has no ", field);
+  }
+  const Json& dtype = value["dtype"];
+  if (!dtype.is_string()) {
+    return Loss(file, "S4", where, "dtype is a JSON ", dtype.type_name(), ", not a string");
+  }
+  t.dtype = FindSafetensorsDtype(dtype.get_ref<const std::string&>());
+  if (t.dtype == nullptr) {
+    return Loss(file, "S4", where, "unknown dtype ", Quoted(dtype.get_ref<const std::string&>()));
+  }
+  const Json& shape = value["shape"];
+  if (!shape.is_array()) {
+    return Loss(file, "S4", where, "shape is a JSON ", shape.type_name(), ", not an array");
+  }
+  t.shape.reserve(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (!IsU64(shape[i])) {
+      return Loss(file, "S4", where, "shape[", i, "] is ", shape[i].dump(),
+                  ", not a non-negative integer");
+    }
+    t.shape.push_back(shape[i].get<uint64_t>());
+  }
+  const Json& offsets = value["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !IsU64(offsets[0]) || !IsU64(offsets[1])) {
+    return Loss(file, "S4", where, "data_offsets is ", offsets.dump(),
+                ", not [begin, end] of non-negative integers");
+  }
+  t.begin = offsets[0].get<uint64_t>();
+  t.end = offsets[1].get<uint64_t>();
+  return t;
+}
+
+// S5, S6: sorts `*tensors` by data_offsets (as tensor.rs does), then requires
+// each to start where the previous ended, to hold exactly its shape's bytes,
+// and the last to end where the data buffer (`data_size` bytes) does.
+absl::Status CheckTiling(const std::string& file, std::vector<SafetensorsTensor>* tensors,
+                         uint64_t data_size) {
+  std::sort(tensors->begin(), tensors->end(),
+            [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+              return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+            });
+  uint64_t expected = 0;
+  const SafetensorsTensor* previous = nullptr;
+  for (const SafetensorsTensor& t : *tensors) {
+    const std::string where = absl::StrCat("tensor ", Quoted(t.name), ": ");
+    if (t.end < t.begin) {
+      return Loss(file, "S6", where, "data_offsets [", t.begin, ", ", t.end,
+                  "] end before they begin");
+    }
+    if (t.begin != expected) {
+      const std::string after =
+          previous == nullptr
+              ? std::string("the data buffer starts at 0")
+              : absl::StrCat("the previous tensor ", Quoted(previous->name), " ends at ", expected);
+      return Loss(file, "S6", where, "data_offsets begin at ", t.begin, " but ", after,
+                  t.begin < expected ? " (overlap)" : " (gap)");
+    }
+    bool partial = false;
+    const std::optional<uint64_t> bytes = ElementBytes(t.shape, *t.dtype, &partial);
+    if (!bytes) {
+      return Loss(file, "S5", where, "shape ", ShapeString(t.shape), " x ", Sv(t.dtype->name), " (",
+                  t.dtype->bits, " bits) ",
+                  partial ? "is not a whole number of bytes" : "overflows 64 bits",
+                  "; data_offsets span ", t.end - t.begin);
+    }
+    if (*bytes != t.end - t.begin) {
+      return Loss(file, "S5", where, "shape ", ShapeString(t.shape), " x ", Sv(t.dtype->name), " (",
+                  t.dtype->bits, " bits) is ", *bytes, " bytes but data_offsets span ",
+                  t.end - t.begin);
+    }
+    expected = t.end;
+    previous = &t;
+  }
+  if (expected != data_size) {
+    return Loss(file, "S6", "the tensors end at ", expected, " but the data buffer holds ",
+                data_size, " bytes (",
+                expected < data_size ? "bytes past the last tensor" : "the file is truncated", ")");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const SafetensorsDtype* FindSafetensorsDtype(std::string_view name) {
@@ -144,151 +305,34 @@ const SafetensorsDtype* SafetensorsDtypeFor(int32_t scalar_type) {
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(std::shared_ptr<const FileSource> source) {
   if (source == nullptr) return absl::InvalidArgumentError("SafetensorsFile::Open: no source");
   const std::string& file = source->name();
-  const auto loss = [&](std::string_view rule, auto&&... parts) {
-    return absl::DataLossError(absl::StrCat(file, ": ", parts..., " (", Sv(rule), ")"));
-  };
-  const uint64_t size = source->size();
-  if (size < 8) {
-    return loss("S1", "the file is ", size, " bytes, shorter than the 8-byte header length");
-  }
-  uint8_t len_bytes[8];
-  PTD_RETURN_IF_ERROR(source->ReadAt(0, absl::MakeSpan(len_bytes, 8)));
-  const uint64_t n = internal::LoadLE<uint64_t>(len_bytes);
-  if (n > kSafetensorsMaxHeaderBytes) {
-    return loss("S2", "header length ", n, " exceeds the limit of ", kSafetensorsMaxHeaderBytes,
-                " bytes");
-  }
-  if (!internal::RangeInside(8, n, size)) {  // 8 + n <= size, without overflow.
-    return loss("S1", "header length ", n, " needs ", n + 8, " bytes (8 + N) but the file is ",
-                size, " bytes");
-  }
-  std::string text(n, '\0');
-  PTD_RETURN_IF_ERROR(
-      source->ReadAt(8, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
-  if (!internal::IsValidUtf8(text)) {
-    return loss("S3", "the ", n, "-byte header is not valid UTF-8");
-  }
-  std::string error;
+  PTD_ASSIGN_OR_RETURN(std::string text, ReadHeaderText(*source));
+  const uint64_t n = text.size();
   std::vector<std::string> metadata_order;
-  Json header = ParseJsonNoDuplicates(text, kSafetensorsMetadataKey, &metadata_order, &error);
-  text = std::string();  // Only one copy of the header at a time.
-  if (!error.empty()) return loss("S3", "header: ", error);
-  if (!header.is_object()) {
-    return loss("S3", "the header is a JSON ", header.type_name(), ", not an object");
-  }
+  PTD_ASSIGN_OR_RETURN(Json header, ParseHeader(file, std::move(text), &metadata_order));
 
   SafetensorsFile out;
-  out.source_ = std::move(source);
   out.data_offset_ = 8 + n;
-  const uint64_t data_size = size - out.data_offset_;
+  const uint64_t data_size = source->size() - out.data_offset_;
   out.tensors_.reserve(header.size());
   for (auto& [name, value] : header.items()) {
     if (name == kSafetensorsMetadataKey) {
-      if (!value.is_object()) {
-        return loss("S3", "__metadata__ is a JSON ", value.type_name(),
-                    ", not an object of strings");
-      }
-      for (const std::string& key : metadata_order) {
-        const auto it = value.find(key);
-        if (it == value.end()) continue;  // Cannot happen: the keys came from the parse.
-        const Json& v = *it;
-        if (!v.is_string()) {
-          return loss("S3", "__metadata__ ", Quoted(key), " is a JSON ", v.type_name(),
-                      ", not a string");
-        }
-        out.metadata_.emplace_back(key, v.get<std::string>());
-      }
+      PTD_ASSIGN_OR_RETURN(out.metadata_, ReadMetadata(file, value, metadata_order));
       continue;
     }
-    const std::string where = absl::StrCat("tensor ", Quoted(name), ": ");
-    if (!value.is_object()) {
-      return loss("S4", where, "is a JSON ", value.type_name(), ", not an object");
-    }
-    SafetensorsTensor t;
-    t.name = name;
-    for (const char* field : {"dtype", "shape", "data_offsets"}) {
-      if (!value.contains(field)) return loss("S4", where, "has no ", field);
-    }
-    const Json& dtype = value["dtype"];
-    if (!dtype.is_string()) {
-      return loss("S4", where, "dtype is a JSON ", dtype.type_name(), ", not a string");
-    }
-    t.dtype = FindSafetensorsDtype(dtype.get_ref<const std::string&>());
-    if (t.dtype == nullptr) {
-      return loss("S4", where, "unknown dtype ", Quoted(dtype.get_ref<const std::string&>()));
-    }
-    const Json& shape = value["shape"];
-    if (!shape.is_array()) {
-      return loss("S4", where, "shape is a JSON ", shape.type_name(), ", not an array");
-    }
-    t.shape.reserve(shape.size());
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (!IsU64(shape[i])) {
-        return loss("S4", where, "shape[", i, "] is ", shape[i].dump(),
-                    ", not a non-negative integer");
-      }
-      t.shape.push_back(shape[i].get<uint64_t>());
-    }
-    const Json& offsets = value["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !IsU64(offsets[0]) || !IsU64(offsets[1])) {
-      return loss("S4", where, "data_offsets is ", offsets.dump(),
-                  ", not [begin, end] of non-negative integers");
-    }
-    t.begin = offsets[0].get<uint64_t>();
-    t.end = offsets[1].get<uint64_t>();
+    PTD_ASSIGN_OR_RETURN(SafetensorsTensor t, ReadTensorEntry(file, name, value));
     out.tensors_.push_back(std::move(t));
   }
   header = Json();
 
-  // tensor.rs sorts by data_offsets, then requires each to start where the
-  // previous ended and to hold exactly its shape's bytes.
-  std::sort(out.tensors_.begin(), out.tensors_.end(),
-            [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-              return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
-            });
-  uint64_t expected = 0;
-  const SafetensorsTensor* previous = nullptr;
-  for (const SafetensorsTensor& t : out.tensors_) {
-    const std::string where = absl::StrCat("tensor ", Quoted(t.name), ": ");
-    if (t.end < t.begin) {
-      return loss("S6", where, "data_offsets [", t.begin, ", ", t.end, "] end before they begin");
-    }
-    if (t.begin != expected) {
-      const std::string after =
-          previous == nullptr
-              ? std::string("the data buffer starts at 0")
-              : absl::StrCat("the previous tensor ", Quoted(previous->name), " ends at ", expected);
-      return loss("S6", where, "data_offsets begin at ", t.begin, " but ", after,
-                  t.begin < expected ? " (overlap)" : " (gap)");
-    }
-    bool partial = false;
-    const std::optional<uint64_t> bytes = ElementBytes(t.shape, *t.dtype, &partial);
-    if (!bytes) {
-      return loss("S5", where, "shape ", ShapeString(t.shape), " x ", Sv(t.dtype->name), " (",
-                  t.dtype->bits, " bits) ",
-                  partial ? "is not a whole number of bytes" : "overflows 64 bits",
-                  "; data_offsets span ", t.end - t.begin);
-    }
-    if (*bytes != t.end - t.begin) {
-      return loss("S5", where, "shape ", ShapeString(t.shape), " x ", Sv(t.dtype->name), " (",
-                  t.dtype->bits, " bits) is ", *bytes, " bytes but data_offsets span ",
-                  t.end - t.begin);
-    }
-    expected = t.end;
-    previous = &t;
-  }
-  if (expected != data_size) {
-    return loss("S6", "the tensors end at ", expected, " but the data buffer holds ", data_size,
-                " bytes (",
-                expected < data_size ? "bytes past the last tensor" : "the file is truncated", ")");
-  }
+  PTD_RETURN_IF_ERROR(CheckTiling(file, &out.tensors_, data_size));
   out.index_.reserve(out.tensors_.size());
   for (size_t i = 0; i < out.tensors_.size(); ++i) {
     if (!out.index_.emplace(out.tensors_[i].name, i).second) {
       // The duplicate-key check of the parse makes this unreachable.
-      return loss("S3", "tensor ", Quoted(out.tensors_[i].name), " appears twice");
+      return Loss(file, "S3", "tensor ", Quoted(out.tensors_[i].name), " appears twice");
     }
   }
+  out.source_ = std::move(source);
   return out;
 }
 

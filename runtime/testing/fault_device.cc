@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/internal/status_macros.h"
 
@@ -43,7 +44,9 @@ absl::StatusOr<DeviceMemoryInfo> FaultDevice::MemoryInfo() {
   return inner_->MemoryInfo();
 }
 
-DeviceBuffer FaultDevice::Wrap(DeviceBuffer inner, bool staging) {
+template <typename Buffer>
+Buffer FaultDevice::Wrap(Buffer inner) {
+  constexpr bool staging = std::is_same_v<Buffer, HostBuffer>;
   const size_t n = inner.size();
   void* data = inner.data();
   {
@@ -58,9 +61,9 @@ DeviceBuffer FaultDevice::Wrap(DeviceBuffer inner, bool staging) {
   }
   // The wrapper block holds the inner one and updates the live counters
   // when the last handle goes.
-  auto holder = new DeviceBuffer(std::move(inner));
-  std::shared_ptr<void> block(holder, [shared = shared_, staging, n](void* p) {
-    delete static_cast<DeviceBuffer*>(p);
+  auto holder = new Buffer(std::move(inner));
+  std::shared_ptr<void> block(holder, [shared = shared_, n](void* p) {
+    delete static_cast<Buffer*>(p);
     std::lock_guard<std::mutex> lock(shared->mu);
     if (staging) {
       shared->counts.live_staging_bytes -= n;
@@ -68,7 +71,7 @@ DeviceBuffer FaultDevice::Wrap(DeviceBuffer inner, bool staging) {
       --shared->counts.live_allocations;
     }
   });
-  return DeviceBuffer(std::move(block), data, n);
+  return Buffer(std::move(block), data, n);
 }
 
 absl::StatusOr<DeviceBuffer> FaultDevice::Allocate(size_t nbytes) {
@@ -85,7 +88,7 @@ absl::StatusOr<DeviceBuffer> FaultDevice::Allocate(size_t nbytes) {
   if (!fail.ok()) return fail;
   auto b = inner_->Allocate(nbytes);
   if (!b.ok()) return b.status();
-  return Wrap(*std::move(b), /*staging=*/false);
+  return Wrap(*std::move(b));
 }
 
 absl::Status FaultDevice::PrepareWrite(void* p, size_t n) {
@@ -116,7 +119,7 @@ absl::StatusOr<HostBuffer> FaultDevice::AllocateStaging(size_t nbytes) {
   if (!fail.ok()) return fail;
   auto b = inner_->AllocateStaging(nbytes);
   if (!b.ok()) return b.status();
-  return Wrap(*std::move(b), /*staging=*/true);
+  return Wrap(*std::move(b));
 }
 
 absl::StatusOr<CopyTicket> FaultDevice::CopyToDeviceAsync(void* dst, const void* src,

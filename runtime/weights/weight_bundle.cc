@@ -141,13 +141,8 @@ WeightBundle WeightBundle::Verify(const BundleSources& sources, Report* report) 
   if (sources.pte) b.ReadProgram(sources.pte, report);
   b.CheckLibraryKeys(report);
   if (!b.manifests_->empty()) {
-    std::vector<ManifestInput> inputs;
-    inputs.reserve(b.manifests_->size());
-    for (const SourcedManifest& s : *b.manifests_) {
-      inputs.push_back({s.source, &s.manifest, s.file});
-    }
-    b.weights_ = b.container_ ? WeightSet::Resolve(*b.container_, inputs, report)
-                              : WeightSet::CheckWithoutContainer(inputs, report);
+    b.weights_ = b.container_ ? WeightSet::Resolve(*b.container_, *b.manifests_, report)
+                              : WeightSet::CheckWithoutContainer(*b.manifests_, report);
   }
   return b;
 }

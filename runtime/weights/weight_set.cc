@@ -72,7 +72,7 @@ class Resolver {
   // Every check of one entry of the manifest `in`. With a container the
   // entry's key is looked up once: that lookup marks it referenced (G5,
   // X3), finds its first owner (G4) and its segment (X1, G3, R1).
-  ResolvedWeight ResolveEntry(const WeightEntry& e, const ManifestInput& in) {
+  ResolvedWeight ResolveEntry(const WeightEntry& e, const SourcedManifest& in) {
     ResolvedWeight w{.entry = &e, .runtime_owned = e.runtime_owned()};
     const NamedDataEntry* named = nullptr;
     if (container_ != nullptr && !e.storage_key.empty()) {
@@ -355,32 +355,32 @@ ViewSpec ResolvedWeight::view() const {
                   .strides = entry->strides};
 }
 
-WeightSet WeightSet::Resolve(const Container& container, absl::Span<const ManifestInput> manifests,
-                             Report* report) {
+WeightSet WeightSet::Resolve(const Container& container,
+                             absl::Span<const SourcedManifest> manifests, Report* report) {
   return ResolveImpl(&container, nullptr, manifests, report);
 }
 
-WeightSet WeightSet::CheckWithoutContainer(absl::Span<const ManifestInput> manifests,
+WeightSet WeightSet::CheckWithoutContainer(absl::Span<const SourcedManifest> manifests,
                                            Report* report) {
   return ResolveImpl(nullptr, nullptr, manifests, report);
 }
 
-WeightSet WeightSet::ResolveSizes(absl::Span<const ManifestInput> manifests,
+WeightSet WeightSet::ResolveSizes(absl::Span<const SourcedManifest> manifests,
                                   const StorageSizeFn& storage_size, Report* report) {
   return ResolveImpl(nullptr, &storage_size, manifests, report);
 }
 
 WeightSet WeightSet::ResolveImpl(const Container* container, const StorageSizeFn* storage_size,
-                                 absl::Span<const ManifestInput> manifests, Report* report) {
+                                 absl::Span<const SourcedManifest> manifests, Report* report) {
   WeightSet set;
   Resolver resolver(container, storage_size, report);
   size_t total = 0;
-  for (const ManifestInput& in : manifests) total += in.manifest->entries.size();
+  for (const SourcedManifest& in : manifests) total += in.manifest.entries.size();
   resolver.Reserve(total);
-  for (const ManifestInput& in : manifests) {
-    ResolvedManifest rm{.source = in.source, .manifest = in.manifest};
-    rm.weights.reserve(in.manifest->entries.size());
-    for (const WeightEntry& e : in.manifest->entries) {
+  for (const SourcedManifest& in : manifests) {
+    ResolvedManifest rm{.manifest = &in};
+    rm.weights.reserve(in.manifest.entries.size());
+    for (const WeightEntry& e : in.manifest.entries) {
       rm.weights.push_back(resolver.ResolveEntry(e, in));
     }
     set.manifests_.push_back(std::move(rm));
@@ -392,7 +392,7 @@ WeightSet WeightSet::ResolveImpl(const Container* container, const StorageSizeFn
 }
 
 absl::StatusOr<WeightSet> WeightSet::Open(const Container& container,
-                                          absl::Span<const ManifestInput> manifests) {
+                                          absl::Span<const SourcedManifest> manifests) {
   Report report;
   WeightSet set = Resolve(container, manifests, &report);
   if (!report.ok()) return report.FirstError();

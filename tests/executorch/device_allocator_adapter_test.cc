@@ -39,7 +39,13 @@ class MallocDevice : public Device {
                                               }),
                         p, nbytes);
   }
-  absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override { return Allocate(nbytes); }
+  absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override {
+    absl::StatusOr<DeviceBuffer> b = Allocate(nbytes);
+    if (!b.ok()) return b.status();
+    // The same memory, handed out as staging: a host fake has only one kind.
+    return HostBuffer(std::shared_ptr<void>(std::make_shared<DeviceBuffer>(*b), b->data()),
+                      b->data(), b->size());
+  }
   absl::StatusOr<CopyTicket> CopyToDeviceAsync(void* dst, const void* src, size_t n) override {
     std::memcpy(dst, src, n);
     return CopyTicket{++tickets, 0};

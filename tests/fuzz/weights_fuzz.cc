@@ -121,13 +121,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (c == nullptr || !m.has_value()) return 0;
 
   const fuzz::NoViewSource windowed(source);
-  const ManifestInput one[] = {{"manifest", &*m}};
+  const SourcedManifest one[] = {{"manifest", *m}};
   const WeightSet set = WeightSet::Resolve(*c, one, &report);
   FUZZ_CHECK(set.manifests().size() == 1 && set.manifests()[0].weights.size() == m->entries.size());
   fuzz::CheckWeights(*c, windowed, set);
 
   Report twice_report;
-  const ManifestInput two[] = {{"manifest", &*m}, {"pte:forward:0", &*m}};
+  const SourcedManifest two[] = {{"manifest", *m}, {"pte:forward:0", *m}};
   const WeightSet twice = WeightSet::Resolve(*c, two, &twice_report);
   FUZZ_CHECK(twice.manifests().size() == 2);
   return 0;

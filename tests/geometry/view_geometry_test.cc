@@ -323,7 +323,7 @@ TEST(ViewGeometryTest, PropertyExactStorageVerifiesOneByteLessFailsG2) {
   ASSERT_TRUE(container.ok()) << container.status();
 
   Report report;
-  const ManifestInput input{.source = "manifest", .manifest = &manifest};
+  const SourcedManifest input{.source = "manifest", .manifest = manifest};
   const WeightSet set = WeightSet::Resolve(**container, {&input, 1}, &report);
   // Exactly the short views fail, each with G2.
   EXPECT_THAT(report.errors(),

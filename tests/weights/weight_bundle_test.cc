@@ -180,7 +180,7 @@ TEST(WeightBundleTest, ResolvedWeightsSurviveAMove) {
   ASSERT_EQ(again.weights()->manifests().size(), 1u);
   const ResolvedManifest& m = again.weights()->manifests().front();
   ASSERT_FALSE(m.weights.empty());
-  EXPECT_EQ(m.manifest, &again.manifests()[0].manifest);
+  EXPECT_EQ(m.manifest, &again.manifests()[0]);
   EXPECT_EQ(m.weights[0].entry, &again.manifests()[0].manifest.entries[0]);
   EXPECT_EQ(again.container()->Find(m.weights[0].entry->storage_key), m.weights[0].named);
 }

@@ -86,18 +86,18 @@ Manifest OneVariant(std::vector<WeightEntry> entries) {
 }
 
 struct Resolved {
+  std::vector<SourcedManifest> inputs;  // What `set` points into.
   Report report;
   WeightSet set;
 };
 
 Resolved Resolve(const Container& c, const std::vector<const Manifest*>& ms) {
-  std::vector<ManifestInput> inputs;
-  for (size_t i = 0; i < ms.size(); ++i) {
-    inputs.push_back(
-        {.source = i == 0 ? "manifest" : "pte:forward:" + std::to_string(i), .manifest = ms[i]});
-  }
   Resolved r;
-  r.set = WeightSet::Resolve(c, inputs, &r.report);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    r.inputs.push_back(
+        {.source = i == 0 ? "manifest" : "pte:forward:" + std::to_string(i), .manifest = *ms[i]});
+  }
+  r.set = WeightSet::Resolve(c, r.inputs, &r.report);
   return r;
 }
 
@@ -139,7 +139,7 @@ TEST(WeightSetTest, ResolvesSharedStorageWithoutDiagnostics) {
   EXPECT_EQ(ws[1].extent->required_nbytes, 128u);
   EXPECT_EQ(ws[2].extent->required_nbytes, 192u);
   EXPECT_EQ(ws[1].extent->first_byte, 64u);
-  EXPECT_TRUE(WeightSet::Open(*c, {{.source = "manifest", .manifest = &m}}).ok());
+  EXPECT_TRUE(WeightSet::Open(*c, {{.source = "manifest", .manifest = m}}).ok());
 }
 
 // --- X1 -----------------------------------------------------------------------
@@ -160,7 +160,7 @@ TEST(WeightSetTest, X1MissingStorageKey) {
   EXPECT_TRUE(ws[0].ok);
   EXPECT_FALSE(ws[1].ok);
   EXPECT_EQ(ws[1].named, nullptr);
-  absl::StatusOr<WeightSet> open = WeightSet::Open(*c, {{.source = "manifest", .manifest = &m}});
+  absl::StatusOr<WeightSet> open = WeightSet::Open(*c, {{.source = "manifest", .manifest = m}});
   EXPECT_EQ(open.status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -176,7 +176,7 @@ TEST(WeightSetTest, G2ViewPastStorage) {
             "weight 'x.rows': view requires 80 bytes from a 48-byte storage (G2)");
   EXPECT_EQ(r.report.errors()[0].code, absl::StatusCode::kDataLoss);
   EXPECT_FALSE(r.set.manifests()[0].weights[0].ok);
-  EXPECT_EQ(WeightSet::Open(*c, {{.source = "manifest", .manifest = &m}}).status().code(),
+  EXPECT_EQ(WeightSet::Open(*c, {{.source = "manifest", .manifest = m}}).status().code(),
             absl::StatusCode::kDataLoss);
 }
 
@@ -363,7 +363,7 @@ TEST(WeightSetTest, EntryWithM5ProblemsIsSkipped) {
   ASSERT_FALSE(m->entries[1].well_formed);
 
   auto c = MakeContainer({{kRows, Pattern(48)}, {"cuda_fqn_weight:cuda:bad", Pattern(8)}});
-  const ManifestInput input{.source = "manifest", .manifest = &*m};
+  const SourcedManifest input{.source = "manifest", .manifest = *m};
   const WeightSet set = WeightSet::Resolve(*c, {&input, 1}, &report);
   EXPECT_THAT(ErrorRules(report), ElementsAre("M5")) << All(report);
   const auto& ws = set.manifests()[0].weights;
@@ -529,9 +529,9 @@ TEST(WeightSetTest, ManifestErrorsNameTheManifestFile) {
   const Manifest a = OneVariant(
       {Entry("x.rows", kRows, 48, 8, {3, 4}, {4, 1}), Entry("q", kQkv, 192, 0, {4, 4}, {4, 1})});
   const Manifest b = OneVariant({Entry("k", kQkv, 128, 0, {4, 4}, {4, 1})});
-  const std::vector<ManifestInput> inputs = {
-      {.source = "manifest", .manifest = &a, .file = "w.manifest"},
-      {.source = "pte:forward:0", .manifest = &b, .file = "m.pte"}};
+  const std::vector<SourcedManifest> inputs = {
+      {.source = "manifest", .manifest = a, .file = "w.manifest"},
+      {.source = "pte:forward:0", .manifest = b, .file = "m.pte"}};
   Report report;
   (void)WeightSet::Resolve(*c, inputs, &report);
   EXPECT_THAT(report, HasError("G2", ::ptd::testing::FileIs("w.manifest"))) << All(report);
@@ -544,7 +544,7 @@ TEST(WeightSetTest, CrossChecksNameTheContainer) {
       OneVariant({Entry("x.rows", kRows, 48, 0, {3, 4}, {4, 1}),
                   Entry("gone", "cuda_fqn_weight:cuda:gone", 48, 0, {3, 4}, {4, 1})});
   Report report;
-  (void)WeightSet::Resolve(*c, {{.source = "manifest", .manifest = &m, .file = "w.manifest"}},
+  (void)WeightSet::Resolve(*c, {{.source = "manifest", .manifest = m, .file = "w.manifest"}},
                            &report);
   EXPECT_THAT(report, HasError("G3", ::ptd::testing::FileIs("test.ptd"))) << All(report);
   EXPECT_THAT(report, HasError("X1", ::ptd::testing::FileIs("test.ptd"))) << All(report);
@@ -658,7 +658,7 @@ TEST(WeightSetTest, ResolveSizesNeverAsksForRuntimeOwnedKeys) {
                                  Entry(kKvFqn, kKvKey, 256, 0, {4, 16}, {16, 1})});
   std::vector<std::string> asked;
   Report report;
-  const ManifestInput in{.source = "manifest", .manifest = &m};
+  const SourcedManifest in{.source = "manifest", .manifest = m};
   const WeightSet set = WeightSet::ResolveSizes(
       absl::MakeConstSpan(&in, 1),
       [&](std::string_view key) -> std::optional<uint64_t> {

@@ -388,7 +388,7 @@ TEST(WeightWriterTest, RoundTripThroughReader) {
   ASSERT_TRUE(c.ok()) << c.status();
   absl::StatusOr<Manifest> m = ParseManifest(*manifest_bytes);
   ASSERT_TRUE(m.ok()) << m.status();
-  const ManifestInput input{.source = "manifest", .manifest = &*m};
+  const SourcedManifest input{.source = "manifest", .manifest = *m};
   absl::StatusOr<WeightSet> set = WeightSet::Open(**c, {&input, 1});
   ASSERT_TRUE(set.ok()) << set.status();
 

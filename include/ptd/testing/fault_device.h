@@ -119,7 +119,8 @@ class FaultDevice final : public Device {
 
   // Runs deferred copies up to ticket `id` (all when ~0). REQUIRES: mu_ held.
   absl::Status FlushLocked(uint64_t id);
-  DeviceBuffer Wrap(DeviceBuffer inner, bool staging);
+  template <typename Buffer>
+  Buffer Wrap(Buffer inner);
 
   std::shared_ptr<Device> inner_;
   mutable std::mutex mu_;
