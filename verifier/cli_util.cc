@@ -23,7 +23,7 @@
 #include "absl/strings/str_format.h"
 #include <gnu/libc-version.h>
 
-#include "ptd/verify_json.h"
+#include "runtime/verify/verify_json.h"
 
 namespace ptd::cli {
 
@@ -213,17 +213,31 @@ int RunGuarded(const char* program, const std::function<int()>& body) {
   return rc;
 }
 
-void SetUp(CLI::App& app) {
+void SetUp(CLI::App& app, const std::string& version, bool malloc_lines) {
   app.failure_message(FailureMessage);
   app.get_formatter()->column_width(34);
+  std::string line = absl::StrCat(app.get_name(), " ", version);
+  if (!malloc_lines) {
+    app.set_version_flag("--version", line);
+    return;
+  }
+  app.set_version_flag("--version", std::function<std::string()>([line = std::move(line)] {
+                         return absl::StrCat(line, "\n", MallocPagesLine(), "\n", MallocMmapLine());
+                       }));
 }
 
-int ExitOnParseError(const CLI::App& app, const CLI::ParseError& e) {
-  std::ostringstream out, err;
-  const int rc = app.exit(e, out, err);
-  WriteOut(out.str());
-  std::fputs(err.str().c_str(), stderr);
-  return rc == 0 ? 0 : 2;
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help, version or a usage error.
+    std::ostringstream out, err;
+    const int rc = app.exit(e, out, err);
+    WriteOut(out.str());
+    std::fputs(err.str().c_str(), stderr);
+    return rc == 0 ? 0 : 2;
+  }
+  return std::nullopt;
 }
 
 bool ParseByteCount(const std::string& text, uint64_t* out) {

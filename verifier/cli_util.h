@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,7 +17,7 @@
 #include "CLI/CLI.hpp"
 
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
+#include "runtime/verify/verify_json.h"
 
 namespace ptd::cli {
 
@@ -113,14 +114,17 @@ T& KeepUntilExit(T value) {
 // error (RunGuarded reports it) and returns false.
 bool WriteOut(std::string_view text);
 
-// Sets the failure message: CLI11's error, a "did you mean --X?" for an
-// unknown flag close to a known one, and "Run with --help".
-void SetUp(CLI::App& app);
+// Sets the failure message (CLI11's error, a "did you mean --X?" for an
+// unknown flag close to a known one, and "Run with --help") and the
+// --version flag: "NAME VERSION", NAME the app's name; with `malloc_lines`
+// (the tools that set malloc up in main()), MallocPagesLine() and
+// MallocMmapLine() below it.
+void SetUp(CLI::App& app, const std::string& version, bool malloc_lines = false);
 
-// After app.parse() threw: prints help or version to stdout (checked, like
-// every write) or the usage error to stderr; returns 0 for help/version and
-// 2 for a usage error.
-int ExitOnParseError(const CLI::App& app, const CLI::ParseError& e);
+// Parses the command line into `app`'s options: nullopt to go on, else the
+// exit code after help or version on stdout (checked, like every write), 0,
+// or the usage error on stderr, 2.
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv);
 
 // Parses `--digest-limit`-style values: a decimal integer in [0, 2^64).
 // Rejects signs, spaces and values past 2^64 - 1.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -105,8 +106,7 @@ int Main(int argc, char** argv) {
       "Exit codes: 0 written, 1 a rule is broken, 2 usage error, unreadable input or a "
       "failed write. Nothing is written unless everything succeeds.",
       "ptd-extract");
-  ptd::cli::SetUp(app);
-  app.set_version_flag("--version", std::string("ptd-extract ") + PTD_VERSION);
+  ptd::cli::SetUp(app, PTD_VERSION);
   app.add_option("ptd", inputs.ptd, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
                        ->type_name("FILE");
@@ -134,11 +134,7 @@ int Main(int argc, char** argv) {
                "for NaN or Inf)");
   app.add_flag("--json", json_out, "print one JSON object on stdout");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return ptd::cli::ExitOnParseError(app, e);
-  }
+  if (const std::optional<int> rc = ptd::cli::ParseCommandLine(app, argc, argv)) return *rc;
   if (!manifest->empty()) inputs.manifest = manifest->as<std::string>();
   if (!pte->empty()) inputs.pte = pte->as<std::string>();
   if (!shard_opt->empty()) {

@@ -36,7 +36,7 @@
 #include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
+#include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
 #ifdef PTD_HAVE_CUDA
 #include "ptd/cuda_device.h"
@@ -172,16 +172,13 @@ std::optional<int> Parse(int argc, char** argv, Args* a) {
       "Exit codes: 0 loaded, 1 a rule is broken (nothing allocated), 2 usage error, "
       "unreadable input or a failed load.",
       "ptd-load");
-  ptd::cli::SetUp(app);
-  app.set_version_flag("--version", std::function<std::string()>([] {
-                         return std::string("ptd-load ") + PTD_VERSION + "\n" +
-                                ptd::cli::MallocPagesLine() + "\n" + ptd::cli::MallocMmapLine();
-                       }));
+  ptd::cli::SetUp(app, PTD_VERSION, /*malloc_lines=*/true);
   app.add_option("ptd", a->ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
   app.add_option("--manifest", a->manifest, "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
       ->type_name("FILE");
   app.add_option("--pte", a->pte, "a .pte whose CUDA delegates carry manifests")->type_name("FILE");
-  app.add_option("--device", a->device_spec, "host, cuda or cuda:N (default: the best present)")
+  app.add_option("--device", a->device_spec,
+                 "host (or its alias cpu), cuda or cuda:N (default: the best present)")
       ->type_name("DEVICE")
       ->capture_default_str();
   app.add_option("--sm", a->sm,
@@ -197,11 +194,7 @@ std::optional<int> Parse(int argc, char** argv, Args* a) {
   app.add_flag("--digest", a->digest,
                "add sha256 of each weight, from the loaded memory; on a CUDA device also "
                "check each weight's dense copy made on the GPU against it");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return ptd::cli::ExitOnParseError(app, e);
-  }
+  if (const std::optional<int> rc = ptd::cli::ParseCommandLine(app, argc, argv)) return rc;
   if (!budget_text.empty()) {
     uint64_t n = 0;
     (void)ptd::cli::ParseByteSize(budget_text, &n);  // Checked when parsed.
@@ -320,7 +313,8 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
                       .threads = a.threads,
                       .map_file = a.map_file,
                       .device_budget_bytes = a.device_budget,
-                      .host_fqns = a.host_fqns};
+                      .host_fqns = a.host_fqns,
+                      .verify_s = verify_s};
   ptd::cli::ProgressBar bar;
   if (::isatty(STDERR_FILENO) != 0) {
     lo.progress = [&bar](uint64_t done, uint64_t total) { return bar.Update(done, total); };
@@ -336,7 +330,7 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
     auto w = ptd::LoadWeights(outcome.bundle, device, lo);
     bar.Erase();
     if (!w.ok()) return w.status();
-    loads->totals.push_back(verify_s + w->timings().total_s);
+    loads->totals.push_back(w->timings().total_s);
     loads->huge_page_bytes = device->stats().huge_page_bytes - huge_before;
     loads->last->emplace(*std::move(w));
   }
@@ -506,14 +500,6 @@ void ItemJson(const LoadedItem& item, json& j) {
   }
 }
 
-// The load's timings: its phases plus the one verification before them.
-ptd::LoadTimings WithVerify(ptd::LoadTimings t, double verify_s) {
-  t.verify_s = verify_s;
-  t.total_s += verify_s;
-  t.first_weight_s += verify_s;
-  return t;
-}
-
 json StatsJson(const Args& a, const ptd::LoadStats& st, uint64_t huge_page_bytes) {
   json load{{"weights", st.weights},
             {"reused", st.reused},
@@ -564,7 +550,7 @@ std::pair<double, double> MedianAndBest(std::vector<double> totals) {
 }
 
 int ReportJson(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Device& device,
-               const Loads& loads, const LoadResults& r, double verify_s) {
+               const Loads& loads, const LoadResults& r) {
   const ptd::LoadedWeights& w = **loads.last;
   const ptd::LoadStats& st = w.stats();
   ptd::JsonExtras extras{.names = ptd::cli::ToolInputNames()};
@@ -575,7 +561,7 @@ int ReportJson(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
   j["device"] = DeviceJson(device);
   j["load"] = StatsJson(a, st, loads.huge_page_bytes);
   j["runtime_owned"] = RuntimeOwnedJson(w);
-  const ptd::LoadTimings t = WithVerify(w.timings(), verify_s);
+  const ptd::LoadTimings& t = w.timings();  // The verification included.
   j["timings"] = json{{"verify_s", t.verify_s},
                       {"plan_s", t.plan_s},
                       {"map_s", t.map_s},
@@ -655,7 +641,7 @@ void TimingLines(const Args& a, const ptd::LoadTimings& t, const Loads& loads, u
 }
 
 int ReportText(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Device& device,
-               const Loads& loads, const LoadResults& r, double verify_s) {
+               const Loads& loads, const LoadResults& r) {
   const ptd::LoadedWeights& w = **loads.last;
   std::string out;
   const auto& warnings = outcome.report.warnings();
@@ -666,7 +652,7 @@ int ReportText(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
     absl::StrAppend(&out, "  warning ", d.rule, ": ", d.message, "\n");
   }
   StatsLines(a, w.stats(), &out);
-  TimingLines(a, WithVerify(w.timings(), verify_s), loads, w.stats().bytes, &out);
+  TimingLines(a, w.timings(), loads, w.stats().bytes, &out);
   if (!w.runtime_owned().empty()) {
     absl::StrAppend(&out, "  runtime-owned, not loaded (the runtime allocates them):\n");
     for (const ptd::RuntimeOwnedWeight& o : w.runtime_owned()) {
@@ -702,8 +688,8 @@ int Main(int argc, char** argv) {
   const absl::Status loaded = LoadRepeatedly(a, outcome, *device, verify_s, &loads);
   if (!loaded.ok()) return LoadFailed(a, outcome, **device, loaded);
   const LoadResults r = CollectResults(a, outcome, **loads.last);
-  return a.json_out ? ReportJson(a, outcome, **device, loads, r, verify_s)
-                    : ReportText(a, outcome, **device, loads, r, verify_s);
+  return a.json_out ? ReportJson(a, outcome, **device, loads, r)
+                    : ReportText(a, outcome, **device, loads, r);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 #include "CLI/CLI.hpp"
 
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
+#include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
 
 #ifndef PTD_VERSION
@@ -46,11 +46,7 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
       "Exit codes: 0 no errors, 1 a rule is broken, 2 usage error or "
       "unreadable input.",
       "ptd-verify");
-  ptd::cli::SetUp(app);
-  app.set_version_flag("--version", std::function<std::string()>([] {
-                         return std::string("ptd-verify ") + PTD_VERSION + "\n" +
-                                ptd::cli::MallocPagesLine() + "\n" + ptd::cli::MallocMmapLine();
-                       }));
+  ptd::cli::SetUp(app, PTD_VERSION, /*malloc_lines=*/true);
   app.add_option("ptd", options.ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
                        ->type_name("FILE");
@@ -88,11 +84,7 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
                "ends the run with exit 2)")
       ->excludes(pread_flag);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return ptd::cli::ExitOnParseError(app, e);
-  }
+  if (const std::optional<int> rc = ptd::cli::ParseCommandLine(app, argc, argv)) return rc;
   if (!manifest->empty()) options.manifest_path = manifest->as<std::string>();
   if (!pte->empty()) options.pte_path = pte->as<std::string>();
   if (!sm_opt->empty()) options.sm = sm;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,8 +109,7 @@ int Main(int argc, char** argv) {
       "Exit codes: 0 written, 1 a rule is broken, 2 usage error, unreadable input or a "
       "failed write. Nothing is written unless everything succeeds.",
       "ptd-reweight");
-  ptd::cli::SetUp(app);
-  app.set_version_flag("--version", std::string("ptd-reweight ") + PTD_VERSION);
+  ptd::cli::SetUp(app, PTD_VERSION);
   app.add_option("checkpoint", checkpoint,
                  "a .safetensors file, or a sharded checkpoint's *.safetensors.index.json")
       ->required()
@@ -142,11 +142,7 @@ int Main(int argc, char** argv) {
   app.add_option("--add-prefix", add_prefix, "the same as --rename =PREFIX")->type_name("PREFIX");
   app.add_flag("--json", json_out, "print one JSON object on stdout");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return ptd::cli::ExitOnParseError(app, e);
-  }
+  if (const std::optional<int> rc = ptd::cli::ParseCommandLine(app, argc, argv)) return *rc;
   if (manifest->empty() && pte->empty() && base_opt->empty()) {
     std::cerr << "ptd-reweight: give the program (--manifest or --pte), or --base to replace "
                  "a .ptd's keys by name\nRun with --help for more information.\n";

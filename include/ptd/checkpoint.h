@@ -8,10 +8,12 @@
 //
 // Example:
 //   BundlePaths program{.ptd = "model.ptd", .pte = "model.pte"};
-//   ASSIGN_OR_RETURN(ExtractResult x, ExtractWeights(program, "model.safetensors"));
+//   absl::StatusOr<ExtractResult> x = ExtractWeights(program, "model.safetensors");
+//   if (!x.ok()) return x.status();
 //   ... fine-tune model.safetensors ...
-//   ASSIGN_OR_RETURN(ReweightResult r,
-//                    Reweight("model.safetensors", program, "new.ptd", {.base = "model.ptd"}));
+//   absl::StatusOr<ReweightResult> r =
+//       Reweight("model.safetensors", program, "new.ptd", {.base = "model.ptd"});
+//   if (!r.ok()) return r.status();
 //
 // Errors: a broken rule is DataLoss (a file read) or InvalidArgument (a
 // checkpoint that does not fit the program), naming the file, the weight or

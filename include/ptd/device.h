@@ -2,7 +2,8 @@
 // memory it fills: host memory (HostDevice, ptd/host_device.h) or a CUDA GPU
 // (CudaDevice, ptd/cuda_device.h, in ptd::cuda). A device named at run time
 // ("host", "cuda:0"): OpenDevice (ptd/open_device.h). Test doubles of the
-// seam (FaultDevice, AsyncDevice) are in ptd::testing, <ptd/testing/...>.
+// seam (FaultDevice, AsyncDevice) are in the ptd::testing target,
+// <ptd/testing/...>.
 //
 // Example:
 //   std::shared_ptr<Device> device = std::make_shared<HostDevice>();

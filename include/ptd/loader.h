@@ -6,7 +6,8 @@
 //   const LoadedWeight* w = weights->Find("layers.0.attn.q_proj.weight");
 //   // w->data, w->sizes, w->strides, w->dtype: a tensor over device memory.
 //
-// What a load does, in order (docs/SPEC.md sections 2, 3, 5):
+// What a load does, in order (docs/SPEC.md sections 2, 3, 5; the stages
+// are runtime/loader/{plan,place,transfer,assemble}.cc, docs/ARCHITECTURE.md):
 //   verify    the bundle, or the manifest against the source's sizes; a
 //             file that breaks a rule allocates nothing;
 //   plan      the weights wanted (a subset by fqn; library-local constants
@@ -14,28 +15,30 @@
 //             distinct stored segment (keys and entries naming one segment
 //             share it), and the reads: neighbouring small storages
 //             coalesced into one read, large ones split into chunks;
-//   map       only with LoadOptions::map_file: host storages become views
-//             of private file mappings, populated from the page cache;
-//   place     on a device that is not the host, with
-//             LoadOptions::device_budget_bytes or host_fqns: which storages
-//             go to device memory and which to host memory mapped for the
-//             device (Residency); checked against the device's free memory
-//             and the host's pinnable memory before anything is allocated;
-//   allocate  one Device::AllocateMany per device (one size per storage
-//             not mapped), and one Device::AllocateMappedMany for the
-//             storages placed in mapped host memory;
-//   read      from the ByteSource (pread; through a mapping only for
-//             the storages that map_file mapped above). On a
-//             host-accessible device, several threads read straight into
-//             the destinations, each read's destinations handed to
-//             Device::PrepareWrite just before it (HostDevice faults their
-//             pages in there, so the first weight does not wait for the
-//             whole allocation to be populated). Storages in mapped host
-//             memory are read straight into it the same way. Otherwise reader threads
-//             fill a bounded ring of staging buffers that the calling
-//             thread copies to the device (CopyToDeviceAsync) and waits on
-//             before reuse: host memory beyond the destinations is the ring
-//             plus metadata, whatever the file size.
+//   place     where each storage goes: on a device that is not the host,
+//             with LoadOptions::device_budget_bytes or host_fqns, device
+//             memory or host memory mapped for the device (Residency),
+//             checked against the device's free memory and the host's
+//             pinnable memory before anything is allocated; then, with
+//             LoadOptions::map_file, host storages become views of private
+//             file mappings, populated from the page cache; then one
+//             Device::AllocateMany per device (one size per storage not
+//             mapped) and one Device::AllocateMappedMany for the storages
+//             placed in mapped host memory;
+//   transfer  from the ByteSource (pread; through a mapping only for the
+//             storages that map_file mapped). On a host-accessible device,
+//             several threads read straight into the destinations, each
+//             read's destinations handed to Device::PrepareWrite just
+//             before it (HostDevice faults their pages in there, so the
+//             first weight does not wait for the whole allocation to be
+//             populated). Storages in mapped host memory are read straight
+//             into it the same way. Otherwise reader threads fill a bounded
+//             ring of staging buffers that the calling thread copies to the
+//             device (CopyToDeviceAsync) and waits on before reuse: host
+//             memory beyond the destinations is the ring plus metadata,
+//             whatever the file size;
+//   assemble  the result: each weight a view over its storage, and the
+//             lookup tables.
 // A failure anywhere (allocation, prepare, read, copy, wait, a file that
 // shrank, cancellation) waits for copies in flight, frees everything the
 // load allocated and returns a Status naming the storage key and the phase.
@@ -150,6 +153,12 @@ struct LoadOptions {
   // stay in plain host memory. A pattern that matches nothing is no error.
   // InvalidArgument on the host device.
   std::vector<std::string> host_fqns;
+  // Seconds the caller spent verifying the bundle just before this call
+  // (RunVerify, then LoadWeights(outcome.bundle, ...), as ptd-load and
+  // Python's ptd.load do). LoadTimings counts them as verify_s and in
+  // total_s and first_weight_s, as LoadWeights(paths) counts the
+  // verification it runs itself. InvalidArgument unless >= 0.
+  double verify_s = 0;
 };
 
 // Seconds per phase. read is the wall time of the transfer phase, in which
@@ -157,7 +166,7 @@ struct LoadOptions {
 // thread spent issuing copies and waiting on them (0 on the host path).
 struct LoadTimings {
   double verify_s = 0;
-  double plan_s = 0;
+  double plan_s = 0;  // The plan, and the place stage's decisions and checks.
   double allocate_s = 0;
   double read_s = 0;
   double copy_s = 0;
@@ -167,8 +176,9 @@ struct LoadTimings {
   // After the reads: the result's names, dims and lookup tables.
   double finish_s = 0;
   double total_s = 0;
-  // From the start of the call (the verification it ran included) until the
-  // first storage was complete in memory; total_s when none was loaded.
+  // From the start of the call (the verification it ran, or the caller's
+  // LoadOptions::verify_s, included) until the first storage was complete
+  // in memory; total_s when none was loaded.
   double first_weight_s = 0;
 };
 

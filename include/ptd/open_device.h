@@ -1,7 +1,7 @@
-// OpenDevice: a device by name ("host", "cuda:1"), for a device chosen at run
-// time by a string (`ptd-load --device`, the Python module's device=), and
-// the hook through which the CUDA library plugs in CudaDevice without the
-// core targets depending on CUDA.
+// OpenDevice: a device by name ("host", "cuda:1"; "cpu" is an alias of
+// "host"), for a device chosen at run time by a string (`ptd-load --device`,
+// the Python module's device=), and the hook through which the CUDA library
+// plugs in CudaDevice without the core targets depending on CUDA.
 //
 // Code that knows it wants a GPU opens it with CudaDevice::Open(N)
 // (ptd/cuda_device.h): that is the one way; OpenDevice("cuda:N") calls it
@@ -48,8 +48,10 @@ bool RegisterDeviceFactory(std::string kind, DeviceFactory factory);
 void RegisterCudaDevice();
 #endif
 
-// Opens a device from a spec:
+// Opens a device from a spec (the one device vocabulary of ptd-load --device
+// and the Python module, whose outputs name devices "host" and "cuda:N"):
 //   "host"              a HostDevice;
+//   "cpu"               an alias of "host" (PyTorch's word), the same device;
 //   "cuda" / "cuda:N"   device N (0) through the registered "cuda" factory:
 //                       Unavailable "built without CUDA" when none is
 //                       registered, or the factory's error (no GPU);

@@ -26,6 +26,9 @@
 #include "ptd/container.h"
 
 namespace ptd {
+namespace internal {
+struct PtdLayout;
+}  // namespace internal
 
 inline constexpr uint64_t kDefaultSegmentAlignment = 128;
 
@@ -62,14 +65,10 @@ class PtdWriter {
     uint32_t buffer = 0;
     std::optional<TensorLayout> layout;
   };
-  struct Plan {
-    std::vector<uint8_t> head;      // Header + FlatBuffer, unpadded.
-    std::vector<uint64_t> offsets;  // Per buffer, relative to base.
-    uint64_t segment_base_offset = 0;
-    uint64_t segment_data_size = 0;
-  };
-  absl::StatusOr<Plan> MakePlan() const;
-  absl::Status Emit(const Plan& plan, const WriteFn& write) const;
+  // The layout of the buffers and keys added (runtime/ptd/ptd_layout.h),
+  // and the file it gives.
+  absl::StatusOr<internal::PtdLayout> MakePlan() const;
+  absl::Status Emit(const internal::PtdLayout& plan, const WriteFn& write) const;
 
   PtdWriterOptions options_;
   std::vector<Buffer> buffers_;

@@ -9,10 +9,11 @@
 // with spaces to a multiple of 8) and writes it atomically.
 //
 // Example:
-//   ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(source));
-//   for (const SafetensorsTensor& t : file.tensors()) {
+//   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(source);
+//   if (!file.ok()) return file.status();
+//   for (const SafetensorsTensor& t : file->tensors()) {
 //     std::vector<uint8_t> bytes(t.nbytes());
-//     RETURN_IF_ERROR(file.Read(t, 0, absl::MakeSpan(bytes)));
+//     if (absl::Status s = file->Read(t, 0, absl::MakeSpan(bytes)); !s.ok()) return s;
 //   }
 //
 // Errors: DataLoss naming the file, the tensor where there is one, the rule

@@ -1,8 +1,8 @@
 // The verification session behind ptd-verify: runs every check the library
 // has over a .ptd and, optionally, a standalone manifest and/or a .pte, and
 // returns what it found as a typed VerifyOutcome. Two renderers read it:
-// FormatText below (the readable report) and VerifyJson in
-// ptd/verify_json.h (the object of docs/SPEC.md section 6).
+// FormatText (the readable report) and FormatJson (the object of
+// docs/SPEC.md section 6), both below.
 //
 // Example:
 //   VerifyOutcome out = RunVerify(VerifyOptions{.ptd_path = "m.ptd",
@@ -212,6 +212,13 @@ struct TextOptions {
 // and a table of weights per manifest. For an unreadable input, one line:
 // "cannot read input: <message> (I1)" (a CLI prefixes its name).
 std::string FormatText(const VerifyOutcome& outcome, const TextOptions& text = {});
+
+// The JSON report, exactly what `ptd-verify --json` prints for the same
+// outcome (without a tool's names in hints unless `names` gives them): the
+// object of docs/SPEC.md section 6, two-space indented, with a newline at
+// the end. Bytes that are not UTF-8 (keys and fqns come from the file)
+// become U+FFFD.
+std::string FormatJson(const VerifyOutcome& outcome, const InputNames& names = {});
 
 }  // namespace ptd
 

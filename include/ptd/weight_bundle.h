@@ -62,8 +62,8 @@ struct BundleSources {
 
 // The same, as paths. Read through pread(2) by default: a file truncated
 // while it is verified is then a DataLoss naming it. `use_mmap` true maps
-// the files instead; a mapped file that shrinks under a read raises SIGBUS
-// (see ExitOnMappedFileFault in ptd/verify.h for command-line tools).
+// the files instead; a mapped file that shrinks under a read raises SIGBUS,
+// which the caller must handle (ptd-verify --mmap turns it into exit 2).
 struct BundlePaths {
   std::string ptd;
   std::optional<std::string> manifest;

@@ -224,6 +224,23 @@ def _strs(v: Any, what: str) -> "list[str]":
     return out
 
 
+def _device_name(device: Any, what: str = "device") -> str:
+    """The device vocabulary: "host", "cpu" (an alias of "host"), "cuda" or
+    "cuda:N" in; "host" or "cuda:N" out ("cuda" is cuda:0), as OpenDevice reads
+    them."""
+    if not isinstance(device, str):
+        raise TypeError(f"{what} must be a str, not {type(device).__name__}")
+    if device in ("host", "cpu"):
+        return "host"
+    if device == "cuda":
+        return "cuda:0"
+    index = device[len("cuda:"):]
+    if device.startswith("cuda:") and index.isascii() and index.isdigit():
+        return f"cuda:{int(index)}"
+    raise ValueError(f'{what} must be "host", "cpu" (an alias of "host"), "cuda" or "cuda:N", '
+                     f"not {device!r}")
+
+
 def _ints(v: Any, what: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> "tuple[int, ...]":
     if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
         raise TypeError(f"{what} must be a sequence of ints")
@@ -309,8 +326,15 @@ class Weights(Mapping):
 
     @property
     def device(self) -> str:
-        """The device loaded onto, e.g. "host" or "cuda:0 (NVIDIA H200, sm_90)"."""
+        """The device loaded onto: "host" or "cuda:N", words `load`'s `device`
+        takes (`device_description` says which GPU it is)."""
         return self._w.device
+
+    @property
+    def device_description(self) -> str:
+        """The device loaded onto, described: "host", or e.g. "cuda:0 (NVIDIA H200,
+        sm_90)" (the C++ Device::name())."""
+        return self._w.device_description
 
     @property
     def timings(self) -> "dict[str, float]":
@@ -358,7 +382,8 @@ def load(
     host_fqns: Optional[Iterable[str]] = None,
 ) -> Weights:
     """Opens, verifies and loads weights onto `device` ("host", "cuda", "cuda:N"
-    or "auto": cuda:0 when there is one, else the host).
+    or "auto": cuda:0 when there is one, else the host; "cpu" is an alias of
+    "host"). The result's `device` and each Tensor's say "host" or "cuda:N".
 
     A file that breaks a rule raises VerifyError (a ValueError) carrying the
     Report; a file that cannot be read raises OSError. `fqns` loads a subset
@@ -440,7 +465,9 @@ class Weight:
     """The value AOTI hands the collector: its whole `storage` (bytes or any
     buffer), its own view (`sizes`, `strides`, `offset`, in elements), the
     `properties` of the original buffer (default: its own view), whether the
-    storage is the original buffer's, and the device ("cuda" or "cpu")."""
+    storage is the original buffer's, and the device the storage lives on:
+    "host", "cpu" (an alias of "host"), "cuda" or "cuda:N" in, and `device` is
+    "host" or "cuda:N" ("cuda" is cuda:0; the file records only host or CUDA)."""
 
     __slots__ = ("storage", "scalar_type", "sizes", "strides", "offset", "properties",
                  "original_storage", "device")
@@ -465,9 +492,7 @@ class Weight:
             raise TypeError("properties must be a ptd.TensorProperties")
         self.properties = properties
         self.original_storage = bool(original_storage)
-        if device not in ("cuda", "cpu"):
-            raise ValueError(f'device must be "cuda" or "cpu", not {device!r}')
-        self.device = device
+        self.device = _device_name(device)
 
     @property
     def dtype(self) -> str:
@@ -545,7 +570,8 @@ def write(
         if not isinstance(w, Weight):
             w = Weight.from_array(w)
         p = w.properties or TensorProperties(w.sizes, w.strides, w.offset)
-        specs.append((fqn, w.storage, w.scalar_type, 1 if w.device == "cuda" else 0,
+        cuda = _device_name(w.device, f"weight {fqn!r}: device") != "host"
+        specs.append((fqn, w.storage, w.scalar_type, 1 if cuda else 0,
                       list(w.sizes), list(w.strides), w.offset, w.original_storage,
                       (list(p.shape), list(p.stride), p.offset, p.storage_size)))
     _ptd.write(

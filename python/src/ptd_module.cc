@@ -7,6 +7,7 @@
 #include <Python.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -36,9 +37,9 @@
 #include "ptd/safetensors.h"
 #include "ptd/scalar_type.h"
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
 #include "ptd/weight_bundle.h"
 #include "ptd/weight_writer.h"
+#include "runtime/verify/verify_json.h"
 
 namespace nb = nanobind;
 
@@ -222,6 +223,13 @@ nb::object Verify(std::string ptd_path, std::optional<std::string> manifest,
 
 class Weights;
 
+// The module's one device vocabulary: "host" or "cuda:N" (what OpenDevice
+// takes; Device::name() is the long description, "cuda:0 (NVIDIA H200,
+// sm_90)").
+std::string DeviceName(ptd::DeviceKind kind, int index) {
+  return kind == ptd::DeviceKind::kCuda ? absl::StrCat("cuda:", index) : std::string("host");
+}
+
 // One loaded weight. Holds the LoadedWeights, so its storage lives as long as
 // this object (and any DLPack capsule, which holds this object).
 class Tensor {
@@ -243,8 +251,9 @@ class Tensor {
   // "device", "mapped_host" or "host" (ptd::ResidencyName).
   std::string residency() const { return std::string(ptd::ResidencyName(w_->residency)); }
   int device_index() const { return weights_->DeviceOf(storage()).index(); }
+  // "host" or "cuda:N".
   std::string device() const {
-    return is_cuda() ? absl::StrCat("cuda:", device_index()) : std::string("cpu");
+    return DeviceName(storage().device, is_cuda() ? device_index() : 0);
   }
   // (kDLCPU, 0) or (kDLCUDA, index).
   nb::tuple dlpack_device() const {
@@ -299,8 +308,11 @@ class Tensor {
 
 class Weights {
  public:
-  Weights(std::shared_ptr<const LoadedWeights> w, bool by_key, std::string device)
-      : w_(std::move(w)), by_key_(by_key), device_(std::move(device)) {
+  explicit Weights(std::shared_ptr<const LoadedWeights> w, bool by_key)
+      : w_(std::move(w)),
+        by_key_(by_key),
+        device_(DeviceName(w_->device()->kind(), w_->device()->index())),
+        device_description_(w_->device()->name()) {
     if (by_key_) {
       for (const ptd::LoadedStorage& s : w_->storages()) {
         for (std::string_view k : s.keys) names_.emplace_back(k);
@@ -314,7 +326,10 @@ class Weights {
 
   bool by_key() const { return by_key_; }
   const std::vector<std::string>& names() const { return names_; }
-  std::string device() const { return device_; }
+  // "host" or "cuda:N".
+  const std::string& device() const { return device_; }
+  // "host" or "cuda:0 (NVIDIA H200, sm_90)" (Device::name()).
+  const std::string& device_description() const { return device_description_; }
 
   nb::object Get(const std::string& name) const {
     if (by_key_) {
@@ -417,6 +432,7 @@ class Weights {
   std::shared_ptr<const LoadedWeights> w_;
   bool by_key_;
   std::string device_;
+  std::string device_description_;
   std::vector<std::string> names_;
 };
 
@@ -507,8 +523,12 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
     if (device.ok()) {
       // Verified once: a file that breaks a rule returns its report; one
       // that passes is loaded from the bundle verified here.
+      const auto verify_t0 = std::chrono::steady_clock::now();
       outcome = ptd::RunVerify(ptd::VerifyOptions{
           .ptd_path = ptd_path, .manifest_path = manifest, .pte_path = pte, .sm = sm});
+      // The timings count the verification, as ptd-load's do.
+      lo.verify_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - verify_t0).count();
       if (outcome->exit_code() == 0) loaded = ptd::LoadWeights(outcome->bundle, *device, lo);
     }
   }
@@ -528,8 +548,7 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
   if (!loaded.ok()) RaiseLoadError(loaded.status());
   const bool by_key = outcome->bundle->manifests().empty();
   auto shared = std::make_shared<const LoadedWeights>(*std::move(loaded));
-  std::string name = shared->device()->name();
-  return nb::cast(Weights(std::move(shared), by_key, std::move(name)));
+  return nb::cast(Weights(std::move(shared), by_key));
 }
 
 // ---- write -------------------------------------------------------------------
@@ -873,7 +892,7 @@ NB_MODULE(_ptd, m) {
       .def_prop_ro("storage_key", &Tensor::storage_key)
       .def_prop_ro("storage_nbytes", &Tensor::storage_nbytes)
       .def_prop_ro("source", &Tensor::source)
-      .def_prop_ro("device", &Tensor::device, "'cpu' or 'cuda:N'")
+      .def_prop_ro("device", &Tensor::device, "'host' or 'cuda:N'")
       .def_prop_ro("residency", &Tensor::residency,
                    "where the storage lives: 'device' (GPU memory), 'mapped_host' (pinned "
                    "host memory the GPU reads over the bus) or 'host' (plain host memory)")
@@ -908,7 +927,9 @@ NB_MODULE(_ptd, m) {
   nb::class_<Weights>(m, "_Weights")
       .def_prop_ro("by_key", &Weights::by_key)
       .def_prop_ro("names", &Weights::names)
-      .def_prop_ro("device", &Weights::device)
+      .def_prop_ro("device", &Weights::device, "'host' or 'cuda:N'")
+      .def_prop_ro("device_description", &Weights::device_description,
+                   "'host' or e.g. 'cuda:0 (NVIDIA H200, sm_90)'")
       .def("get", &Weights::Get, nb::arg("name"))
       .def_prop_ro("timings", &Weights::timings)
       .def_prop_ro("stats", &Weights::stats)

@@ -53,7 +53,7 @@ def test_weight_digests_through_dlpack(case):
         assert t.shape == tuple(expected["sizes"])
         assert t.strides == tuple(expected["strides"])
         assert t.offset == expected["storage_offset"]
-        assert t.device == "cpu"
+        assert t.device == "host"
         assert t.__dlpack_device__() == (1, 0)
         a = host_array(t)
         assert a.shape == tuple(expected["sizes"])
@@ -220,6 +220,10 @@ def test_subset_by_fqn():
 def test_timings_and_stats(k01):
     assert set(k01.timings) >= {"verify_s", "plan_s", "allocate_s", "read_s", "total_s"}
     assert all(v >= 0 for v in k01.timings.values())
+    # ptd.load verifies once, before the load: its timings count it, as ptd-load's do.
+    t = k01.timings
+    assert t["verify_s"] > 0
+    assert t["verify_s"] <= t["first_weight_s"] <= t["total_s"]
     s = k01.stats
     assert s["weights"] == len(K01["weights"])
     # One storage per distinct segment (q, k and v's keys name one segment).
@@ -229,13 +233,32 @@ def test_timings_and_stats(k01):
     assert s["storages"] == len(segments)
     assert s["bytes"] == sum(segments.values())
     assert k01.device == "host"
+    assert k01.device_description == "host"
+    assert repr(k01) == f"ptd.Weights({len(k01)} entries on host)"
+
+
+@pytest.mark.parametrize("device", ["host", "cpu"])
+def test_cpu_is_an_alias_of_host(device):
+    """One device vocabulary: "cpu" opens the host device, and every output
+    says "host"."""
+    ptd_path, manifest, _ = case_args(K01)
+    weights = ptd.load(ptd_path, manifest=manifest, device=device)
+    assert weights.device == "host"
+    assert weights.device_description == "host"
+    for name in weights:
+        t = weights[name]
+        assert t.device == "host", name
+        assert t.__dlpack_device__() == (1, 0)
+        assert repr(t).endswith(", host)")
 
 
 def test_auto_device_without_gpu_is_host():
     if ptd._ptd.has_cuda:
         pytest.skip("built with CUDA: auto may pick a GPU")
     ptd_path, manifest, _ = case_args(K01)
-    assert ptd.load(ptd_path, manifest=manifest).device == "host"
+    weights = ptd.load(ptd_path, manifest=manifest)
+    assert weights.device == "host"
+    assert weights.device_description == "host"
 
 
 def test_runtime_owned_empty_without_such_entries(k01):

@@ -126,6 +126,16 @@ def check_placement(w):
         assert w[n].residency in RESIDENCIES
 
 
+def test_cuda_device_names(cuda_k01):
+    """The short name is the device vocabulary; the description names the GPU."""
+    ptd_path, kw = cuda_k01
+    w = ptd.load(ptd_path, device="cuda", **kw)
+    assert w.device == "cuda:0"
+    assert w.device_description.startswith("cuda:0 (")
+    assert {w[n].device for n in w} <= {"cuda:0", "host"}
+    assert repr(w) == f"ptd.Weights({len(w)} entries on cuda:0)"
+
+
 def test_cuda_default_is_on_the_device(cuda_k01):
     ptd_path, kw = cuda_k01
     w = ptd.load(ptd_path, device="cuda", **kw)

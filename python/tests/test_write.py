@@ -105,6 +105,7 @@ def test_dtypes_bf16_and_cpu_device(tmp_path):
     bits = np.arange(30, dtype=np.uint16) + 0x3F80
     w = ptd.Weight(bits, dtype="bfloat16", sizes=(6, 5), strides=(5, 1))
     table = ptd.Weight.from_array(np.arange(5, dtype=np.int64), device="cpu")
+    assert table.device == "host" and w.device == "cuda:0"
     p, m, _, e = written(tmp_path, {"lm_head.weight": w, "cpu_side.table": table,
                                     "i": ptd.Weight(bytes(8), dtype=3, sizes=(2,),
                                                     strides=(1,))})
@@ -114,6 +115,22 @@ def test_dtypes_bf16_and_cpu_device(tmp_path):
     t = ptd.load(p, manifest=m, device="host")["lm_head.weight"]
     assert t.dtype == "bfloat16"
     np.testing.assert_array_equal(np.from_dlpack(t.view_as("uint16")), bits.reshape(6, 5))
+
+
+@pytest.mark.parametrize("device, name, device_type", [
+    ("host", "host", 0),
+    ("cpu", "host", 0),  # an alias of "host"
+    ("cuda", "cuda:0", 1),
+    ("cuda:1", "cuda:1", 1),
+])
+def test_weight_device_vocabulary(tmp_path, device, name, device_type):
+    """Weight(device=) takes the words ptd.load does and says "host" or "cuda:N"."""
+    w = ptd.Weight.from_array(np.arange(4, dtype=np.float32), device=device)
+    assert w.device == name
+    _, _, _, e = written(tmp_path, {"a": w})
+    assert e["a"]["device_type"] == device_type
+    side = "cpu" if device_type == 0 else "cuda"
+    assert e["a"]["storage_key"] == f"cuda_fqn_weight:{side}:a"
 
 
 def test_library_constant_and_variants(tmp_path):
@@ -154,6 +171,12 @@ def test_container_only(tmp_path):
     (lambda p: ptd.Weight(42, dtype="float32", sizes=(1,), strides=(1,)), TypeError),
     (lambda p: ptd.Weight(b"1234", dtype="float32", sizes=(1,), strides=(1,), device="tpu"),
      ValueError),
+    (lambda p: ptd.Weight(b"1234", dtype="float32", sizes=(1,), strides=(1,), device="cuda:x"),
+     ValueError),
+    (lambda p: ptd.Weight(b"1234", dtype="float32", sizes=(1,), strides=(1,), device="CPU"),
+     ValueError),
+    (lambda p: ptd.Weight(b"1234", dtype="float32", sizes=(1,), strides=(1,), device=0),
+     TypeError),
     (lambda p: ptd.write(p, None, {"a": ptd.Weight(b"1234", dtype="float32", sizes=(1,),
                                                    strides=(-1,))}), ValueError),
 ])

@@ -39,7 +39,8 @@ bool RegisterDeviceFactory(std::string kind, DeviceFactory factory) {
 }
 
 absl::StatusOr<std::shared_ptr<Device>> OpenDevice(std::string_view spec) {
-  if (spec == "host") return std::make_shared<HostDevice>();
+  // "cpu" is an alias of "host" (PyTorch's word for the same device).
+  if (spec == "host" || spec == "cpu") return std::make_shared<HostDevice>();
   if (spec.empty() || spec == "auto") {
     if (DeviceFactory cuda = FindFactory("cuda")) {
       auto d = cuda(0);
@@ -62,8 +63,8 @@ absl::StatusOr<std::shared_ptr<Device>> OpenDevice(std::string_view spec) {
     }
     return cuda(index);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown device '", internal::Sv(spec), "': expected host, cuda or cuda:N"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown device '", internal::Sv(spec),
+                                                 "': expected host (or cpu), cuda or cuda:N"));
 }
 
 }  // namespace ptd

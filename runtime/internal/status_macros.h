@@ -1,5 +1,5 @@
-// Small local status macros. The Debian abseil (20220623) predates abseil's
-// own PTD_RETURN_IF_ERROR / PTD_ASSIGN_OR_RETURN, so the project carries these.
+// Small local status macros. The Debian abseil (20220623) has no public
+// RETURN_IF_ERROR / ASSIGN_OR_RETURN, so the project carries these.
 // Private to the libraries (runtime/): not installed, not part of the interface.
 #ifndef PTD_INTERNAL_STATUS_MACROS_H_
 #define PTD_INTERNAL_STATUS_MACROS_H_

@@ -26,6 +26,18 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// When the call's timings start: now, less the verification the caller ran
+// just before it (LoadOptions::verify_s), so that every timing counts from
+// one point whoever verified.
+absl::StatusOr<Clock::time_point> TimingsStart(const LoadOptions& options) {
+  if (!(options.verify_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadOptions::verify_s is ", options.verify_s, "; it must be >= 0"));
+  }
+  return Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(options.verify_s));
+}
+
 // One load: `manifests`' weights, or with `all_keys` every key of `source`
 // (then `manifests` is empty). `container`, when not null, is the one behind
 // `source`. `start` is when the call began and `verify_s` the verification
@@ -128,14 +140,14 @@ absl::StatusOr<LoadedWeights> LoadWeights(std::shared_ptr<const WeightBundle> bu
                                           std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
   if (bundle == nullptr) return absl::InvalidArgumentError("LoadWeights: no bundle");
-  const auto start = Clock::now();
+  PTD_ASSIGN_OR_RETURN(const Clock::time_point start, TimingsStart(options));
   const WeightBundle& b = *bundle;
-  return LoadBundle(b, std::move(device), options, std::move(bundle), start, 0);
+  return LoadBundle(b, std::move(device), options, std::move(bundle), start, options.verify_s);
 }
 
 absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths, std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
-  const auto start = Clock::now();
+  PTD_ASSIGN_OR_RETURN(const Clock::time_point start, TimingsStart(options));
   BundlePaths p = paths;
   p.use_mmap = false;
   PTD_ASSIGN_OR_RETURN(WeightBundle bundle, WeightBundle::Open(p));
@@ -146,7 +158,7 @@ absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths, std::shared_
 absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
                                           const ByteSource& source, std::shared_ptr<Device> device,
                                           const LoadOptions& options) {
-  const auto start = Clock::now();
+  PTD_ASSIGN_OR_RETURN(const Clock::time_point start, TimingsStart(options));
   PTD_ASSIGN_OR_RETURN(Manifest m, ParseManifest(manifest, kStandaloneManifestSource));
   const SourcedManifest input{.source = std::string(kStandaloneManifestSource),
                               .manifest = std::move(m)};

@@ -95,7 +95,7 @@ class Transfer {
   std::optional<double> first_complete_s() const;
 
  private:
-  class StagedRun;  // One RunStaged (transfer.cc).
+  class StagedRun;  // One RunStaged (transfer_staged.cc).
 
   // device.PrepareWrite over the item's destinations.
   absl::Status Prepare(Device& device, const ReadPlan& plan, const ReadItem& item);

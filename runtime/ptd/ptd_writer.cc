@@ -14,6 +14,7 @@
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
+#include "runtime/ptd/ptd_layout.h"
 #include "schema/flat_tensor_generated.h"
 
 namespace ptd {
@@ -27,7 +28,10 @@ bool SameLayout(const std::optional<TensorLayout>& a, const std::optional<Tensor
   return a->scalar_type == b->scalar_type && a->sizes == b->sizes && a->dim_order == b->dim_order;
 }
 
-// Zero bytes for padding, written in bounded chunks.
+}  // namespace
+
+namespace internal {
+
 absl::Status WriteZeros(const WriteFn& write, uint64_t n) {
   static constexpr uint8_t kZeros[4096] = {};
   while (n > 0) {
@@ -38,7 +42,66 @@ absl::Status WriteZeros(const WriteFn& write, uint64_t n) {
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::StatusOr<PtdLayout> PlanPtdLayout(absl::Span<const SegmentToPlace> segments,
+                                        absl::Span<const KeyToPlace> keys,
+                                        uint64_t segment_alignment) {
+  PtdLayout plan;
+  // Segment placement, relative to the base.
+  uint64_t end = 0;
+  plan.offsets.reserve(segments.size());
+  for (const SegmentToPlace& s : segments) {
+    const uint64_t align = std::lcm(segment_alignment, s.alignment);
+    const auto offset = AlignUp(end, align);
+    const auto next = offset ? CheckedAdd(*offset, s.size) : std::nullopt;
+    if (!next) return absl::InvalidArgumentError("segment data exceeds 2^64 bytes");
+    plan.offsets.push_back(*offset);
+    end = *next;
+  }
+  plan.segment_data_size = end;
+
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  std::vector<flatbuffers::Offset<fb::DataSegment>> segment_tables;
+  segment_tables.reserve(segments.size());
+  for (size_t i = 0; i < segments.size(); ++i) {
+    segment_tables.push_back(fb::CreateDataSegment(fbb, plan.offsets[i], segments[i].size));
+  }
+  std::vector<flatbuffers::Offset<fb::NamedData>> named;
+  named.reserve(keys.size());
+  for (const KeyToPlace& k : keys) {
+    flatbuffers::Offset<fb::TensorLayout> layout = 0;
+    if (k.layout) {
+      layout = fb::CreateTensorLayout(fbb, static_cast<fb::ScalarType>(k.layout->scalar_type),
+                                      fbb.CreateVector(k.layout->sizes),
+                                      fbb.CreateVector(k.layout->dim_order));
+    }
+    named.push_back(fb::CreateNamedData(fbb, fbb.CreateString(k.key), k.segment, layout));
+  }
+  auto root = fb::CreateFlatTensor(fbb, kPtdVersion, fbb.CreateVector(segment_tables),
+                                   fbb.CreateVector(named));
+  fb::FinishFlatTensorBuffer(fbb, root);
+  const uint8_t* buf = fbb.GetBufferPointer();
+  const uint64_t fb_size = fbb.GetSize();
+  if (kPtdHeaderBlockSize + fb_size > kMaxFlatBufferSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the FlatBuffer would be ", fb_size, " bytes, over 2^31"));
+  }
+
+  // Splice the header block in after the first 8 bytes.
+  const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
+  plan.segment_base_offset = *AlignUp(fb_end, segment_alignment);
+  plan.head.assign(fb_end, 0);
+  SpliceFlatBuffer(absl::MakeConstSpan(buf, fb_size), static_cast<uint32_t>(kPtdHeaderBlockSize),
+                   absl::MakeSpan(plan.head));
+  EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
+                            .flatbuffer_offset = kPtdHeaderBlockSize,
+                            .flatbuffer_size = fb_size,
+                            .segment_base_offset = plan.segment_base_offset,
+                            .segment_data_size = plan.segment_data_size},
+                  absl::MakeSpan(plan.head));
+  return plan;
+}
+
+}  // namespace internal
 
 PtdWriter::PtdWriter(PtdWriterOptions options) : options_(options) {}
 
@@ -97,73 +160,30 @@ absl::Status PtdWriter::Add(std::string key, absl::Span<const uint8_t> data, uin
   return absl::OkStatus();
 }
 
-absl::StatusOr<PtdWriter::Plan> PtdWriter::MakePlan() const {
+absl::StatusOr<internal::PtdLayout> PtdWriter::MakePlan() const {
   if (!IsPowerOfTwo(options_.segment_alignment)) {
     return absl::InvalidArgumentError(
         absl::StrCat("segment alignment ", options_.segment_alignment, " is not a power of two"));
   }
-  Plan plan;
-  // Segment placement, relative to the base.
-  uint64_t end = 0;
-  plan.offsets.reserve(buffers_.size());
-  for (const Buffer& b : buffers_) {
-    const uint64_t align = std::lcm(options_.segment_alignment, b.alignment);
-    const auto offset = internal::AlignUp(end, align);
-    const auto next = offset ? internal::CheckedAdd(*offset, b.bytes.size()) : std::nullopt;
-    if (!next) return absl::InvalidArgumentError("segment data exceeds 2^64 bytes");
-    plan.offsets.push_back(*offset);
-    end = *next;
-  }
-  plan.segment_data_size = end;
-
-  flatbuffers::FlatBufferBuilder fbb(1024);
-  std::vector<flatbuffers::Offset<fb::DataSegment>> segments;
+  std::vector<internal::SegmentToPlace> segments;
   segments.reserve(buffers_.size());
-  for (size_t i = 0; i < buffers_.size(); ++i) {
-    segments.push_back(fb::CreateDataSegment(fbb, plan.offsets[i], buffers_[i].bytes.size()));
+  for (const Buffer& b : buffers_) {
+    segments.push_back({.size = b.bytes.size(), .alignment = b.alignment});
   }
-  std::vector<flatbuffers::Offset<fb::NamedData>> named;
-  named.reserve(entries_.size());
+  std::vector<internal::KeyToPlace> keys;
+  keys.reserve(entries_.size());
   for (const Entry& e : entries_) {
-    flatbuffers::Offset<fb::TensorLayout> layout = 0;
-    if (e.layout) {
-      layout = fb::CreateTensorLayout(fbb, static_cast<fb::ScalarType>(e.layout->scalar_type),
-                                      fbb.CreateVector(e.layout->sizes),
-                                      fbb.CreateVector(e.layout->dim_order));
-    }
-    named.push_back(fb::CreateNamedData(fbb, fbb.CreateString(e.key), e.buffer, layout));
+    keys.push_back({.key = e.key, .segment = e.buffer, .layout = e.layout ? &*e.layout : nullptr});
   }
-  auto root =
-      fb::CreateFlatTensor(fbb, kPtdVersion, fbb.CreateVector(segments), fbb.CreateVector(named));
-  fb::FinishFlatTensorBuffer(fbb, root);
-  const uint8_t* buf = fbb.GetBufferPointer();
-  const uint64_t fb_size = fbb.GetSize();
-  if (kPtdHeaderBlockSize + fb_size > internal::kMaxFlatBufferSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the FlatBuffer would be ", fb_size, " bytes, over 2^31"));
-  }
-
-  // Splice the header block in after the first 8 bytes.
-  const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
-  plan.segment_base_offset = *internal::AlignUp(fb_end, options_.segment_alignment);
-  plan.head.assign(fb_end, 0);
-  internal::SpliceFlatBuffer(absl::MakeConstSpan(buf, fb_size),
-                             static_cast<uint32_t>(kPtdHeaderBlockSize), absl::MakeSpan(plan.head));
-  internal::EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
-                                      .flatbuffer_offset = kPtdHeaderBlockSize,
-                                      .flatbuffer_size = fb_size,
-                                      .segment_base_offset = plan.segment_base_offset,
-                                      .segment_data_size = plan.segment_data_size},
-                            absl::MakeSpan(plan.head));
-  return plan;
+  return internal::PlanPtdLayout(segments, keys, options_.segment_alignment);
 }
 
-absl::Status PtdWriter::Emit(const Plan& plan, const WriteFn& write) const {
+absl::Status PtdWriter::Emit(const internal::PtdLayout& plan, const WriteFn& write) const {
   PTD_RETURN_IF_ERROR(write(plan.head));
-  PTD_RETURN_IF_ERROR(WriteZeros(write, plan.segment_base_offset - plan.head.size()));
+  PTD_RETURN_IF_ERROR(internal::WriteZeros(write, plan.segment_base_offset - plan.head.size()));
   uint64_t pos = 0;
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    PTD_RETURN_IF_ERROR(WriteZeros(write, plan.offsets[i] - pos));
+    PTD_RETURN_IF_ERROR(internal::WriteZeros(write, plan.offsets[i] - pos));
     PTD_RETURN_IF_ERROR(write(buffers_[i].bytes));
     pos = plan.offsets[i] + buffers_[i].bytes.size();
   }
@@ -171,7 +191,7 @@ absl::Status PtdWriter::Emit(const Plan& plan, const WriteFn& write) const {
 }
 
 absl::StatusOr<std::vector<uint8_t>> PtdWriter::Serialize() const {
-  PTD_ASSIGN_OR_RETURN(Plan plan, MakePlan());
+  PTD_ASSIGN_OR_RETURN(internal::PtdLayout plan, MakePlan());
   std::vector<uint8_t> out;
   out.reserve(plan.segment_base_offset + plan.segment_data_size);
   PTD_RETURN_IF_ERROR(Emit(plan, [&](absl::Span<const uint8_t> bytes) {
@@ -182,7 +202,7 @@ absl::StatusOr<std::vector<uint8_t>> PtdWriter::Serialize() const {
 }
 
 absl::Status PtdWriter::Write(const std::string& path) const {
-  PTD_ASSIGN_OR_RETURN(Plan plan, MakePlan());
+  PTD_ASSIGN_OR_RETURN(internal::PtdLayout plan, MakePlan());
   return WriteFileAtomically(path, [&](const WriteFn& write) { return Emit(plan, write); });
 }
 

@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "flatbuffers/flatbuffers.h"
 
 #include "ptd/checkpoint.h"
 #include "ptd/ptd_writer.h"
@@ -28,11 +27,9 @@
 #include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
 #include "ptd/view_digest.h"
-#include "runtime/internal/checked_math.h"
-#include "runtime/internal/ext_header.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
-#include "schema/flat_tensor_generated.h"
+#include "runtime/ptd/ptd_layout.h"
 
 namespace ptd {
 namespace {
@@ -412,16 +409,6 @@ absl::Status CopyRange(const FileSource& src, uint64_t offset, uint64_t n,
   return absl::OkStatus();
 }
 
-absl::Status WriteZeros(const WriteFn& write, uint64_t n) {
-  static constexpr uint8_t kZeros[4096] = {};
-  while (n > 0) {
-    const uint64_t c = std::min<uint64_t>(n, sizeof(kZeros));
-    PTD_RETURN_IF_ERROR(write(absl::MakeConstSpan(kZeros, c)));
-    n -= c;
-  }
-  return absl::OkStatus();
-}
-
 // An entry of the collector's layout: a storage being built, or a base key.
 struct OutEntry {
   std::string key;
@@ -468,7 +455,7 @@ class Reweighter {
   absl::Status KeepFromBase(Storage& s, ViewUse u, const std::string& where);
   absl::StatusOr<bool> BaseLayoutFits();
   void CollectEntries();
-  absl::StatusOr<uint64_t> AssignSegments(bool exact);
+  absl::Status AssignSegments(bool exact);
   absl::Status MakeLayout(bool exact);
   absl::Status Produce(const WriteFn& write);
   absl::Status ProduceInBase(const WriteFn& write);
@@ -497,9 +484,7 @@ class Reweighter {
   // The collector's layout when the base's does not fit.
   std::vector<OutEntry> entries_;
   std::vector<size_t> segment_first_;  // Entry index of each segment's first key.
-  std::vector<uint8_t> head_;
-  uint64_t segment_base_offset_ = 0;
-  std::vector<uint64_t> segment_offsets_;
+  internal::PtdLayout layout_;
 
   // Fingerprints of what the optimistic layout wrote, per entry.
   std::vector<size_t> fingerprints_;
@@ -724,11 +709,9 @@ absl::Status Reweighter::DecideLayout() {
   return absl::OkStatus();
 }
 
-// Gives each entry its segment (entries with the same id share one) and each
-// segment its offset; returns the end of the segment data.
-absl::StatusOr<uint64_t> Reweighter::AssignSegments(bool exact) {
+// Gives each entry its segment: entries with the same id share one.
+absl::Status Reweighter::AssignSegments(bool exact) {
   segment_first_.clear();
-  segment_offsets_.clear();
   for (OutEntry& e : entries_) e.segment = 0;
   absl::flat_hash_map<uint64_t, int> size_count;
   for (const OutEntry& e : entries_) ++size_count[e.size];
@@ -752,13 +735,7 @@ absl::StatusOr<uint64_t> Reweighter::AssignSegments(bool exact) {
     if (inserted) segment_first_.push_back(i);
     e.segment = it->second;
   }
-  uint64_t end = 0;
-  for (size_t first : segment_first_) {
-    const uint64_t offset = *internal::AlignUp(end, kDefaultSegmentAlignment);
-    segment_offsets_.push_back(offset);
-    end = offset + entries_[first].size;
-  }
-  return end;
+  return absl::OkStatus();
 }
 
 // Identical bytes are stored once (upstream's collector). Whether two
@@ -770,42 +747,16 @@ absl::StatusOr<uint64_t> Reweighter::AssignSegments(bool exact) {
 // one size may be equal after all, the exact layout hashes them first and
 // the file is written again.
 absl::Status Reweighter::MakeLayout(bool exact) {
-  PTD_ASSIGN_OR_RETURN(const uint64_t end, AssignSegments(exact));
-  flatbuffers::FlatBufferBuilder fbb(1024);
-  std::vector<flatbuffers::Offset<fb::DataSegment>> segs;
-  for (size_t i = 0; i < segment_first_.size(); ++i) {
-    segs.push_back(
-        fb::CreateDataSegment(fbb, segment_offsets_[i], entries_[segment_first_[i]].size));
-  }
-  std::vector<flatbuffers::Offset<fb::NamedData>> named;
+  PTD_RETURN_IF_ERROR(AssignSegments(exact));
+  std::vector<internal::SegmentToPlace> segments;
+  segments.reserve(segment_first_.size());
+  for (size_t first : segment_first_) segments.push_back({.size = entries_[first].size});
+  std::vector<internal::KeyToPlace> keys;
+  keys.reserve(entries_.size());
   for (const OutEntry& e : entries_) {
-    flatbuffers::Offset<fb::TensorLayout> layout = 0;
-    if (e.layout) {
-      layout = fb::CreateTensorLayout(fbb, static_cast<fb::ScalarType>(e.layout->scalar_type),
-                                      fbb.CreateVector(e.layout->sizes),
-                                      fbb.CreateVector(e.layout->dim_order));
-    }
-    named.push_back(fb::CreateNamedData(fbb, fbb.CreateString(e.key), e.segment, layout));
+    keys.push_back({.key = e.key, .segment = e.segment, .layout = e.layout});
   }
-  auto root =
-      fb::CreateFlatTensor(fbb, kPtdVersion, fbb.CreateVector(segs), fbb.CreateVector(named));
-  fb::FinishFlatTensorBuffer(fbb, root);
-  const uint64_t fb_size = fbb.GetSize();
-  if (kPtdHeaderBlockSize + fb_size > internal::kMaxFlatBufferSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the .ptd's FlatBuffer would be ", fb_size, " bytes, over 2^31"));
-  }
-  const uint64_t fb_end = kPtdHeaderBlockSize + fb_size;
-  segment_base_offset_ = *internal::AlignUp(fb_end, kDefaultSegmentAlignment);
-  head_.assign(fb_end, 0);
-  internal::SpliceFlatBuffer(absl::MakeConstSpan(fbb.GetBufferPointer(), fb_size),
-                             static_cast<uint32_t>(kPtdHeaderBlockSize), absl::MakeSpan(head_));
-  internal::EncodePtdHeader(PtdHeader{.header_length = kPtdHeaderLength,
-                                      .flatbuffer_offset = kPtdHeaderBlockSize,
-                                      .flatbuffer_size = fb_size,
-                                      .segment_base_offset = segment_base_offset_,
-                                      .segment_data_size = end},
-                            absl::MakeSpan(head_));
+  PTD_ASSIGN_OR_RETURN(layout_, internal::PlanPtdLayout(segments, keys, kDefaultSegmentAlignment));
   return absl::OkStatus();
 }
 
@@ -833,12 +784,13 @@ absl::Status Reweighter::ProduceInBase(const WriteFn& write) {
 // The collector's layout; Aborted when the optimistic layout wrote two
 // segments that may hold the same bytes.
 absl::Status Reweighter::ProduceCollected(const WriteFn& write) {
-  PTD_RETURN_IF_ERROR(write(head_));
-  PTD_RETURN_IF_ERROR(WriteZeros(write, segment_base_offset_ - head_.size()));
+  PTD_RETURN_IF_ERROR(write(layout_.head));
+  PTD_RETURN_IF_ERROR(
+      internal::WriteZeros(write, layout_.segment_base_offset - layout_.head.size()));
   uint64_t pos = 0;
   for (size_t i = 0; i < segment_first_.size(); ++i) {
     const OutEntry& e = entries_[segment_first_[i]];
-    PTD_RETURN_IF_ERROR(WriteZeros(write, segment_offsets_[i] - pos));
+    PTD_RETURN_IF_ERROR(internal::WriteZeros(write, layout_.offsets[i] - pos));
     size_t& fp = fingerprints_[segment_first_[i]];
     fp = absl::HashOf(e.size);
     const WriteFn fingerprinted = [&](absl::Span<const uint8_t> b) {
@@ -854,7 +806,7 @@ absl::Status Reweighter::ProduceCollected(const WriteFn& write) {
                                     base_->SegmentFileOffset(e.base->segment_index), e.size,
                                     copy_buf_, fingerprinted));
     }
-    pos = segment_offsets_[i] + e.size;
+    pos = layout_.offsets[i] + e.size;
   }
   if (!exact_layout_) {
     // Two segments of one size and fingerprint may hold the same bytes:

@@ -1,6 +1,6 @@
 // The JSON form of a VerifyOutcome (docs/SPEC.md section 6). Members in the
 // order the report has always had; golden files pin it byte for byte.
-#include "ptd/verify_json.h"
+#include "runtime/verify/verify_json.h"
 
 #include <string>
 #include <utility>
@@ -231,6 +231,10 @@ json VerifyJson(const VerifyOutcome& out, const JsonExtras& extras) {
 
 std::string DumpJson(const json& j) {
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string FormatJson(const VerifyOutcome& outcome, const InputNames& names) {
+  return DumpJson(VerifyJson(outcome, JsonExtras{.names = names}));
 }
 
 }  // namespace ptd

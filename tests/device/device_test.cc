@@ -187,6 +187,25 @@ TEST(OpenDeviceTest, HostAndAutoGiveTheHost) {
   }
 }
 
+TEST(OpenDeviceTest, CpuIsAnAliasOfHost) {
+  auto d = OpenDevice("cpu");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->kind(), DeviceKind::kHost);
+  EXPECT_EQ((*d)->index(), 0);
+  EXPECT_EQ((*d)->name(), "host");
+  EXPECT_TRUE((*d)->host_accessible());
+  // Only the exact word: no index, no other case.
+  for (const char* spec : {"cpu:0", "CPU", "cpux"}) {
+    EXPECT_EQ(OpenDevice(spec).status().code(), absl::StatusCode::kInvalidArgument) << spec;
+  }
+}
+
+TEST(OpenDeviceTest, AnUnknownSpecNamesTheAcceptedOnes) {
+  auto d = OpenDevice("gpu");
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(d.status().message(), HasSubstr("expected host (or cpu), cuda or cuda:N"));
+}
+
 TEST(OpenDeviceTest, CudaWithoutAFactoryIsUnavailable) {
   auto d = OpenDevice("cuda:1");
   ASSERT_FALSE(d.ok());

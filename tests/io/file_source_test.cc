@@ -14,9 +14,9 @@
 
 #include "ptd/container.h"
 #include "ptd/program.h"
-#include "tests/pte/pte_builder.h"
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/faulty_source.h"
+#include "tests/testing/pte_builder.h"
 #include "tests/testing/raw_ptd.h"
 #include "tests/testing/test_util.h"
 

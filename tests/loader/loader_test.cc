@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -26,6 +27,7 @@
 #include "ptd/ptd_writer.h"
 #include "ptd/testing/async_device.h"
 #include "ptd/testing/fault_device.h"
+#include "ptd/weight_bundle.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 
@@ -667,6 +669,39 @@ TEST(LoaderTest, ProgressReportsEveryByteAndTimingsAreFilled) {
   EXPECT_GT(t.verify_s, 0);
   EXPECT_LE(t.first_weight_s, t.total_s);
   EXPECT_GE(t.total_s, t.verify_s + t.read_s);
+}
+
+// A caller that verified first (ptd-load, Python's ptd.load) passes the
+// seconds it took: the timings count them once, from the same start as a
+// LoadWeights(paths) call that verifies itself.
+TEST(LoaderTest, TheCallersVerificationCountsInTheTimings) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), {4096, 4096});
+  auto bundle = WeightBundle::Open(BundlePaths{.ptd = m.ptd, .manifest = m.manifest});
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  auto shared = std::make_shared<const WeightBundle>(*std::move(bundle));
+  const double verify_s = 5.0;  // Far above the load itself.
+  auto w = LoadWeights(shared, std::make_shared<HostDevice>(), LoadOptions{.verify_s = verify_s});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const LoadTimings& t = w->timings();
+  EXPECT_EQ(t.verify_s, verify_s);
+  EXPECT_GE(t.total_s, verify_s);
+  EXPECT_LT(t.total_s, 2 * verify_s);
+  EXPECT_GE(t.first_weight_s, verify_s);
+  EXPECT_LE(t.first_weight_s, t.total_s);
+
+  auto plain = LoadWeights(shared, std::make_shared<HostDevice>());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->timings().verify_s, 0);
+  EXPECT_LT(plain->timings().first_weight_s, verify_s);
+
+  for (const double bad : {-1.0, std::nan("")}) {
+    const auto refused =
+        LoadWeights(shared, std::make_shared<HostDevice>(), LoadOptions{.verify_s = bad});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("LoadOptions::verify_s"));
+  }
 }
 
 // A manifest whose two variants each have a library-local constant.

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 
 #include "ptd/file_source.h"
-#include "tests/pte/pte_builder.h"
+#include "tests/testing/pte_builder.h"
 
 namespace ptd {
 namespace {

@@ -12,8 +12,8 @@
 #include "ptd/ptd_writer.h"
 #include "ptd/safetensors.h"
 #include "runtime/internal/check.h"
-#include "tests/pte/pte_builder.h"
 #include "tests/testing/patch.h"
+#include "tests/testing/pte_builder.h"
 #include "tests/testing/raw_ptd.h"
 
 namespace ptd::testing {

@@ -11,7 +11,7 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
+#include "runtime/verify/verify_json.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {

@@ -16,7 +16,6 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
 #include "tests/testing/test_util.h"
 #include "verifier/cli_util.h"
 
@@ -59,11 +58,7 @@ std::vector<Golden> GoldensOf(const nlohmann::json& tc) {
       const std::string stem =
           tc["name"].get<std::string>() + "." + route + (digest ? ".digest" : "");
       const VerifyOutcome full = RunVerify(o);
-      const nlohmann::ordered_json full_json = VerifyJson(full);
-      out.push_back({stem + ".json",
-                     Normalized(full_json.dump(2, ' ', false,
-                                               nlohmann::ordered_json::error_handler_t::replace) +
-                                "\n")});
+      out.push_back({stem + ".json", Normalized(FormatJson(full))});
       out.push_back({stem + ".txt", Normalized(FormatText(full))});
       // The readable report as ptd-verify builds it: the first rows only.
       o.list_limit = 2;

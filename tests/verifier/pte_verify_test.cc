@@ -9,9 +9,9 @@
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
-#include "tests/pte/pte_builder.h"
+#include "runtime/verify/verify_json.h"
 #include "tests/testing/diagnostics.h"
+#include "tests/testing/pte_builder.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {

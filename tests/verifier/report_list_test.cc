@@ -9,7 +9,7 @@
 
 #include "ptd/manifest.h"
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
+#include "runtime/verify/verify_json.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 #include "verifier/cli_util.h"

@@ -22,8 +22,8 @@
 #include "ptd/file_source.h"
 #include "ptd/safetensors.h"
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
 #include "ptd/weight_writer.h"
+#include "runtime/verify/verify_json.h"
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/test_util.h"
 

@@ -16,8 +16,8 @@
 
 #include "ptd/file_source.h"
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
 #include "ptd/weight_bundle.h"
+#include "runtime/verify/verify_json.h"
 #include "tests/testing/diagnostics.h"
 #include "tests/testing/test_util.h"
 #include "verifier/cli_util.h"

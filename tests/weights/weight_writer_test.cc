@@ -20,9 +20,9 @@
 #include "ptd/manifest.h"
 #include "ptd/sha256.h"
 #include "ptd/verify.h"
-#include "ptd/verify_json.h"
 #include "ptd/view_digest.h"
 #include "ptd/weight_set.h"
+#include "runtime/verify/verify_json.h"
 #include "tests/testing/diagnostics.h"
 
 namespace ptd {

@@ -1,4 +1,4 @@
-#include "tests/pte/pte_builder.h"
+#include "tests/testing/pte_builder.h"
 
 #include <algorithm>
 #include <cstring>

@@ -4,8 +4,8 @@
 // the root offset adjusted, then the segments, each aligned, from
 // segment_base_offset on. Corruption tests patch the result with the
 // offsets below.
-#ifndef PTD_TESTS_PTE_PTE_BUILDER_H_
-#define PTD_TESTS_PTE_PTE_BUILDER_H_
+#ifndef PTD_TESTS_TESTING_PTE_BUILDER_H_
+#define PTD_TESTS_TESTING_PTE_BUILDER_H_
 
 #include <cstdint>
 #include <optional>
@@ -64,4 +64,4 @@ std::vector<uint8_t> ToBytes(std::string_view s);
 
 }  // namespace ptd::testing
 
-#endif  // PTD_TESTS_PTE_PTE_BUILDER_H_
+#endif  // PTD_TESTS_TESTING_PTE_BUILDER_H_

@@ -1,14 +1,17 @@
-// The JSON form of a verification (docs/SPEC.md section 6), rendered from a
-// VerifyOutcome (ptd/verify.h). The only public header that exposes
-// nlohmann::ordered_json: include it where the JSON object is wanted.
+// The JSON form of a verification (docs/SPEC.md section 6) as an
+// nlohmann::ordered_json tree, rendered from a VerifyOutcome (ptd/verify.h).
+// Private to this repository: the tools extend the tree (ptd-load adds its
+// load results by index), the Python module converts it to dicts, and the
+// tests read it. Library users get the same bytes as text from
+// ptd::FormatJson (ptd/verify.h), so that no public header exposes nlohmann.
 //
 // Example:
 //   const VerifyOutcome out = RunVerify(options);
-//   std::cout << DumpJson(VerifyJson(out));  // What `ptd-verify --json` prints.
+//   std::cout << DumpJson(VerifyJson(out));  // == FormatJson(out)
 //
 // Thread-safety: pure functions of their arguments.
-#ifndef PTD_VERIFY_JSON_H_
-#define PTD_VERIFY_JSON_H_
+#ifndef PTD_RUNTIME_VERIFY_VERIFY_JSON_H_
+#define PTD_RUNTIME_VERIFY_VERIFY_JSON_H_
 
 #include <cstddef>
 #include <functional>
@@ -44,4 +47,4 @@ std::string DumpJson(const nlohmann::ordered_json& j);
 
 }  // namespace ptd
 
-#endif  // PTD_VERIFY_JSON_H_
+#endif  // PTD_RUNTIME_VERIFY_VERIFY_JSON_H_
