@@ -22,7 +22,13 @@ data directory:
     verify         ptd-verify --manifest M FILE
     load, load_map as above
 
-Usage: cli_bench.py --build DIR --data DIR [--runs N] [--out FILE.json]
+With --baseline DIR (another build of the project, e.g. of an earlier commit
+in a git worktree), its ptd-load and ptd-verify run beside this build's in the
+same alternation, as rows whose case ends in "@baseline": a same-run A/B.
+--sets picks sets by name (e.g. --sets 1KiB,verify-100000).
+
+Usage: cli_bench.py --build DIR --data DIR [--baseline DIR] [--sets A,B]
+                    [--runs N] [--out FILE.json]
 """
 import argparse
 import glob
@@ -58,19 +64,30 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True)
     ap.add_argument("--data", required=True)
+    ap.add_argument("--baseline", help="another build whose tools run beside this one's")
+    ap.add_argument("--sets", help="comma-separated set names to run (default: all found)")
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--out")
     a = ap.parse_args()
 
     ceiling = os.path.join(a.build, "bench", "ptd_pread_ceiling")
-    load = os.path.join(a.build, "verifier", "ptd-load")
-    verify = os.path.join(a.build, "verifier", "ptd-verify")
-    for exe in (ceiling, load, verify):
+    # The builds whose tools are timed: this one's, and the baseline's.
+    builds = [("", a.build)] + ([("@baseline", a.baseline)] if a.baseline else [])
+    tools = {}
+    for tag, build in builds:
+        tools[tag] = (os.path.join(build, "verifier", "ptd-load"),
+                      os.path.join(build, "verifier", "ptd-verify"))
+    for exe in [ceiling] + [x for pair in tools.values() for x in pair]:
         if not os.access(exe, os.X_OK):
             sys.exit(f"cli_bench: {exe} is not built")
+    load, verify = tools[""]
+
+    def each_build(set_name, case, argv_of, files):
+        # argv_of(load, verify) -> argv; one case per build, side by side.
+        return [(set_name, case + tag, argv_of(*tools[tag]), files) for tag, _ in builds]
 
     def load_cmd(man, ptd, *flags):
-        return [load, *flags, "--device", "host", "--manifest", man, ptd]
+        return lambda load, _: [load, *flags, "--device", "host", "--manifest", man, ptd]
 
     def stem(pattern):
         hits = sorted(glob.glob(os.path.join(a.data, pattern + ".ptd")))
@@ -84,8 +101,8 @@ def main():
         cases += [
             ("1KiB", "ceiling", [ceiling, ptd], [ptd]),
             ("1KiB", "ceiling_reused", [ceiling, ptd, "--reused"], [ptd]),
-            ("1KiB", "load", load_cmd(man, ptd), files),
-            ("1KiB", "load_map", load_cmd(man, ptd, "--map"), files),
+            *each_build("1KiB", "load", load_cmd(man, ptd), files),
+            *each_build("1KiB", "load_map", load_cmd(man, ptd, "--map"), files),
         ]
     big = stem("*-blocks-256x4194304")
     if big:
@@ -93,18 +110,22 @@ def main():
         files = [ptd, man]
         cases += [
             ("4MiB", "ceiling", [ceiling, ptd], [ptd]),
-            ("4MiB", "load", load_cmd(man, ptd), files),
-            ("4MiB", "load_thp", load_cmd(man, ptd, "--huge-pages", "on"), files),
+            *each_build("4MiB", "load", load_cmd(man, ptd), files),
+            *each_build("4MiB", "load_thp", load_cmd(man, ptd, "--huge-pages", "on"), files),
         ]
     many = stem("*-verify-100000")
     if many:
         ptd, man = many + ".ptd", many + ".manifest"
         files = [ptd, man]
         cases += [
-            ("verify-100000", "verify", [verify, "--manifest", man, ptd], files),
-            ("verify-100000", "load", load_cmd(man, ptd), files),
-            ("verify-100000", "load_map", load_cmd(man, ptd, "--map"), files),
+            *each_build("verify-100000", "verify",
+                        lambda _, verify: [verify, "--manifest", man, ptd], files),
+            *each_build("verify-100000", "load", load_cmd(man, ptd), files),
+            *each_build("verify-100000", "load_map", load_cmd(man, ptd, "--map"), files),
         ]
+    if a.sets:
+        wanted = set(a.sets.split(","))
+        cases = [c for c in cases if c[0] in wanted]
     if not cases:
         sys.exit(f"cli_bench: no 1 KiB or verify-100000 set in {a.data} (run ptd_suite_bench first)")
 
@@ -122,6 +143,7 @@ def main():
         rows.append({
             "set": set_name,
             "case": case,
+            "build": a.baseline if case.endswith("@baseline") else a.build,
             "command": " ".join(os.path.basename(argv[0]) if k == 0 else
                                 (os.path.basename(x) if os.path.isabs(x) else x)
                                 for k, x in enumerate(argv)),

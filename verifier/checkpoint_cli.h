@@ -4,45 +4,34 @@
 #ifndef PTD_VERIFIER_CHECKPOINT_CLI_H_
 #define PTD_VERIFIER_CHECKPOINT_CLI_H_
 
-#include <cctype>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
 
+#include "ptd/report.h"
+#include "ptd/verify.h"
+#include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
 
 namespace ptd::cli {
 
-// The rule ID a library message ends with ("... (S8)" -> "S8"), or "".
-inline std::string RuleOfMessage(std::string_view message) {
-  if (message.size() < 4 || message.back() != ')') return "";
-  const size_t open = message.rfind('(');
-  if (open == std::string_view::npos) return "";
-  const std::string_view id = message.substr(open + 1, message.size() - open - 2);
-  if (id.size() < 2 || id.size() > 3 || !std::isupper(static_cast<unsigned char>(id[0]))) {
-    return "";
-  }
-  for (const char c : id.substr(1)) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return "";
-  }
-  return std::string(id);
-}
-
 // Says `status` and returns the exit code: 1 when it names a rule (other
-// than I1, an unreadable input), else 2.
+// than kInputRule, an unreadable input), else 2.
 inline int ReportFailure(const char* program, const absl::Status& status, bool json_out) {
   const std::string message(status.message());
-  const std::string rule = RuleOfMessage(message);
-  const int code = !rule.empty() && rule != "I1" ? 1 : 2;
+  const std::optional<std::string_view> rule = RuleOfMessage(message);
+  const int code = rule && *rule != kInputRule ? 1 : 2;
   if (json_out) {
-    nlohmann::ordered_json error{{"rule", rule.empty() ? nullptr : nlohmann::ordered_json(rule)},
-                                 {"message", message},
-                                 {"code", absl::StatusCodeToString(status.code())}};
+    nlohmann::ordered_json error{
+        {"rule", rule ? nlohmann::ordered_json(std::string(*rule)) : nullptr},
+        {"message", message},
+        {"code", absl::StatusCodeToString(status.code())}};
     nlohmann::ordered_json j{{"ok", false}, {"error", std::move(error)}};
-    WriteOut(j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+    WriteOut(DumpJson(j));
   }
   std::cerr << program << ": " << message << "\n";
   return code;

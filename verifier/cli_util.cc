@@ -53,6 +53,24 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// The nearest option name (e.g. "--manifest") within edit distance 2 of
+// `arg`, or "" when none is that close.
+std::string NearestOption(const CLI::App& app, const std::string& arg) {
+  std::string best;
+  size_t best_d = 3;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& name : o->get_lnames()) {
+      const std::string flag = "--" + name;
+      const size_t d = EditDistance(arg, flag);
+      if (d < best_d) {
+        best_d = d;
+        best = flag;
+      }
+    }
+  }
+  return best;
+}
+
 std::string FailureMessage(const CLI::App* app, const CLI::Error& e) {
   std::string msg = absl::StrCat(e.what(), "\n");
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
@@ -285,9 +303,15 @@ InputNames ToolInputNames() {
                     .all_rows = "--all lists them"};
 }
 
+namespace {
+
+// The readable report's options: kReportRows rows of each table unless
+// --all (`all_rows`).
 TextOptions ReportTextOptions(bool all_rows) {
   return TextOptions{.max_rows = all_rows ? 0 : kReportRows, .names = ToolInputNames()};
 }
+
+}  // namespace
 
 int PrintVerifyOutcome(const char* program, const VerifyOutcome& outcome,
                        const nlohmann::ordered_json* json, bool all_rows) {
@@ -331,27 +355,6 @@ void ExitOnMappedFileFault(const char* program, const std::string& what) {
   sa.sa_handler = OnSigbus;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGBUS, &sa, nullptr);
-}
-
-std::string NearestOption(const CLI::App& app, const std::string& arg) {
-  std::string best;
-  size_t best_d = 3;
-  for (const CLI::Option* o : app.get_options()) {
-    for (const std::string& name : o->get_lnames()) {
-      const std::string flag = "--" + name;
-      const size_t d = EditDistance(arg, flag);
-      if (d < best_d) {
-        best_d = d;
-        best = flag;
-      }
-    }
-  }
-  return best;
-}
-
-std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
-  const std::string_view word = n == 1 ? one : many;
-  return absl::StrCat(n, " ", absl::string_view(word.data(), word.size()));
 }
 
 namespace {

@@ -79,10 +79,6 @@ inline constexpr size_t kReportRows = 50;
 // --manifest") and how every row is listed ("--all lists them").
 InputNames ToolInputNames();
 
-// The readable report's options: kReportRows rows of each table unless
-// --all (`all_rows`).
-TextOptions ReportTextOptions(bool all_rows);
-
 // Prints a verify outcome as the tools do. With `json` (the object to print:
 // VerifyJson of `outcome`, which ptd-load extends), that object on stdout,
 // and an unreadable input said once more on stderr; without, the readable
@@ -134,13 +130,6 @@ bool ParseByteCount(const std::string& text, uint64_t* out);
 // binary suffix K, M, G or T (either case; 1K = 1024), "48M" or "1073741824".
 // Rejects signs, spaces, fractions, other suffixes and values past 2^64 - 1.
 bool ParseByteSize(const std::string& text, uint64_t* out);
-
-// The nearest option name (e.g. "--manifest") within edit distance 2 of
-// `arg`, or "" when none is that close.
-std::string NearestOption(const CLI::App& app, const std::string& arg);
-
-// "1 warning", "2 warnings".
-std::string Plural(uint64_t n, std::string_view one, std::string_view many);
 
 // A progress bar on stderr (the caller checks that it is a terminal): one
 // line that fits the terminal, with the phase, the amount done, the rate and

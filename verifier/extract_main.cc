@@ -18,8 +18,11 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/checkpoint.h"
+#include "ptd/manifest.h"
 #include "ptd/scalar_type.h"
 #include "ptd/verify.h"
+#include "runtime/internal/strings.h"
+#include "runtime/verify/verify_json.h"
 #include "verifier/checkpoint_cli.h"
 #include "verifier/cli_util.h"
 
@@ -62,11 +65,11 @@ std::string ResultText(const ptd::ExtractResult& r, bool stats) {
   uint64_t bytes = 0;
   for (const ptd::ExtractedTensor& t : r.tensors) bytes += t.nbytes;
   std::string out = absl::StrCat(
-      "wrote ", ptd::cli::Plural(r.tensors.size(), "tensor", "tensors"), " (",
-      ptd::cli::Plural(bytes, "byte", "bytes"), ") to ",
+      "wrote ", ptd::internal::Plural(r.tensors.size(), "tensor", "tensors"), " (",
+      ptd::internal::Plural(bytes, "byte", "bytes"), ") to ",
       r.files.size() == 1 ? r.files[0]
-                          : absl::StrCat(ptd::cli::Plural(r.files.size(), "file", "files"), ": ",
-                                         absl::StrJoin(r.files, ", ")),
+                          : absl::StrCat(ptd::internal::Plural(r.files.size(), "file", "files"),
+                                         ": ", absl::StrJoin(r.files, ", ")),
       "\n");
   if (!r.runtime_owned.empty()) {
     absl::StrAppend(&out, "left out (runtime-owned, no stored bytes): ",
@@ -108,8 +111,11 @@ int Main(int argc, char** argv) {
       "ptd-extract");
   ptd::cli::SetUp(app, PTD_VERSION);
   app.add_option("ptd", inputs.ptd, "the .ptd file")->required()->type_name("FILE.ptd");
-  auto* manifest = app.add_option("--manifest", "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
-                       ->type_name("FILE");
+  auto* manifest =
+      app.add_option("--manifest")
+          ->description(absl::StrCat("a standalone ", std::string(ptd::kManifestMagicFqn0), " or ",
+                                     std::string(ptd::kManifestMagicFqn3), " manifest"))
+          ->type_name("FILE");
   auto* pte =
       app.add_option("--pte", "a .pte whose CUDA delegates carry manifests")->type_name("FILE");
   app.add_option("-o,--out", out,
@@ -145,7 +151,7 @@ int Main(int argc, char** argv) {
 
   const absl::StatusOr<ptd::ExtractResult> result = ptd::ExtractWeights(inputs, out, options);
   if (!result.ok()) return ptd::cli::ReportFailure("ptd-extract", result.status(), json_out);
-  ptd::cli::WriteOut(json_out ? ResultJson(*result).dump(2) + "\n"
+  ptd::cli::WriteOut(json_out ? ptd::DumpJson(ResultJson(*result))
                               : ResultText(*result, options.stats));
   return 0;
 }

@@ -32,10 +32,13 @@
 
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
+#include "ptd/manifest.h"
 #include "ptd/open_device.h"
+#include "ptd/report.h"
 #include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
 #include "ptd/verify.h"
+#include "runtime/internal/strings.h"
 #include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
 #ifdef PTD_HAVE_CUDA
@@ -174,7 +177,9 @@ std::optional<int> Parse(int argc, char** argv, Args* a) {
       "ptd-load");
   ptd::cli::SetUp(app, PTD_VERSION, /*malloc_lines=*/true);
   app.add_option("ptd", a->ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
-  app.add_option("--manifest", a->manifest, "a standalone ETCUDAFQN0 or ETCUDAFQN3 manifest")
+  app.add_option("--manifest", a->manifest,
+                 absl::StrCat("a standalone ", std::string(ptd::kManifestMagicFqn0), " or ",
+                              std::string(ptd::kManifestMagicFqn3), " manifest"))
       ->type_name("FILE");
   app.add_option("--pte", a->pte, "a .pte whose CUDA delegates carry manifests")->type_name("FILE");
   app.add_option("--device", a->device_spec,
@@ -233,11 +238,12 @@ absl::StatusOr<std::shared_ptr<ptd::Device>> OpenLoadDevice(const Args& a) {
 // section 6, rule I2). A load reads one file, the .ptd: once a load has
 // begun its failures concern it.
 json LoadErrorJson(const absl::Status& s, const std::string& file) {
-  json e{{"rule", "I2"},
-         {"message", absl::StrCat(s.message(), " (I2)")},
-         {"code", absl::StatusCodeToString(s.code())}};
-  if (!file.empty()) e["file"] = file;
-  return e;
+  ptd::Diagnostic d;
+  d.rule = ptd::kLoadRule;
+  d.code = s.code();
+  d.message = absl::StrCat(s.message(), " (", ptd::kLoadRule, ")");
+  d.file = file;
+  return ptd::DiagnosticJson(d);
 }
 
 // A device that cannot be opened: nothing was verified.
@@ -265,7 +271,7 @@ int DeviceFailed(const Args& a, const absl::Status& s) {
 
 json DeviceJson(const ptd::Device& d) {
   return json{{"name", d.name()},
-              {"kind", d.kind() == ptd::DeviceKind::kHost ? "host" : "cuda"},
+              {"kind", std::string(ptd::DeviceKindName(d.kind()))},
               {"index", d.index()},
               {"host_accessible", d.host_accessible()}};
 }
@@ -516,8 +522,7 @@ json StatsJson(const Args& a, const ptd::LoadStats& st, uint64_t huge_page_bytes
             {"huge_page_bytes", huge_page_bytes},
             {"threads", a.threads}};
   json placement = json::object();
-  for (ptd::Residency r :
-       {ptd::Residency::kDevice, ptd::Residency::kMappedHost, ptd::Residency::kHost}) {
+  for (const ptd::Residency r : ptd::kAllResidencies) {
     placement[std::string(ptd::ResidencyName(r))] =
         json{{"bytes", st.placed(r).bytes}, {"storages", st.placed(r).storages}};
   }
@@ -591,7 +596,7 @@ int ReportJson(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
 
 // "  N weights (...), N storages, ..." and, for a placed load, where they went.
 void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
-  using ptd::cli::Plural;
+  using ptd::internal::Plural;
   absl::StrAppend(out, "  ", Plural(st.weights, "weight", "weights"), " (", st.reused, " reused, ",
                   st.runtime_owned, " runtime-owned), ", Plural(st.storages, "storage", "storages"),
                   ", ", Plural(st.bytes, "byte", "bytes"), ", ",
@@ -612,8 +617,7 @@ void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
                                   : std::string(),
                   ": ");
   const char* sep = "";
-  for (ptd::Residency r :
-       {ptd::Residency::kDevice, ptd::Residency::kMappedHost, ptd::Residency::kHost}) {
+  for (const ptd::Residency r : ptd::kAllResidencies) {
     absl::StrAppend(out, sep, std::string(ptd::ResidencyName(r)), " ",
                     Plural(st.placed(r).storages, "storage", "storages"), ", ",
                     Plural(st.placed(r).bytes, "byte", "bytes"));
@@ -646,7 +650,7 @@ int ReportText(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
   std::string out;
   const auto& warnings = outcome.report.warnings();
   absl::StrAppend(&out, a.ptd_path, ": verified (",
-                  ptd::cli::Plural(warnings.size(), "warning", "warnings"), "), loaded onto ",
+                  ptd::internal::Plural(warnings.size(), "warning", "warnings"), "), loaded onto ",
                   device.name(), "\n");
   for (const ptd::Diagnostic& d : warnings) {
     absl::StrAppend(&out, "  warning ", d.rule, ": ", d.message, "\n");

@@ -22,6 +22,8 @@
 
 #include "ptd/checkpoint.h"
 #include "ptd/verify.h"
+#include "runtime/internal/strings.h"
+#include "runtime/verify/verify_json.h"
 #include "verifier/checkpoint_cli.h"
 #include "verifier/cli_util.h"
 
@@ -52,7 +54,7 @@ json ResultJson(const std::string& out, const ptd::ReweightResult& r) {
 
 std::string ResultText(const std::string& out, const ptd::ReweightResult& r) {
   std::string text = absl::StrCat(
-      "wrote ", out, ": ", ptd::cli::Plural(r.written.size(), "weight", "weights"),
+      "wrote ", out, ": ", ptd::internal::Plural(r.written.size(), "weight", "weights"),
       " from the checkpoint",
       r.kept.empty() ? "" : absl::StrCat(", ", r.kept.size(), " kept from the base"), "\n");
   for (const ptd::Diagnostic& d : r.report.warnings()) {
@@ -89,16 +91,23 @@ absl::Status ReadRenameMap(const std::string& path,
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
+// What the command line asks for.
+struct Args {
   std::string checkpoint;
   ptd::BundlePaths program;
   std::string out;
-  std::string base;
-  std::vector<std::string> renames;
+  std::optional<std::string> base;
+  std::vector<std::string> renames;  // "FROM=TO", checked when parsed.
   std::string rename_map;
   std::string strip_prefix;
   std::string add_prefix;
   bool json_out = false;
+};
+
+// Parses the command line into `args`; nullopt to go on, else the exit code
+// (help, version, a usage error).
+std::optional<int> Parse(int argc, char** argv, Args* args) {
+  std::string base;
 
   CLI::App app(
       "Builds the .ptd that an exported program (--manifest or --pte) expects from a "
@@ -110,7 +119,7 @@ int Main(int argc, char** argv) {
       "failed write. Nothing is written unless everything succeeds.",
       "ptd-reweight");
   ptd::cli::SetUp(app, PTD_VERSION);
-  app.add_option("checkpoint", checkpoint,
+  app.add_option("checkpoint", args->checkpoint,
                  "a .safetensors file, or a sharded checkpoint's *.safetensors.index.json")
       ->required()
       ->type_name("CHECKPOINT");
@@ -118,14 +127,14 @@ int Main(int argc, char** argv) {
       app.add_option("--manifest", "the program's standalone manifest")->type_name("FILE");
   auto* pte = app.add_option("--pte", "the program (.pte) whose CUDA delegates carry manifests")
                   ->type_name("FILE");
-  app.add_option("-o,--out", out, "the .ptd to write")->required()->type_name("FILE.ptd");
+  app.add_option("-o,--out", args->out, "the .ptd to write")->required()->type_name("FILE.ptd");
   auto* base_opt =
       app.add_option(
              "--base", base,
              "a .ptd for the same program: supplies the storages of weights the checkpoint lacks "
              "(kept, and listed) and the bytes no view covers (else zero)")
           ->type_name("FILE.ptd");
-  app.add_option("--rename", renames,
+  app.add_option("--rename", args->renames,
                  "rename checkpoint tensors before lookup: a name starting with FROM gets TO "
                  "instead (the longest FROM wins; repeatable)")
       ->type_name("FROM=TO")
@@ -135,41 +144,56 @@ int Main(int argc, char** argv) {
             return ParseRename(v, &r) ? std::string() : "FROM=TO (either may be empty)";
           },
           ""));
-  app.add_option("--rename-map", rename_map, "a JSON object of FROM to TO prefixes")
+  app.add_option("--rename-map", args->rename_map, "a JSON object of FROM to TO prefixes")
       ->type_name("FILE.json");
-  app.add_option("--strip-prefix", strip_prefix, "the same as --rename PREFIX=")
+  app.add_option("--strip-prefix", args->strip_prefix, "the same as --rename PREFIX=")
       ->type_name("PREFIX");
-  app.add_option("--add-prefix", add_prefix, "the same as --rename =PREFIX")->type_name("PREFIX");
-  app.add_flag("--json", json_out, "print one JSON object on stdout");
+  app.add_option("--add-prefix", args->add_prefix, "the same as --rename =PREFIX")
+      ->type_name("PREFIX");
+  app.add_flag("--json", args->json_out, "print one JSON object on stdout");
 
-  if (const std::optional<int> rc = ptd::cli::ParseCommandLine(app, argc, argv)) return *rc;
+  if (const std::optional<int> rc = ptd::cli::ParseCommandLine(app, argc, argv)) return rc;
   if (manifest->empty() && pte->empty() && base_opt->empty()) {
     std::cerr << "ptd-reweight: give the program (--manifest or --pte), or --base to replace "
                  "a .ptd's keys by name\nRun with --help for more information.\n";
     return 2;
   }
-  if (!manifest->empty()) program.manifest = manifest->as<std::string>();
-  if (!pte->empty()) program.pte = pte->as<std::string>();
+  if (!manifest->empty()) args->program.manifest = manifest->as<std::string>();
+  if (!pte->empty()) args->program.pte = pte->as<std::string>();
+  if (!base_opt->empty()) args->base = base;
+  return std::nullopt;
+}
 
-  ptd::ReweightOptions options;
-  if (!base_opt->empty()) options.base = base;
-  for (const std::string& r : renames) {
+// The renames in the order given: each --rename, the --rename-map's, then
+// --strip-prefix and --add-prefix. Fails only for a rename map that cannot
+// be read.
+absl::Status Renames(const Args& a, std::vector<std::pair<std::string, std::string>>* rename) {
+  for (const std::string& r : a.renames) {
     std::pair<std::string, std::string> pair;
     (void)ParseRename(r, &pair);  // Checked when parsed.
-    options.rename.push_back(std::move(pair));
+    rename->push_back(std::move(pair));
   }
-  if (!rename_map.empty()) {
-    if (absl::Status s = ReadRenameMap(rename_map, &options.rename); !s.ok()) {
-      return ptd::cli::ReportFailure("ptd-reweight", s, json_out);
-    }
+  if (!a.rename_map.empty()) {
+    if (absl::Status s = ReadRenameMap(a.rename_map, rename); !s.ok()) return s;
   }
-  if (!strip_prefix.empty()) options.rename.emplace_back(strip_prefix, "");
-  if (!add_prefix.empty()) options.rename.emplace_back("", add_prefix);
+  if (!a.strip_prefix.empty()) rename->emplace_back(a.strip_prefix, "");
+  if (!a.add_prefix.empty()) rename->emplace_back("", a.add_prefix);
+  return absl::OkStatus();
+}
 
+int Main(int argc, char** argv) {
+  Args args;
+  if (const std::optional<int> rc = Parse(argc, argv, &args)) return *rc;
+  ptd::ReweightOptions options;
+  options.base = args.base;
+  if (absl::Status s = Renames(args, &options.rename); !s.ok()) {
+    return ptd::cli::ReportFailure("ptd-reweight", s, args.json_out);
+  }
   const absl::StatusOr<ptd::ReweightResult> result =
-      ptd::Reweight(checkpoint, program, out, options);
-  if (!result.ok()) return ptd::cli::ReportFailure("ptd-reweight", result.status(), json_out);
-  ptd::cli::WriteOut(json_out ? ResultJson(out, *result).dump(2) + "\n" : ResultText(out, *result));
+      ptd::Reweight(args.checkpoint, args.program, args.out, options);
+  if (!result.ok()) return ptd::cli::ReportFailure("ptd-reweight", result.status(), args.json_out);
+  ptd::cli::WriteOut(args.json_out ? ptd::DumpJson(ResultJson(args.out, *result))
+                                   : ResultText(args.out, *result));
   return 0;
 }
 

@@ -30,46 +30,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 
 #include "ptd/report.h"
 #include "ptd/weight_bundle.h"
+#include "ptd/weight_stats.h"
 
 namespace ptd {
 
 inline constexpr uint64_t kDefaultCheckpointMemoryBudget = uint64_t{64} << 20;
-
-// The health of one floating weight's elements (N1): NaN and infinite
-// counts, and the least and greatest finite values (absent when none).
-struct WeightStats {
-  uint64_t nan = 0;
-  uint64_t inf = 0;
-  std::optional<double> min;
-  std::optional<double> max;
-};
-
-// Accumulates WeightStats over a weight's elements, fed in any chunks.
-// `scalar_type` must be a floating type (Half, Float, Double, BFloat16);
-// IsStatsDtype says which.
-class WeightStatsAccumulator {
- public:
-  explicit WeightStatsAccumulator(int32_t scalar_type);
-  // `bytes` holds whole elements, little-endian; a partial trailing element
-  // is carried to the next call.
-  void Add(absl::Span<const uint8_t> bytes);
-  const WeightStats& stats() const { return stats_; }
-
- private:
-  int32_t scalar_type_;
-  uint32_t element_size_;
-  uint8_t carry_[8] = {};
-  uint32_t carried_ = 0;
-  WeightStats stats_;
-};
-bool IsStatsDtype(int32_t scalar_type);
-
-// The N1 warning for `fqn` when `stats` counts NaN or Inf; nothing otherwise.
-void ReportWeightStats(const WeightStats& stats, const Where& where, Report* report);
 
 struct ExtractOptions {
   // Set: `out` is a folder of shards of at most this many bytes of tensor

@@ -78,31 +78,6 @@ struct NamedDataEntry {
   const TensorLayout* layout = nullptr;
 };
 
-// Hashes and compares named-data entries by key, and keys against them: an
-// index of entries that is a set of 8-byte pointers, not of (key, index)
-// pairs three times the size.
-struct NamedDataKeyHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view key) const { return absl::Hash<std::string_view>{}(key); }
-  size_t operator()(const NamedDataEntry* e) const { return (*this)(e->key); }
-};
-struct NamedDataKeyEq {
-  using is_transparent = void;
-  static std::string_view Key(std::string_view key) { return key; }
-  static std::string_view Key(const NamedDataEntry* e) { return e->key; }
-  template <typename A, typename B>
-  bool operator()(const A& a, const B& b) const {
-    return Key(a) == Key(b);
-  }
-};
-
-// Checks a tensor layout against C8 (known scalar type, sizes >= 0,
-// dim_order a permutation of the dims, byte size within `segment_size` when
-// known), appending each violation to `report`. Used by the reader and the
-// writer alike.
-void CheckTensorLayout(const TensorLayout& layout, std::string_view key, uint32_t segment_index,
-                       std::optional<uint64_t> segment_size, const Where& where, Report* report);
-
 class Container {
  public:
   // Opens for use: fails with the first violated rule (DataLoss; Unimplemented
@@ -164,6 +139,24 @@ class Container {
   uint64_t ObservedSegmentAlignment() const;
 
  private:
+  // Hashes and compares named-data entries by key, and keys against them: an
+  // index of entries that is a set of 8-byte pointers, not of (key, index)
+  // pairs three times the size.
+  struct NamedDataKeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return absl::Hash<std::string_view>{}(key); }
+    size_t operator()(const NamedDataEntry* e) const { return (*this)(e->key); }
+  };
+  struct NamedDataKeyEq {
+    using is_transparent = void;
+    static std::string_view Key(std::string_view key) { return key; }
+    static std::string_view Key(const NamedDataEntry* e) { return e->key; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Key(a) == Key(b);
+    }
+  };
+
   explicit Container(std::shared_ptr<const FileSource> source) : source_(std::move(source)) {}
 
   std::shared_ptr<const FileSource> source_;

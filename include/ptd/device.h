@@ -47,6 +47,10 @@ namespace ptd {
 // ExecuTorch's etensor::DeviceType.
 enum class DeviceKind : int32_t { kHost = 0, kCuda = 1 };
 
+// "host" or "cuda": the kind's name in a device spec (OpenDevice's "cuda:0")
+// and in the tools' output.
+std::string_view DeviceKindName(DeviceKind kind);
+
 // Where a loaded storage lives (LoadedStorage::residency,
 // LoadedWeight::residency):
 //   kDevice      the device's own memory (a GPU's cudaMalloc; the host cannot
@@ -57,6 +61,10 @@ enum class DeviceKind : int32_t { kHost = 0, kCuda = 1 };
 //   kHost        plain host memory (HostDevice; CPU weights on a GPU load):
 //                kernels cannot read it.
 enum class Residency : uint8_t { kDevice = 0, kMappedHost = 1, kHost = 2 };
+
+// Every Residency, in the order the tools list them.
+inline constexpr Residency kAllResidencies[] = {Residency::kDevice, Residency::kMappedHost,
+                                                Residency::kHost};
 
 // "device", "mapped_host" or "host" (ptd-load's JSON and report).
 std::string_view ResidencyName(Residency r);

@@ -101,7 +101,7 @@ class HostDevice final : public Device {
 
   DeviceKind kind() const override { return DeviceKind::kHost; }
   int index() const override { return 0; }
-  std::string name() const override { return "host"; }
+  std::string name() const override { return std::string(DeviceKindName(kind())); }
   bool host_accessible() const override { return true; }
   size_t buffer_alignment() const override { return kHostAlignment; }
 

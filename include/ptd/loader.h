@@ -76,6 +76,7 @@
 
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
+#include "ptd/manifest.h"
 #include "ptd/view_geometry.h"
 #include "ptd/weight_bundle.h"
 
@@ -215,6 +216,9 @@ struct LoadStats {
            : r == Residency::kMappedHost ? placed_mapped_host
                                          : placed_host;
   }
+  PlacementStats& placed(Residency r) {
+    return const_cast<PlacementStats&>(std::as_const(*this).placed(r));
+  }
 };
 
 // One stored storage in memory. Names are views that live as long as the
@@ -275,11 +279,11 @@ struct RuntimeOwnedWeight {
   int32_t dtype = 0;
   uint32_t element_size = 1;
   absl::Span<const int64_t> sizes;
-  absl::Span<const int64_t> strides;  // Elements.
-  int64_t storage_offset = 0;         // Elements.
-  int32_t device_type = 1;            // The manifest's: 0 CPU, 1 CUDA.
-  uint64_t storage_nbytes = 0;        // The manifest's.
-  uint64_t required_nbytes = 0;       // What the view spans (G2 holds).
+  absl::Span<const int64_t> strides;      // Elements.
+  int64_t storage_offset = 0;             // Elements.
+  int32_t device_type = kDeviceTypeCuda;  // The manifest's.
+  uint64_t storage_nbytes = 0;            // The manifest's.
+  uint64_t required_nbytes = 0;           // What the view spans (G2 holds).
 };
 
 namespace internal {

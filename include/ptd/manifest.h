@@ -52,9 +52,8 @@ struct Variant {
 // A manifest entry's device_type (SPEC section 2): where the weight lives
 // when the program runs. The entry keeps the raw int32 (a file may hold any
 // value; the decoder's M5 refuses the others); code compares against these.
-enum class DeviceType : int32_t { kCpu = 0, kCuda = 1 };
-inline constexpr int32_t kDeviceTypeCpu = static_cast<int32_t>(DeviceType::kCpu);
-inline constexpr int32_t kDeviceTypeCuda = static_cast<int32_t>(DeviceType::kCuda);
+inline constexpr int32_t kDeviceTypeCpu = 0;
+inline constexpr int32_t kDeviceTypeCuda = 1;
 inline bool IsKnownDeviceType(int32_t device_type) {
   return device_type == kDeviceTypeCpu || device_type == kDeviceTypeCuda;
 }
@@ -93,10 +92,14 @@ inline bool IsRuntimeOwnedFqn(std::string_view fqn) {
 // manifest allocates nothing per entry for them.
 using DimVector = absl::InlinedVector<int64_t, 4>;
 
+namespace internal {
+struct NameArenaAccess;  // The manifest decoder's (runtime/manifest/manifest.cc).
+}  // namespace internal
+
 // Storage for the names that a Manifest's entries view: copies in blocks
 // that never move or shrink, so a view stays valid while names are added and
 // for as long as the arena lives; or the decoded bytes themselves, which the
-// arena then keeps alive (Retain).
+// arena then keeps alive.
 class NameArena {
  public:
   NameArena() = default;
@@ -105,7 +108,12 @@ class NameArena {
 
   // A view of a kept copy of `name`. Thread-safe.
   std::string_view Keep(std::string_view name);
-  // The same without the lock, for a decoder that owns the arena alone.
+
+ private:
+  friend struct internal::NameArenaAccess;
+
+  // The decoder's own, through internal::NameArenaAccess:
+  // Keep without the lock, for a decoder that owns the arena alone.
   std::string_view KeepUnsynchronized(std::string_view name);
   // Keeps `owner` alive as long as the arena: what owns bytes that names
   // view in place. Thread-safe.
@@ -114,7 +122,6 @@ class NameArena {
   // other thread uses either arena.
   void Absorb(NameArena&& other);
 
- private:
   static constexpr size_t kBlockBytes = size_t{64} << 10;
 
   std::mutex mu_;
@@ -131,8 +138,8 @@ struct WeightEntry {
   std::string_view fqn;
   std::string_view storage_key;
   uint64_t storage_nbytes = 0;
-  int32_t dtype = 0;           // ScalarType numbering.
-  int32_t device_type = 1;     // 0 = CPU, 1 = CUDA.
+  int32_t dtype = 0;  // ScalarType numbering.
+  int32_t device_type = kDeviceTypeCuda;
   int64_t storage_offset = 0;  // Elements.
   DimVector sizes;
   DimVector strides;  // Elements.

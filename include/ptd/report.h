@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -72,6 +73,14 @@ class Report {
 
 // Formats a diagnostic as a Status: code, "FILE: MESSAGE".
 absl::Status ToStatus(const Diagnostic& d);
+
+// The rule ID that a message ends with, as Report writes it and the
+// library's Status messages carry it: "... view requires 80 bytes (G2)" ->
+// "G2". The grammar is that of every rule ID in docs/SPEC.md: a space, "(",
+// one capital ASCII letter, one or two ASCII digits, ")" at the very end
+// (H1, C8, S10, I2). nullopt for any other ending: "(AOTInductor)",
+// "(BF16)", "(g2)", "(G2) ", "x(G2)". The view points into `message`.
+std::optional<std::string_view> RuleOfMessage(std::string_view message);
 
 }  // namespace ptd
 

@@ -27,9 +27,9 @@
 
 #include "absl/status/status.h"
 
-#include "ptd/checkpoint.h"
 #include "ptd/report.h"
 #include "ptd/weight_bundle.h"
+#include "ptd/weight_stats.h"
 
 namespace ptd {
 
@@ -68,6 +68,11 @@ struct VerifyOptions {
 // The rule ID of an input that cannot be opened or read (docs/SPEC.md
 // section 6): its error carries rule "I1", the Status code and the file.
 inline constexpr const char* kInputRule = "I1";
+
+// The rule ID of a load that failed after verification (docs/SPEC.md
+// section 6; ptd-load): the device cannot be opened, device memory or a copy
+// failed, or a requested weight is in no manifest.
+inline constexpr const char* kLoadRule = "I2";
 
 // An input that could not be opened or read (exit code 2), and which one.
 struct InputError {
@@ -176,10 +181,6 @@ struct VerifyOutcome {
   std::vector<Diagnostic> Errors() const;
 };
 
-// The I1 diagnostic of an input error: rule "I1", its code, its message
-// ending " (I1)", its file.
-Diagnostic InputDiagnostic(const InputError& e);
-
 VerifyOutcome RunVerify(const VerifyOptions& options);
 
 // The same over inputs already opened (options' paths are only reported;
@@ -196,9 +197,6 @@ struct InputNames {
   // How every row is listed (after "; "): a tool names its flag.
   std::string all_rows = "max_rows 0 lists them";
 };
-
-// "this is ...: pass it with --manifest": a hint in `names`' words.
-std::string HintText(const InputHint& hint, const InputNames& names = {});
 
 struct TextOptions {
   // Rows of the key table and of each weight table; past it, one summary

@@ -46,8 +46,8 @@ struct WeightValue {
 
 struct WeightSpec {
   std::string fqn;
-  int32_t dtype = 6;        // ScalarType numbering.
-  int32_t device_type = 1;  // 0 = CPU, 1 = CUDA.
+  int32_t dtype = 6;  // ScalarType numbering.
+  int32_t device_type = kDeviceTypeCuda;
   WeightValue value;
   TensorProperties properties;
 };

@@ -34,6 +34,7 @@
 #include "ptd/loader.h"
 #include "ptd/manifest.h"
 #include "ptd/open_device.h"
+#include "ptd/report.h"
 #include "ptd/safetensors.h"
 #include "ptd/scalar_type.h"
 #include "ptd/verify.h"
@@ -192,11 +193,12 @@ void RaiseIfUnreadable(const ptd::VerifyOutcome& outcome) {
   }
 }
 
-// The report of a verification as `ptd-verify --json` prints it.
+// The report of a verification as `ptd-verify --json` prints it, with hints
+// in Python's words ("...: pass it as manifest=").
 nb::object ReportDict(const ptd::VerifyOutcome& outcome) {
   ptd::JsonExtras extras;
-  extras.names = ptd::InputNames{
-      .ptd = "as the FILE.ptd argument", .manifest = "with --manifest", .pte = "with --pte"};
+  extras.names =
+      ptd::InputNames{.ptd = "as the first argument", .manifest = "as manifest=", .pte = "as pte="};
   return ToPython(ptd::VerifyJson(outcome, extras));
 }
 
@@ -227,7 +229,8 @@ class Weights;
 // takes; Device::name() is the long description, "cuda:0 (NVIDIA H200,
 // sm_90)").
 std::string DeviceName(ptd::DeviceKind kind, int index) {
-  return kind == ptd::DeviceKind::kCuda ? absl::StrCat("cuda:", index) : std::string("host");
+  const std::string name(ptd::DeviceKindName(kind));
+  return kind == ptd::DeviceKind::kCuda ? absl::StrCat(name, ":", index) : name;
 }
 
 // One loaded weight. Holds the LoadedWeights, so its storage lives as long as
@@ -257,7 +260,8 @@ class Tensor {
   }
   // (kDLCPU, 0) or (kDLCUDA, index).
   nb::tuple dlpack_device() const {
-    return is_cuda() ? nb::make_tuple(2, device_index()) : nb::make_tuple(1, 0);
+    return is_cuda() ? nb::make_tuple(nb::device::cuda::value, device_index())
+                     : nb::make_tuple(nb::device::cpu::value, 0);
   }
 
   // The same view with another dtype of the same element size (bf16 as
@@ -287,9 +291,10 @@ class Tensor {
     std::vector<size_t> shape(w_->sizes.begin(), w_->sizes.end());
     const uint64_t byte_offset = static_cast<uint64_t>(w_->storage_offset) * w_->element_size;
     nb::dlpack::dtype dt{info.dl_code, info.dl_bits, 1};
-    nb::ndarray<nb::ro, nb::array_api> a(s.buffer.data(), shape.size(), shape.data(), self,
-                                         w_->strides.data(), dt, is_cuda() ? 2 : 1,
-                                         is_cuda() ? device_index() : 0, 0, byte_offset);
+    nb::ndarray<nb::ro, nb::array_api> a(
+        s.buffer.data(), shape.size(), shape.data(), self, w_->strides.data(), dt,
+        is_cuda() ? nb::device::cuda::value : nb::device::cpu::value,
+        is_cuda() ? device_index() : 0, 0, byte_offset);
     return nb::cast(std::move(a), nb::rv_policy::reference);
   }
 
@@ -379,8 +384,7 @@ class Weights {
   nb::dict placement() const {
     const ptd::LoadStats& s = w_->stats();
     nb::dict d;
-    for (ptd::Residency r :
-         {ptd::Residency::kDevice, ptd::Residency::kMappedHost, ptd::Residency::kHost}) {
+    for (const ptd::Residency r : ptd::kAllResidencies) {
       nb::dict p;
       p["storages"] = s.placed(r).storages;
       p["bytes"] = s.placed(r).bytes;
@@ -585,15 +589,17 @@ std::vector<int64_t> Ints(nb::handle seq) {
 void Write(std::string ptd_path, std::optional<std::string> manifest_path, nb::list specs,
            std::string format, nb::list variants, std::string so_blob_key,
            uint64_t segment_alignment) {
-  ptd::ManifestFormat mf;
-  if (format == "ETCUDAFQN0") {
-    mf = ptd::ManifestFormat::kFqn0;
-  } else if (format == "ETCUDAFQN3") {
-    mf = ptd::ManifestFormat::kFqn3;
-  } else {
-    throw nb::value_error(
-        absl::StrCat("format must be \"ETCUDAFQN0\" or \"ETCUDAFQN3\", not \"", format, "\"")
-            .c_str());
+  constexpr ptd::ManifestFormat kFormats[] = {ptd::ManifestFormat::kFqn0,
+                                              ptd::ManifestFormat::kFqn3};
+  std::optional<ptd::ManifestFormat> mf;
+  for (const ptd::ManifestFormat f : kFormats) {
+    if (format == ptd::ManifestFormatName(f)) mf = f;
+  }
+  if (!mf) {
+    throw nb::value_error(absl::StrCat("format must be \"", std::string(ptd::kManifestMagicFqn0),
+                                       "\" or \"", std::string(ptd::kManifestMagicFqn3),
+                                       "\", not \"", format, "\"")
+                              .c_str());
   }
   std::vector<ptd::Variant> vs;
   for (nb::handle v : variants) {
@@ -607,7 +613,7 @@ void Write(std::string ptd_path, std::optional<std::string> manifest_path, nb::l
     throw nb::value_error("segment_alignment must be a power of two");
   }
   ptd::CudaWeightWriter writer(so_blob_key, std::move(vs),
-                               ptd::PtdWriterOptions{.segment_alignment = segment_alignment}, mf);
+                               ptd::PtdWriterOptions{.segment_alignment = segment_alignment}, *mf);
   std::vector<std::unique_ptr<BufferView>> buffers;
   for (nb::handle h : specs) {
     nb::tuple t = nb::cast<nb::tuple>(h);
@@ -679,21 +685,6 @@ nb::tuple ArrayStorage(nb::ndarray<nb::ro, nb::device::cpu> a) {
 
 // ---- safetensors: extract and reweight ------------------------------------------
 
-// The rule ID that a failed Status's message ends with (" (S8)"), or "".
-std::string RuleOf(std::string_view message) {
-  if (message.size() < 4 || message.back() != ')') return "";
-  const size_t open = message.rfind(" (");
-  if (open == std::string_view::npos) return "";
-  const std::string_view id = message.substr(open + 2, message.size() - open - 3);
-  if (id.empty() || id.size() > 8 || id[0] < 'A' || id[0] > 'Z') return "";
-  for (char c : id) {
-    const bool alnum = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-    if (!alnum) return "";
-  }
-  if (id.back() < '0' || id.back() > '9') return "";  // "(AOTInductor)" is no rule.
-  return std::string(id);
-}
-
 std::string_view DirName(std::string_view path) {
   const size_t slash = path.rfind('/');
   return slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
@@ -737,16 +728,17 @@ nlohmann::ordered_json StatusDiagnostic(const absl::Status& s, const std::string
 // cannot be read or written, ValueError for a bad argument, MemoryError.
 nb::object FailedCall(const absl::Status& s, const std::vector<std::string>& files,
                       const std::vector<std::string>& folders) {
-  const std::string rule = RuleOf(std::string(s.message()));
+  const std::string message(s.message());
+  const std::optional<std::string_view> rule = ptd::RuleOfMessage(message);
   // I1: an input that cannot be opened or read is no broken rule of a file.
-  if (rule.empty() || rule == "I1") {
+  if (!rule || *rule == ptd::kInputRule) {
     if (s.code() == absl::StatusCode::kUnavailable) RaiseOSError(s);
     RaiseStatus(s);
   }
   nlohmann::ordered_json j{{"ok", false},
                            {"errors", nlohmann::ordered_json::array()},
                            {"warnings", nlohmann::ordered_json::array()}};
-  j["errors"].push_back(StatusDiagnostic(s, rule, files, folders));
+  j["errors"].push_back(StatusDiagnostic(s, std::string(*rule), files, folders));
   return ToPython(j);
 }
 

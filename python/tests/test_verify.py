@@ -76,3 +76,25 @@ def test_accepts_pathlike(tmp_path):
     case = CASES[0]
     p = pathlib.Path(case_args(case)[0])
     assert ptd.verify(p).to_dict()["ptd"]["path"] == str(p)
+
+
+def test_hints_name_the_python_arguments():
+    """A file in the wrong place: the hint names the argument that takes it, in
+    Python's words (not the command line's flags)."""
+    k01 = next(c for c in CASES if c["name"] == "k01_view_geometry")
+    ptd_path, manifest, pte = case_args(k01)
+
+    def hints(report):
+        return [e.to_dict().get("hint") for e in report.errors if "hint" in e.to_dict()]
+
+    # A manifest as the .ptd.
+    h = hints(ptd.verify(manifest))
+    assert h and h[0].endswith("(ETCUDAFQN0): pass it as manifest="), h
+    # A .ptd as the manifest.
+    h = hints(ptd.verify(ptd_path, manifest=ptd_path))
+    assert h and h[0].endswith(": pass it as the first argument"), h
+    # A .pte as the manifest.
+    h = hints(ptd.verify(ptd_path, manifest=pte))
+    assert h and h[0].endswith(": pass it as pte="), h
+    for report in (ptd.verify(manifest), ptd.verify(ptd_path, manifest=pte)):
+        assert not any("--" in x for x in hints(report))

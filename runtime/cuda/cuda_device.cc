@@ -446,10 +446,12 @@ int CudaDeviceCount() {
 }
 
 void RegisterCudaDevice() {
-  RegisterDeviceFactory("cuda", [](int index) -> absl::StatusOr<std::shared_ptr<Device>> {
-    PTD_ASSIGN_OR_RETURN(std::shared_ptr<CudaDevice> device, CudaDevice::Open(index));
-    return std::shared_ptr<Device>(std::move(device));
-  });
+  RegisterDeviceFactory(std::string(DeviceKindName(DeviceKind::kCuda)),
+                        [](int index) -> absl::StatusOr<std::shared_ptr<Device>> {
+                          PTD_ASSIGN_OR_RETURN(std::shared_ptr<CudaDevice> device,
+                                               CudaDevice::Open(index));
+                          return std::shared_ptr<Device>(std::move(device));
+                        });
 }
 
 absl::StatusOr<std::shared_ptr<CudaDevice>> CudaDevice::Open(int index,

@@ -23,6 +23,16 @@ absl::StatusOr<std::vector<DeviceBuffer>> Device::AllocateMany(absl::Span<const 
   return out;
 }
 
+std::string_view DeviceKindName(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kHost:
+      return "host";
+    case DeviceKind::kCuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
 std::string_view ResidencyName(Residency r) {
   switch (r) {
     case Residency::kDevice:

@@ -22,10 +22,10 @@ Registry& GetRegistry() {
   return *r;
 }
 
-DeviceFactory FindFactory(const std::string& kind) {
+DeviceFactory FindFactory(DeviceKind kind) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.factories.find(kind);
+  auto it = r.factories.find(internal::Sv(DeviceKindName(kind)));
   return it == r.factories.end() ? DeviceFactory() : it->second;
 }
 
@@ -40,23 +40,26 @@ bool RegisterDeviceFactory(std::string kind, DeviceFactory factory) {
 
 absl::StatusOr<std::shared_ptr<Device>> OpenDevice(std::string_view spec) {
   // "cpu" is an alias of "host" (PyTorch's word for the same device).
-  if (spec == "host" || spec == "cpu") return std::make_shared<HostDevice>();
+  if (spec == DeviceKindName(DeviceKind::kHost) || spec == "cpu") {
+    return std::make_shared<HostDevice>();
+  }
   if (spec.empty() || spec == "auto") {
-    if (DeviceFactory cuda = FindFactory("cuda")) {
+    if (DeviceFactory cuda = FindFactory(DeviceKind::kCuda)) {
       auto d = cuda(0);
       if (d.ok()) return d;
     }
     return std::make_shared<HostDevice>();
   }
-  if (spec.substr(0, 4) == "cuda") {
+  const std::string_view cuda_name = DeviceKindName(DeviceKind::kCuda);
+  if (spec.substr(0, cuda_name.size()) == cuda_name) {
     int index = 0;
-    const std::string_view rest = spec.substr(4);
+    const std::string_view rest = spec.substr(cuda_name.size());
     if (!rest.empty() &&
         (rest[0] != ':' || !absl::SimpleAtoi(internal::Sv(rest.substr(1)), &index) || index < 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad device '", internal::Sv(spec), "': expected cuda or cuda:N"));
     }
-    DeviceFactory cuda = FindFactory("cuda");
+    DeviceFactory cuda = FindFactory(DeviceKind::kCuda);
     if (!cuda) {
       return absl::UnavailableError(absl::StrCat("device '", internal::Sv(spec),
                                                  "': built without CUDA (no cuda device factory)"));

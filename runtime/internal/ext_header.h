@@ -26,6 +26,12 @@ inline constexpr uint64_t kMaxFlatBufferSize = (uint64_t{1} << 31) - 1;
 inline constexpr uint32_t kVerifierMaxDepth = 64;        // C1, P1.
 inline constexpr uint32_t kVerifierMaxTables = 1000000;  // C1, P1.
 
+// The FlatBuffer file identifier (bytes 4..8) of each format: the one
+// spelling of each for the readers, the writer and the sniffer.
+inline constexpr size_t kFileIdentifierAt = 4;
+inline constexpr std::string_view kPtdFileIdentifier = "FT01";  // FlatTensor.
+inline constexpr std::string_view kPteFileIdentifier = "ET12";  // ExecuTorch program.
+
 // Where the extended header starts in both formats.
 inline constexpr size_t kExtHeaderAt = 8;
 

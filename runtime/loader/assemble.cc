@@ -15,10 +15,6 @@ namespace {
 static_assert(sizeof(void*) != 8 || sizeof(LoadedWeight) == 112,
               "LoadedWeight's fields are ordered to leave no padding");
 
-double Since(LoadedWeightsAssembler::Clock::time_point t) {
-  return std::chrono::duration<double>(LoadedWeightsAssembler::Clock::now() - t).count();
-}
-
 }  // namespace
 
 // The result's names and dims: views of the originals, or copies into one
@@ -108,7 +104,7 @@ void LoadedWeightsAssembler::Assemble(absl::Span<const ResolvedManifest> manifes
   out.stats.weights = out.weights.size();
   out.stats.storages = out.storages.size();
   out.stats.bytes = total_bytes;
-  out.timings.finish_s = Since(finish_t0);
+  out.timings.finish_s = SecondsSince(finish_t0);
 }
 
 void LoadedWeightsAssembler::BuildStorages(const Device& device, LoadPlan& plan,
@@ -125,9 +121,7 @@ void LoadedWeightsAssembler::BuildStorages(const Device& device, LoadPlan& plan,
     s.host_accessible =
         on_host || s.residency == Residency::kMappedHost || device.host_accessible();
     s.buffer = std::move(placed.buffers[i]);
-    PlacementStats& where = s.residency == Residency::kDevice       ? out.stats.placed_device
-                            : s.residency == Residency::kMappedHost ? out.stats.placed_mapped_host
-                                                                    : out.stats.placed_host;
+    PlacementStats& where = out.stats.placed(s.residency);
     ++where.storages;
     where.bytes += s.nbytes;
   }
@@ -215,7 +209,7 @@ void LoadedWeightsAssembler::BuildRuntimeOwned(PresizedCopies& names, const Load
 LoadedWeights LoadedWeightsAssembler::Finish(Clock::time_point start,
                                              std::optional<double> first_complete_s) {
   LoadTimings& t = impl_->timings;
-  t.total_s = Since(start);
+  t.total_s = SecondsSince(start);
   t.first_weight_s = first_complete_s.value_or(t.total_s);
   return LoadedWeights(std::move(impl_));
 }

@@ -24,7 +24,7 @@ namespace ptd::internal {
 // and timings, Assemble fills the rest, Finish hands it out.
 class LoadedWeightsAssembler {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = LoadClock;
 
   explicit LoadedWeightsAssembler(std::shared_ptr<Device> device);
   ~LoadedWeightsAssembler();

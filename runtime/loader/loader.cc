@@ -17,14 +17,11 @@
 
 namespace ptd {
 
-using Clock = std::chrono::steady_clock;
+using Clock = internal::LoadClock;
+using internal::SecondsSince;
 using internal::Sv;
 
 namespace {
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // When the call's timings start: now, less the verification the caller ran
 // just before it (LoadOptions::verify_s), so that every timing counts from
@@ -66,19 +63,19 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests,
                                                                    container, *device, options));
   PTD_ASSIGN_OR_RETURN(internal::PlacedStorages placed,
                        internal::Place(plan, all_keys, *device, options));
-  timings.plan_s = Since(plan_t0);
+  timings.plan_s = SecondsSince(plan_t0);
   // On error from here on, `placed` goes first: its buffers are freed
   // before the result lets go of the device.
   if (options.map_file) {
     const auto map_t0 = Clock::now();
     PTD_RETURN_IF_ERROR(
         internal::MapFromFile(source, options, *device, &plan.storages, &placed, &result.stats()));
-    timings.map_s = Since(map_t0);
+    timings.map_s = SecondsSince(map_t0);
   }
   const auto alloc_t0 = Clock::now();
   PTD_RETURN_IF_ERROR(
       internal::Allocate(*device, &plan.storages, plan.placements, &placed, &result.stats()));
-  timings.allocate_s = Since(alloc_t0);
+  timings.allocate_s = SecondsSince(alloc_t0);
 
   std::optional<double> first_complete_s;
   PTD_RETURN_IF_ERROR(internal::TransferStorages(source, *device, options, start, plan.total_bytes,
@@ -152,7 +149,7 @@ absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths, std::shared_
   p.use_mmap = false;
   PTD_ASSIGN_OR_RETURN(WeightBundle bundle, WeightBundle::Open(p));
   // The verification counts in this load's timings.
-  return LoadBundle(bundle, std::move(device), options, nullptr, start, Since(start));
+  return LoadBundle(bundle, std::move(device), options, nullptr, start, SecondsSince(start));
 }
 
 absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
@@ -176,7 +173,7 @@ absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
     return absl::Status(first.code(), absl::StrCat(source.name(), ": ", first.message()));
   }
   return Load(resolved.manifests(), false, source, nullptr, std::move(device), options, start,
-              Since(start));
+              SecondsSince(start));
 }
 
 }  // namespace ptd

@@ -189,7 +189,6 @@ absl::Status CheckPlaceOptions(const Device& device, const LoadOptions& options)
 
 absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device& device,
                                      const LoadOptions& options) {
-  PTD_RETURN_IF_ERROR(CheckPlaceOptions(device, options));
   const bool device_is_host = device.kind() == DeviceKind::kHost;
   const bool by_budget = options.device_budget_bytes || !options.host_fqns.empty();
   PlacedStorages placed;

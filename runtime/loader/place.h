@@ -43,11 +43,11 @@ struct PlacedStorages {
 };
 
 // InvalidArgument for LoadOptions::device_budget_bytes or host_fqns on the
-// host device. Place checks it too; a load checks it before it plans.
+// host device. A load checks it before it plans, once: Place assumes it.
 absl::Status CheckPlaceOptions(const Device& device, const LoadOptions& options);
 
 // Decides where each storage of `plan` goes. With LoadOptions::
-// device_budget_bytes or host_fqns (CheckPlaceOptions first):
+// device_budget_bytes or host_fqns (which CheckPlaceOptions accepted):
 // the storages of a weight (without a manifest, a key) that host_fqns names
 // go to mapped memory first, the others to device memory in manifest order
 // while they fit the budget (internal::PlaceStorages), checked against the

@@ -10,6 +10,7 @@
 #ifndef PTD_RUNTIME_LOADER_PLAN_H_
 #define PTD_RUNTIME_LOADER_PLAN_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -28,6 +29,13 @@
 #include "ptd/weight_set.h"
 
 namespace ptd::internal {
+
+// The clock of a load's timings (LoadTimings), and the seconds since a
+// point on it.
+using LoadClock = std::chrono::steady_clock;
+inline double SecondsSince(LoadClock::time_point t) {
+  return std::chrono::duration<double>(LoadClock::now() - t).count();
+}
 
 // Where the plan binds a storage: to the load's device, or to plain host
 // memory (the storage of a CPU weight, device_type 0, on a device that is

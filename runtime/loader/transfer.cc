@@ -12,12 +12,6 @@
 #include "runtime/internal/strings.h"
 
 namespace ptd::internal {
-namespace {
-
-double Seconds(Transfer::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-}  // namespace
-
 ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
                    uint64_t max_read, uint64_t pack_limit, uint64_t max_gap) {
   max_read = std::max<uint64_t>(max_read, 1);
@@ -369,7 +363,7 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
   if (st.ok()) st = run(device, placed.to_mapped_host, false);
   if (st.ok() && !placed.to_host.empty()) st = run(*placed.host_device, placed.to_host, false);
   PTD_RETURN_IF_ERROR(st);
-  timings->read_s = Seconds(Transfer::Clock::now() - read_t0);
+  timings->read_s = SecondsSince(read_t0);
   transfer.AddTo(stats, timings);
   *first_complete_s = transfer.first_complete_s();
   return absl::OkStatus();

@@ -67,7 +67,7 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uin
 // complete storage, statistics and the phase timings of the options.
 class Transfer {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = LoadClock;
 
   Transfer(const ByteSource& source, std::vector<StorageJob>* storages, const LoadOptions& options,
            Clock::time_point start, uint64_t total_bytes);

@@ -17,11 +17,6 @@
 #include "runtime/loader/transfer.h"
 
 namespace ptd::internal {
-namespace {
-
-double Seconds(Transfer::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-}  // namespace
 
 // One RunStaged: reader threads fill a ring of staging slots while the
 // calling thread drains it, copying each filled slot to the device and
@@ -156,7 +151,7 @@ class Transfer::StagedRun {
       t_.copies_.fetch_add(item.num_pieces, std::memory_order_relaxed);
       slots_[slot].tickets = *std::move(tickets);
     }
-    t_.copy_s_ += Seconds(Clock::now() - t0);
+    t_.copy_s_ += SecondsSince(t0);
     // On error the batch left nothing in flight; the slot is freed by Run.
     in_flight_.push_back(slot);
     if (!st.ok()) {
@@ -199,7 +194,7 @@ class Transfer::StagedRun {
       if (!st.ok()) break;
     }
     slots_[slot].tickets.clear();
-    t_.wait_s_ += Seconds(Clock::now() - t0);
+    t_.wait_s_ += SecondsSince(t0);
     return st;
   }
 

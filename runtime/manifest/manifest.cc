@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
@@ -21,6 +22,18 @@
 #include "runtime/internal/utf8.h"
 
 namespace ptd {
+
+// The decoder's way to NameArena's members that users do not get.
+struct internal::NameArenaAccess {
+  static std::string_view KeepUnsynchronized(NameArena& arena, std::string_view name) {
+    return arena.KeepUnsynchronized(name);
+  }
+  static void Retain(NameArena& arena, std::shared_ptr<const void> owner) {
+    arena.Retain(std::move(owner));
+  }
+  static void Absorb(NameArena& arena, NameArena&& other) { arena.Absorb(std::move(other)); }
+};
+
 namespace {
 
 constexpr absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
@@ -79,7 +92,7 @@ class Cursor {
     if (!Read(&len, what)) return false;
     if (!Need(len, what)) return false;
     const std::string_view name(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
-    *out = names != nullptr ? names->KeepUnsynchronized(name) : name;
+    *out = names != nullptr ? internal::NameArenaAccess::KeepUnsynchronized(*names, name) : name;
     pos_ += len;
     return true;
   }
@@ -226,15 +239,15 @@ bool CheckEntry(const WeightEntry& e, size_t index, const Where& base, Report* r
 // ETCUDAFQN3 holds one so_blob_key and nothing else of a variant.
 absl::Status CheckReleasedVariant(const std::vector<Variant>& variants) {
   if (variants.size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("an ETCUDAFQN3 manifest has exactly one untargeted variant, but this "
-                     "manifest has ",
-                     variants.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an ", internal::Sv(kManifestMagicFqn3),
+        " manifest has exactly one untargeted variant, but this manifest has ", variants.size()));
   }
   const Variant& v = variants[0];
   if (v.target_sm != 0 || v.ptx_compute != 0 || v.flags != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("an ETCUDAFQN3 manifest has one untargeted variant (target_sm 0, "
+        absl::StrCat("an ", internal::Sv(kManifestMagicFqn3),
+                     " manifest has one untargeted variant (target_sm 0, "
                      "ptx_compute 0, flags 0), but its variant has target_sm ",
                      v.target_sm, ", ptx_compute ", v.ptx_compute, ", flags ", v.flags));
   }
@@ -296,8 +309,11 @@ absl::Status CheckWeightEntry(const WeightEntry& entry) {
 
 namespace {
 
-constexpr std::string_view kReadFormats = "'ETCUDAFQN0' and 'ETCUDAFQN3'";
-constexpr std::string_view kExpectedFormats = "'ETCUDAFQN0' or 'ETCUDAFQN3'";
+// "'ETCUDAFQN0' <conjunction> 'ETCUDAFQN3'": the layouts this reader reads.
+std::string ReadFormats(std::string_view conjunction) {
+  return absl::StrCat("'", internal::Sv(kManifestMagicFqn0), "' ", internal::Sv(conjunction), " '",
+                      internal::Sv(kManifestMagicFqn3), "'");
+}
 
 // M1 and the M2 length check of the magic: the layout, or nullopt (reported).
 std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes, const Where& where,
@@ -313,19 +329,20 @@ std::optional<ManifestFormat> DecodeMagic(absl::Span<const uint8_t> bytes, const
                                kManifestMagicFqn0.size());
   if (magic == kManifestMagicFqn0) return ManifestFormat::kFqn0;
   if (magic == kManifestMagicFqn3) return ManifestFormat::kFqn3;
-  const bool transitional =
-      magic.substr(0, 9) == kManifestMagicPrefix && magic[9] >= '1' && magic[9] <= '9';
+  const bool transitional = magic.substr(0, kManifestMagicPrefix.size()) == kManifestMagicPrefix &&
+                            magic[kManifestMagicPrefix.size()] >= '1' &&
+                            magic[kManifestMagicPrefix.size()] <= '9';
   if (transitional) {
     report->Error("M1", absl::StatusCode::kUnimplemented,
                   absl::StrCat("manifest version '", internal::Sv(magic),
                                "' is not supported by this reader "
                                "(transitional or newer) (it reads ",
-                               internal::Sv(kReadFormats), ")"),
+                               ReadFormats("and"), ")"),
                   where);
   } else {
     report->Error("M1", kDataLoss,
                   absl::StrCat("bad manifest magic '", internal::Escaped(magic), "', expected ",
-                               internal::Sv(kExpectedFormats)),
+                               ReadFormats("or")),
                   where);
   }
   return std::nullopt;
@@ -506,7 +523,7 @@ bool DecodeEntries(Cursor& in, absl::Span<const uint8_t> bytes, Manifest* m, Nam
     }
   }
   if (thrown) std::rethrow_exception(thrown);
-  if (names != nullptr) names->Absorb(std::move(second_names));
+  if (names != nullptr) internal::NameArenaAccess::Absorb(*names, std::move(second_names));
   report->Merge(std::move(second_report));
   if (!second_ok) return false;
   in.Seek(end);
@@ -557,7 +574,7 @@ std::optional<Manifest> DecodeManifest(absl::Span<const uint8_t> bytes,
   m.format = *format;
   m.names = std::make_shared<NameArena>();
   const bool in_place = bytes_owner != nullptr;
-  if (in_place) m.names->Retain(std::move(bytes_owner));
+  if (in_place) internal::NameArenaAccess::Retain(*m.names, std::move(bytes_owner));
   const bool framed = *format == ManifestFormat::kFqn3
                           ? DecodeReleasedVariant(in, &m, where, report)
                           : DecodeVariants(in, &m, where, report);

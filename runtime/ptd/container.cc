@@ -13,6 +13,7 @@
 #include "runtime/internal/ext_header.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
+#include "runtime/ptd/tensor_layout_check.h"
 #include "schema/flat_tensor_generated.h"
 
 namespace ptd {
@@ -41,12 +42,16 @@ bool CheckHeader(const FileSource& source, Report* report, PtdHeader* h, bool* d
     report->Error("H1", s.code(), std::string(s.message()), where);
     return false;
   }
-  const std::string_view fb_id(reinterpret_cast<const char*>(raw + 4), 4);
-  const std::string_view eh_magic(reinterpret_cast<const char*>(raw + 8), 4);
-  if (fb_id != "FT01" || eh_magic != internal::kPtdHeaderMagic) {
+  const std::string_view fb_id(reinterpret_cast<const char*>(raw + internal::kFileIdentifierAt),
+                               internal::kPtdFileIdentifier.size());
+  const std::string_view eh_magic(reinterpret_cast<const char*>(raw + internal::kExtHeaderAt),
+                                  internal::kPtdHeaderMagic.size());
+  if (fb_id != internal::kPtdFileIdentifier || eh_magic != internal::kPtdHeaderMagic) {
     report->Error("H2", kDataLoss,
                   absl::StrCat("bad magic: bytes 4..12 are '", internal::Escaped(fb_id), "' '",
-                               internal::Escaped(eh_magic), "', expected 'FT01' 'FH01'"),
+                               internal::Escaped(eh_magic), "', expected '",
+                               internal::Sv(internal::kPtdFileIdentifier), "' '",
+                               internal::Sv(internal::kPtdHeaderMagic), "'"),
                   where);
     return false;
   }
@@ -270,14 +275,14 @@ TensorLayout DecodeLayout(const fb::TensorLayout& l, const NamedDataEntry& e,
   return layout;
 }
 
-// C6, C7, C8 over every entry; fills `named` and the key index `index`,
-// whose keys, like the entries', view the FlatBuffer.
-void DecodeNamedData(
-    const flatbuffers::Vector<flatbuffers::Offset<fb::NamedData>>& entries,
-    const std::vector<Segment>& segments, const std::string& file,
-    std::vector<NamedDataEntry>* named, std::vector<TensorLayout>* layouts,
-    absl::flat_hash_set<const NamedDataEntry*, NamedDataKeyHash, NamedDataKeyEq>* index,
-    Report* report) {
+// C6, C7, C8 over every entry; fills `named` and the key index `index`
+// (Container's private set of entry pointers), whose keys, like the
+// entries', view the FlatBuffer.
+template <typename KeyIndex>
+void DecodeNamedData(const flatbuffers::Vector<flatbuffers::Offset<fb::NamedData>>& entries,
+                     const std::vector<Segment>& segments, const std::string& file,
+                     std::vector<NamedDataEntry>* named, std::vector<TensorLayout>* layouts,
+                     KeyIndex* index, Report* report) {
   const Where where{.file = file};
   named->reserve(entries.size());
   // Entries point into `layouts`: it must never reallocate.

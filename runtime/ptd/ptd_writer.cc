@@ -15,6 +15,7 @@
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
 #include "runtime/ptd/ptd_layout.h"
+#include "runtime/ptd/tensor_layout_check.h"
 #include "schema/flat_tensor_generated.h"
 
 namespace ptd {

@@ -25,7 +25,6 @@ namespace fb = ::ptd::pte_fb;
 constexpr uint64_t kHeaderOffset = internal::kExtHeaderAt;
 constexpr absl::string_view kHeaderMagic(internal::kPteHeaderMagic.data(),
                                          internal::kPteHeaderMagic.size());
-constexpr absl::string_view kProgramIdentifier = "ET12";
 using internal::kMaxFlatBufferSize;
 constexpr flatbuffers::uoffset_t kMaxDepth = internal::kVerifierMaxDepth;
 constexpr flatbuffers::uoffset_t kMaxTables = internal::kVerifierMaxTables;
@@ -91,13 +90,15 @@ std::optional<PteHeader> ReadHeader(const FileSource& source, Report* report) {
   }
 
   bool ok = true;
-  if (std::memcmp(raw.data() + 4, kProgramIdentifier.data(), 4) != 0) {
-    report->Error("P1", absl::StatusCode::kDataLoss,
-                  absl::StrCat("FlatBuffer identifier at bytes 4..8 is '",
-                               internal::Escaped(std::string_view(
-                                   reinterpret_cast<const char*>(raw.data() + 4), 4)),
-                               "', expected '", kProgramIdentifier, "'"),
-                  At(path));
+  const std::string_view identifier(
+      reinterpret_cast<const char*>(raw.data() + internal::kFileIdentifierAt),
+      internal::kPteFileIdentifier.size());
+  if (identifier != internal::kPteFileIdentifier) {
+    report->Error(
+        "P1", absl::StatusCode::kDataLoss,
+        absl::StrCat("FlatBuffer identifier at bytes 4..8 is '", internal::Escaped(identifier),
+                     "', expected '", internal::Sv(internal::kPteFileIdentifier), "'"),
+        At(path));
     ok = false;
   }
   if (to_read < kHeaderOffset + kHeaderMagic.size() ||

@@ -21,11 +21,6 @@ FaultDevice::~FaultDevice() {
   (void)FlushLocked(~uint64_t{0});
 }
 
-void FaultDevice::set_plan(FaultPlan plan) {
-  std::lock_guard<std::mutex> lock(mu_);
-  plan_ = std::move(plan);
-}
-
 FaultCounts FaultDevice::counts() const {
   std::lock_guard<std::mutex> lock(shared_->mu);
   return shared_->counts;

@@ -7,6 +7,7 @@
 
 #include "ptd/sha256.h"
 #include "ptd/view_digest.h"
+#include "ptd/weight_stats.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/strings.h"
 

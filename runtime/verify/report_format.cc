@@ -18,6 +18,7 @@
 #include "ptd/verify.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
+#include "runtime/verify/input_text.h"
 
 namespace ptd {
 namespace {
@@ -32,9 +33,7 @@ std::string Num(const std::optional<T>& v) {
   return v ? absl::StrCat(*v) : "-";
 }
 
-std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
-  return absl::StrCat(n, " ", internal::Sv(n == 1 ? one : many));
-}
+using internal::Plural;
 
 // "107374182400 bytes (100 GiB)"; "48 bytes"; "unknown size" for nullopt.
 std::string ByteSize(std::optional<uint64_t> v) {
@@ -239,7 +238,8 @@ void ManifestHeading(const VerifiedManifest& vm, std::string* out) {
   const SourcedManifest& s = *vm.manifest;
   std::string name = Str(s.source);
   if (!s.file.empty()) {
-    name = s.source == "manifest" ? Str(s.file) : absl::StrCat(Str(s.source), " in ", Str(s.file));
+    name = s.source == kStandaloneManifestSource ? Str(s.file)
+                                                 : absl::StrCat(Str(s.source), " in ", Str(s.file));
   }
   absl::StrAppend(out, "\nmanifest ", name, " (", Str(ManifestFormatName(s.manifest.format)),
                   "): ", Plural(s.manifest.variants.size(), "variant", "variants"), ", ",

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,8 +17,10 @@
 
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
+#include "runtime/internal/ext_header.h"
 #include "runtime/internal/strings.h"
 #include "runtime/verify/digest_pass.h"
+#include "runtime/verify/input_text.h"
 
 namespace ptd {
 namespace {
@@ -92,45 +97,53 @@ void CutToListed(const VerifyOptions& options, VerifyOutcome* out) {
   }
 }
 
-enum class FileKind { kUnknown, kPtd, kPte, kManifest };
-
-// What the first bytes of `source` say it is.
-FileKind SniffKind(const FileSource& source, std::string* magic) {
+// What the first bytes of `source` say it is: the input it belongs as, or
+// nullopt when they say nothing (or cannot be read).
+std::optional<InputRole> SniffRole(const FileSource& source, std::string* magic) {
   uint8_t head[16] = {};
   const size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof(head), source.size()));
-  if (!source.ReadAt(0, absl::MakeSpan(head, n)).ok()) return FileKind::kUnknown;
+  if (!source.ReadAt(0, absl::MakeSpan(head, n)).ok()) return std::nullopt;
   const std::string_view b(reinterpret_cast<const char*>(head), n);
   if (absl::StartsWith(internal::Sv(b), internal::Sv(kManifestMagicPrefix))) {
     *magic = internal::Escaped(b.substr(0, kManifestMagicFqn0.size()));
-    return FileKind::kManifest;
+    return InputRole::kManifest;
   }
-  if (n >= 12 && b.substr(4, 4) == "FT01" && b.substr(8, 4) == "FH01") return FileKind::kPtd;
-  if (n >= 8 && b.substr(4, 4) == "ET12") return FileKind::kPte;
-  return FileKind::kUnknown;
+  const auto has = [&](size_t at, std::string_view what) {
+    return n >= at + what.size() && b.substr(at, what.size()) == what;
+  };
+  if (has(internal::kFileIdentifierAt, internal::kPtdFileIdentifier) &&
+      has(internal::kExtHeaderAt, internal::kPtdHeaderMagic)) {
+    return InputRole::kPtd;
+  }
+  if (has(internal::kFileIdentifierAt, internal::kPteFileIdentifier)) return InputRole::kPte;
+  return std::nullopt;
 }
 
 // A hint for the first error about `source` when the file looks like
 // another kind of input than `expected`. Reads the file only then.
-void NoteHint(const std::vector<Diagnostic>& errors, const FileSource& source, FileKind expected,
+void NoteHint(const std::vector<Diagnostic>& errors, const FileSource& source, InputRole expected,
               std::vector<InputHint>* hints) {
   for (size_t i = 0; i < errors.size(); ++i) {
     if (errors[i].file != source.name()) continue;
     std::string magic;
-    const FileKind kind = SniffKind(source, &magic);
-    if (kind == FileKind::kUnknown || kind == expected) return;
-    switch (kind) {
-      case FileKind::kManifest:
+    const std::optional<InputRole> role = SniffRole(source, &magic);
+    if (!role || *role == expected) return;
+    switch (*role) {
+      case InputRole::kManifest:
         hints->push_back({i, absl::StrCat("this is a CUDA weight manifest (", magic, ")"),
                           InputRole::kManifest});
         break;
-      case FileKind::kPtd:
-        hints->push_back(
-            {i, "this is a .ptd weight container (FlatTensor 'FT01')", InputRole::kPtd});
+      case InputRole::kPtd:
+        hints->push_back({i,
+                          absl::StrCat("this is a .ptd weight container (FlatTensor '",
+                                       internal::Sv(internal::kPtdFileIdentifier), "')"),
+                          InputRole::kPtd});
         break;
-      case FileKind::kPte:
-        hints->push_back({i, "this is an ExecuTorch program (.pte, 'ET12')", InputRole::kPte});
-        break;
-      case FileKind::kUnknown:
+      case InputRole::kPte:
+        hints->push_back({i,
+                          absl::StrCat("this is an ExecuTorch program (.pte, '",
+                                       internal::Sv(internal::kPteFileIdentifier), "')"),
+                          InputRole::kPte});
         break;
     }
     return;
@@ -209,9 +222,9 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
 
   // A file given in the wrong place says what it looks like.
   const std::vector<Diagnostic> errors = out.Errors();
-  if (sources.ptd) NoteHint(errors, *sources.ptd, FileKind::kPtd, &out.hints);
-  if (sources.manifest) NoteHint(errors, *sources.manifest, FileKind::kManifest, &out.hints);
-  if (sources.pte) NoteHint(errors, *sources.pte, FileKind::kPte, &out.hints);
+  if (sources.ptd) NoteHint(errors, *sources.ptd, InputRole::kPtd, &out.hints);
+  if (sources.manifest) NoteHint(errors, *sources.manifest, InputRole::kManifest, &out.hints);
+  if (sources.pte) NoteHint(errors, *sources.pte, InputRole::kPte, &out.hints);
   out.bundle = std::move(verified);
   return out;
 }

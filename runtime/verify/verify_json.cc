@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "ptd/manifest.h"
+#include "runtime/verify/input_text.h"
 
 namespace ptd {
 namespace {

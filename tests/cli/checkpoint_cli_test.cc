@@ -157,6 +157,30 @@ TEST(CheckpointCliTest, BrokenRuleExitsOneAndWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("x.safetensors")));
 }
 
+TEST(CheckpointCliTest, JsonOfPathsThatAreNotUtf8HasReplacementsNotACrash) {
+  // Names read from the files are valid UTF-8 (C6, M5, S3), but a path is any
+  // bytes: --json replaces a bad byte with U+FFFD, as ptd-verify does.
+  TempDir dir;
+  const std::string kReplacement = "\xef\xbf\xbd";
+  const std::string st = dir.File("k01\xff.safetensors");
+  auto x = RunCommand(Extract(kK01 + " --manifest " + kK01Manifest + " -o '" + st + "' --json"));
+  ASSERT_EQ(x.exit_code, 0) << x.out;
+  EXPECT_EQ(json::parse(x.out)["files"],
+            json::array({dir.File("k01" + kReplacement + ".safetensors")}));
+  const std::string out = dir.File("k01\xff.ptd");
+  auto r = RunCommand(Reweight("'" + st + "' --manifest " + kK01Manifest + " --base " + kK01 +
+                               " -o '" + out + "' --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["out"], dir.File("k01" + kReplacement + ".ptd"));
+  EXPECT_EQ(ReadFileBytes(out), ReadFileBytes(kK01));
+  // A failure that names such a path: one JSON object too.
+  auto missing =
+      RunCommand(Extract("'" + dir.File("none\xff.ptd") + "' -o '" + st + "' --json 2>/dev/null"));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(json::parse(missing.out)["error"]["message"].get<std::string>(),
+              HasSubstr("none" + kReplacement + ".ptd"));
+}
+
 TEST(CheckpointCliTest, StatsCountNanAndInfAndWarnN1) {
   TempDir dir;
   const float nan = std::numeric_limits<float>::quiet_NaN();

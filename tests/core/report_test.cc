@@ -1,6 +1,10 @@
-// Report: diagnostics as data (rule, code, place), the "(RULE)" suffix, and
-// the first error as a Status.
+// Report: diagnostics as data (rule, code, place), the "(RULE)" suffix, the
+// first error as a Status, and the rule read back from a message.
 #include "ptd/report.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -77,6 +81,30 @@ TEST(ReportTest, MergeAppendsInOrder) {
   EXPECT_THAT(::ptd::testing::ErrorRules(a), ElementsAre("H1", "M3"));
   EXPECT_TRUE(a.HasWarning("X3"));
   EXPECT_THAT(a, HasError("M3", CodeIs(absl::StatusCode::kDataLoss)));
+}
+
+TEST(ReportTest, RuleOfMessageReadsTheTrailingRule) {
+  EXPECT_EQ(RuleOfMessage("weight 'x': view requires 80 bytes from a 48-byte storage (G2)"), "G2");
+  EXPECT_EQ(RuleOfMessage("c.safetensors: tensor 'w' is missing (S10)"), "S10");
+  EXPECT_EQ(RuleOfMessage("a.ptd: cannot open: No such file (I1)"), "I1");
+  // What a Report writes, read back.
+  Report r;
+  r.Error("C4", absl::StatusCode::kDataLoss, "segment out", Where{.file = "a.ptd"});
+  const std::string first(r.FirstError().message());
+  EXPECT_EQ(RuleOfMessage(first), "C4");
+  // The view points into the message.
+  const std::string message = "x (M5)";
+  const std::optional<std::string_view> rule = RuleOfMessage(message);
+  ASSERT_TRUE(rule.has_value());
+  EXPECT_EQ(rule->data(), message.data() + 3);
+}
+
+TEST(ReportTest, RuleOfMessageIsNulloptForAnyOtherEnding) {
+  for (const char* m : {"", "(G2)", "x(G2)", "x (G2) ", "x (G2).", "x (g2)", "x (G)", "x (2)",
+                        "x (G123)", "x (BF16)", "x (AOTInductor)", "x (ETCUDAFQN0)", "x (G2",
+                        "x G2)", "x (G 2)", "x (G2)\n", "no rule here"}) {
+    EXPECT_EQ(RuleOfMessage(m), std::nullopt) << "'" << m << "'";
+  }
 }
 
 }  // namespace

@@ -178,6 +178,16 @@ TEST(FaultDeviceTest, DeferredCopiesLandAtWait) {
   EXPECT_EQ(std::memcmp(dst, src, 4), 0);
 }
 
+TEST(DeviceKindNameTest, NamesEachKindAsADeviceSpecDoes) {
+  EXPECT_EQ(DeviceKindName(DeviceKind::kHost), "host");
+  EXPECT_EQ(DeviceKindName(DeviceKind::kCuda), "cuda");
+  // The host's name is a spec OpenDevice accepts, and names the device.
+  auto d = OpenDevice(DeviceKindName(DeviceKind::kHost));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->kind(), DeviceKind::kHost);
+  EXPECT_EQ((*d)->name(), DeviceKindName(DeviceKind::kHost));
+}
+
 TEST(OpenDeviceTest, HostAndAutoGiveTheHost) {
   for (const char* spec : {"host", "", "auto"}) {
     auto d = OpenDevice(spec);

@@ -81,7 +81,6 @@ class FaultDevice final : public Device {
   explicit FaultDevice(std::shared_ptr<Device> inner, FaultPlan plan = {});
   ~FaultDevice() override;
 
-  void set_plan(FaultPlan plan);
   FaultCounts counts() const;
   Device& inner() const { return *inner_; }
 

@@ -1,12 +1,13 @@
 // The N1 health scan: NaN and infinite counts and the finite range of a
 // floating weight's elements, decoded from their little-endian bytes (f16 and
 // bf16 by hand: no half-precision library).
+#include "ptd/weight_stats.h"
+
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
-#include "ptd/checkpoint.h"
 #include "ptd/scalar_type.h"
 
 namespace ptd {

@@ -1,5 +1,7 @@
 // Tests of the N1 health scan: f16/bf16/f32/f64 decoding, chunking, and the
 // warning.
+#include "ptd/weight_stats.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -8,8 +10,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-
-#include "ptd/checkpoint.h"
 
 namespace ptd {
 namespace {
