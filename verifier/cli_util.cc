@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include <gnu/libc-version.h>
 
+#include "ptd/manifest.h"
 #include "runtime/verify/verify_json.h"
 
 namespace ptd::cli {
@@ -242,6 +243,11 @@ void SetUp(CLI::App& app, const std::string& version, bool malloc_lines) {
   app.set_version_flag("--version", std::function<std::string()>([line = std::move(line)] {
                          return absl::StrCat(line, "\n", MallocPagesLine(), "\n", MallocMmapLine());
                        }));
+}
+
+std::string ManifestFlagHelp() {
+  return absl::StrCat("a standalone ", std::string(kManifestMagicFqn0), " or ",
+                      std::string(kManifestMagicFqn3), " manifest");
 }
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {

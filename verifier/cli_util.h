@@ -117,6 +117,11 @@ bool WriteOut(std::string_view text);
 // MallocMmapLine() below it.
 void SetUp(CLI::App& app, const std::string& version, bool malloc_lines = false);
 
+// The help of --manifest, for every tool that reads one: the formats a
+// standalone manifest may have ("a standalone ETCUDAFQN0 or ETCUDAFQN3
+// manifest").
+std::string ManifestFlagHelp();
+
 // Parses the command line into `app`'s options: nullopt to go on, else the
 // exit code after help or version on stdout (checked, like every write), 0,
 // or the usage error on stderr, 2.

@@ -18,7 +18,6 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/checkpoint.h"
-#include "ptd/manifest.h"
 #include "ptd/scalar_type.h"
 #include "ptd/verify.h"
 #include "runtime/internal/strings.h"
@@ -112,10 +111,7 @@ int Main(int argc, char** argv) {
   ptd::cli::SetUp(app, PTD_VERSION);
   app.add_option("ptd", inputs.ptd, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest =
-      app.add_option("--manifest")
-          ->description(absl::StrCat("a standalone ", std::string(ptd::kManifestMagicFqn0), " or ",
-                                     std::string(ptd::kManifestMagicFqn3), " manifest"))
-          ->type_name("FILE");
+      app.add_option("--manifest")->description(ptd::cli::ManifestFlagHelp())->type_name("FILE");
   auto* pte =
       app.add_option("--pte", "a .pte whose CUDA delegates carry manifests")->type_name("FILE");
   app.add_option("-o,--out", out,

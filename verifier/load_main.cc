@@ -32,7 +32,6 @@
 
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
-#include "ptd/manifest.h"
 #include "ptd/open_device.h"
 #include "ptd/report.h"
 #include "ptd/scalar_type.h"
@@ -177,10 +176,7 @@ std::optional<int> Parse(int argc, char** argv, Args* a) {
       "ptd-load");
   ptd::cli::SetUp(app, PTD_VERSION, /*malloc_lines=*/true);
   app.add_option("ptd", a->ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
-  app.add_option("--manifest", a->manifest,
-                 absl::StrCat("a standalone ", std::string(ptd::kManifestMagicFqn0), " or ",
-                              std::string(ptd::kManifestMagicFqn3), " manifest"))
-      ->type_name("FILE");
+  app.add_option("--manifest", a->manifest, ptd::cli::ManifestFlagHelp())->type_name("FILE");
   app.add_option("--pte", a->pte, "a .pte whose CUDA delegates carry manifests")->type_name("FILE");
   app.add_option("--device", a->device_spec,
                  "host (or its alias cpu), cuda or cuda:N (default: the best present)")

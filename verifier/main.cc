@@ -13,9 +13,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/str_cat.h"
 
-#include "ptd/manifest.h"
 #include "ptd/verify.h"
 #include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
@@ -51,10 +49,7 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
   ptd::cli::SetUp(app, PTD_VERSION, /*malloc_lines=*/true);
   app.add_option("ptd", options.ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest =
-      app.add_option("--manifest")
-          ->description(absl::StrCat("a standalone ", std::string(ptd::kManifestMagicFqn0), " or ",
-                                     std::string(ptd::kManifestMagicFqn3), " manifest"))
-          ->type_name("FILE");
+      app.add_option("--manifest")->description(ptd::cli::ManifestFlagHelp())->type_name("FILE");
   auto* pte =
       app.add_option("--pte", "a .pte whose CUDA delegates carry manifests")->type_name("FILE");
   auto* sm_opt = app.add_option("--sm", sm,
