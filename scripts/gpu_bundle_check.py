@@ -7,12 +7,17 @@
       --pte where the case has one); every weight's sha256 and
       materialized_sha256 (on cuda), and every key's sha256 for a container
       case, must equal cases.json. (--device host: the same check without a
-      GPU, which the bundle's CPU-side test runs.) Writes LOGS/digests.json; exit 0 when all match.
+      GPU, which the bundle's CPU-side test runs.) --device-budget B passes
+      ptd-load's (0: everything in mapped host memory, read by the kernels
+      there). Writes LOGS/NAME.json (--name, default digests); exit 0 when
+      all match.
       --load BIN and --conformance DIR run it outside a bundle: CI runs
       ptd-load-cudasim so (tests/cudasim/CMakeLists.txt).
   check.py summary --bundle DIR --logs DIR --out DIR --seconds N
       Reads LOGS/steps.tsv, driver.json (the driver and CUDA versions that
-      run.sh recorded), gpu_tests.json, digests.json and bench_*.json; writes
+      run.sh recorded), build.json (the build it picked), bench_1g.json,
+      pin_1g.json, digests_mapped.json, small_*.json, gpu_tests.json,
+      digests.json and bench_4g.json; writes
       OUT/summary.json and OUT/summary.md, prints the latter; exit 0 only when
       every check ran and passed (a check that run.sh did not run for want of
       time fails, the 4 GiB benchmark excepted).
@@ -57,7 +62,8 @@ def run_digests(args):
         else:
             runs.append(("container", []))
         for via, extra in runs:
-            cmd = [load, "--device", args.device, "--json", "--digest", *extra,
+            budget = [] if args.device_budget is None else ["--device-budget", args.device_budget]
+            cmd = [load, "--device", args.device, "--json", "--digest", *budget, *extra,
                    os.path.join(conf, tc["ptd"])]
             r = {"case": tc["name"], "via": via, "checked": 0, "problems": []}
             results.append(r)
@@ -110,8 +116,8 @@ def run_digests(args):
                 r["problems"].append("nothing to compare")
     ok = bool(results) and all(not r["problems"] for r in results)
     os.makedirs(args.logs, exist_ok=True)
-    with open(os.path.join(args.logs, "digests.json"), "w") as f:
-        json.dump({"ok": ok, "runs": results}, f, indent=1)
+    with open(os.path.join(args.logs, f"{args.name}.json"), "w") as f:
+        json.dump({"ok": ok, "runs": results, "device_budget": args.device_budget}, f, indent=1)
     for r in results:
         state = "ok" if not r["problems"] else "FAILED: " + "; ".join(r["problems"][:3])
         print(f"{r['case']} ({r['via']}): {r['checked']} digests {state}")
@@ -173,12 +179,12 @@ def gpu_tests_check(logs, step):
     return c
 
 
-def digests_check(logs, step):
-    c = {"name": "load_digests", "log": "logs/digests.log"}
+def digests_check(logs, step, name="digests"):
+    c = {"name": "load_" + name, "log": f"logs/{name}.log"}
     if step is not None and step["rc"] == "not_run":
         c.update(ok=False, not_run=True, detail=NOT_RUN)
         return c
-    j, err = load_json(os.path.join(logs, "digests.json"))
+    j, err = load_json(os.path.join(logs, f"{name}.json"))
     if j is None:
         c.update(ok=False, detail=f"no result ({err}); {rc_text(step) if step else 'not run'}")
         return c
@@ -238,6 +244,58 @@ def bench_check(logs, name, step):
     return c
 
 
+def pinning_check(logs, step):
+    """ptd-load --device-budget 0 on the 1 GiB file: allocate_s is the
+    cudaHostAlloc that pins it (and maps it for the GPU)."""
+    c = {"name": "pinning", "log": "logs/pin_1g.log"}
+    if step is None or step["rc"] == "not_run":
+        c.update(ok=False, not_run=True, detail=NOT_RUN if step else "not run")
+        return c
+    j, err = load_json(os.path.join(logs, "pin_1g.json"))
+    if j is None or step["rc"] != "0":
+        c.update(ok=False, detail=f"{rc_text(step)}; {err or 'no JSON'}")
+        return c
+    t = j.get("timings", {})
+    gib = (j.get("load", {}).get("bytes") or 0) / (1 << 30)
+    placed = j.get("load", {}).get("placement", {}).get("mapped_host", {}).get("bytes")
+    per_gib = t.get("allocate_s", 0) / gib if gib else None
+    m = {"bytes": j.get("load", {}).get("bytes"), "mapped_host_bytes": placed,
+         "allocate_s": t.get("allocate_s"), "pin_s_per_GiB": per_gib, "total_s": t.get("total_s"),
+         "GBps": j.get("load", {}).get("bytes", 0) / t["total_s"] / 1e9 if t.get("total_s") else None}
+    ok = bool(gib) and placed == m["bytes"]
+    c.update(ok=ok, metrics=m,
+             detail=f"{fmt(per_gib, 3)} s/GiB to pin ({fmt(gib)} GiB, all in mapped host memory: "
+                    f"{'yes' if ok else 'NO'}); whole load {fmt(m['GBps'])} GB/s")
+    return c
+
+
+def small_storages_check(logs, steps):
+    """The loader on 65,536 storages of 1,000 B and of 1,024 B."""
+    c = {"name": "small_storages", "log": "logs/small_1000.log, logs/small_1024.log"}
+    rows, problems = {}, []
+    for each in (1000, 1024):
+        step = steps.get(f"small_{each}")
+        if step is None or step["rc"] == "not_run":
+            problems.append(f"{each} B: not run")
+            continue
+        j, err = load_json(os.path.join(logs, f"small_{each}.json"))
+        b = next((b for b in (j or {}).get("benchmarks", []) if b["name"].startswith("BM_Loader_Cuda")),
+                 None)
+        if b is None or b.get("error_occurred") or step["rc"] != "0":
+            problems.append(f"{each} B: {rc_text(step)}; "
+                            f"{(b or {}).get('error_message') or err or 'no BM_Loader_Cuda'}")
+            continue
+        rows[each] = {k: b.get(k) for k in ("p50_ms", "GBps", "copies", "copy_calls", "storages")}
+    ratio = (rows[1000]["p50_ms"] / rows[1024]["p50_ms"]
+             if len(rows) == 2 and rows[1024].get("p50_ms") else None)
+    c.update(ok=not problems, not_run=len(rows) == 0 and bool(problems), metrics=rows,
+             problems=problems,
+             detail="; ".join(problems) if problems else
+             "; ".join(f"{k} B: {fmt(v['p50_ms'], 1)} ms, {fmt(v['copy_calls'], 0)} copy calls"
+                       for k, v in rows.items()) + f"; 1,000 B / 1,024 B time {fmt(ratio)}x")
+    return c
+
+
 def fmt(x, digits=2):
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -250,15 +308,20 @@ def run_summary(args):
     if driver is None:
         driver = {"driver_version": None, "cuda_version": None, "nvidia_smi": None,
                   "source": None, "text": f"driver unknown (no {err})"}
+    build, _ = load_json(os.path.join(args.logs, "build.json"))
     checks = [
+        bench_check(args.logs, "bench_1g", steps.get("bench_1g")),
+        pinning_check(args.logs, steps.get("pin_1g")),
+        digests_check(args.logs, steps.get("digests_mapped"), "digests_mapped"),
+        small_storages_check(args.logs, steps),
         gpu_tests_check(args.logs, steps.get("gpu_tests")),
         digests_check(args.logs, steps.get("digests")),
-        bench_check(args.logs, "bench_1g", steps.get("bench_1g")),
         bench_check(args.logs, "bench_4g", steps.get("bench_4g")),
     ]
+    step_of = {"pinning": ["pin_1g"], "small_storages": ["small_1000", "small_1024"]}
     for c in checks:
-        s = steps.get(c["name"].replace("load_", ""))
-        c["seconds"] = s["seconds"] if s else 0
+        names = step_of.get(c["name"], [c["name"].replace("load_", "")])
+        c["seconds"] = sum(steps[n]["seconds"] for n in names if n in steps)
     ok = all(c["ok"] for c in checks)
     bundle = ""
     try:
@@ -266,12 +329,14 @@ def run_summary(args):
             bundle = f.readline().strip()
     except OSError:
         pass
+    build_text = f"{build['build']} ({build['dir']}: {build['why']})" if build else "unknown"
     summary = {"result": "pass" if ok else "fail", "device": device, "driver": driver,
-               "bundle": bundle, "seconds": args.seconds, "checks": checks}
+               "build": build, "bundle": bundle, "seconds": args.seconds, "checks": checks}
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     md = [f"# GPU check: {'pass' if ok else 'FAIL'}", "",
-          f"- device: {device}", f"- {driver.get('text')}", f"- bundle: {bundle}",
+          f"- device: {device}", f"- {driver.get('text')}", f"- build: {build_text}",
+          f"- bundle: {bundle}",
           f"- total: {args.seconds} s", "",
           "| check | result | seconds | detail |", "|---|---|---|---|"]
     for c in checks:
@@ -311,6 +376,8 @@ def main():
     d.add_argument("--conformance", help="the conformance folder (default BUNDLE/data/conformance)")
     d.add_argument("--logs", required=True)
     d.add_argument("--device", default="cuda", choices=["cuda", "host"])
+    d.add_argument("--device-budget", help="ptd-load's --device-budget (0: all in mapped host memory)")
+    d.add_argument("--name", default="digests", help="the result: LOGS/NAME.json")
     s = sub.add_parser("summary")
     s.add_argument("--bundle", required=True)
     s.add_argument("--logs", required=True)

@@ -25,6 +25,7 @@ packages=(
   clang-format-14            # scripts/check_format.sh (.clang-format)
   gnuplot-nox                # scripts/bench.sh's plots
   patchelf                   # scripts/gpu_bundle.sh: $ORIGIN RUNPATHs in the GPU bundle
+  clang-19                   # scripts/gpu_bundle.sh: the CUDA 12 build's kernels as PTX
 )
 # The executorch package goes into a venv (below). Debian's own python3 needs
 # python3-venv for that; another python3 on PATH (pyenv, ...) brings its own.
@@ -90,6 +91,20 @@ if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
     echo "setup: note: could not pip-install nanobind, scikit-build-core, numpy, pytest," \
          "safetensors (no network?); the Python module is not installed" >&2
   fi
+fi
+
+# The GPU bundle's CUDA 12 build (scripts/gpu_bundle.sh, cmake/PtdCuda12.cmake):
+# the CUDA 12 runtime (headers, static cudart) and ptxas with libdevice, from
+# PyPI's wheels (no nvcc in them), in .venv. Only where the bundle can be
+# built (nvcc for its CUDA 13 build); without PyPI a note, and the bundle's
+# test says what is missing.
+cuda12_wheels=(nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86)
+if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]] && { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
+   [[ -x $venv/bin/python ]] &&
+   ! compgen -G "$venv/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas" >/dev/null; then
+  pip_install --timeout 20 --retries 1 --no-deps "${cuda12_wheels[@]}" ||
+    echo "setup: note: could not pip-install ${cuda12_wheels[*]} (no network?);" \
+         "the GPU bundle cannot be built" >&2
 fi
 
 # The executorch 1.5.1 wheel (C++ runtime, headers, CMake package; ~130 MB, no

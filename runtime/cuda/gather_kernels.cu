@@ -3,6 +3,13 @@
 // architecture. Index arithmetic is 64-bit throughout; both kernels loop
 // over their work (grid-stride), so no grid dimension exceeds its limit
 // whatever the element count.
+//
+// Each kernel is instantiated for its word types as an entry point with a C
+// name (ptd_gather_w4, ...), so that a build whose kernels were compiled
+// ahead of time (PTD_CUDA_PREBUILT_KERNELS: the CUDA 12 build of the GPU
+// bundle, runtime/cuda/prebuilt_kernels.cc) finds them in the image by name.
+// That build compiles this file with the host compiler for the launchers
+// only; the device code below is then left out.
 #include <algorithm>
 #include <cstdint>
 
@@ -19,9 +26,11 @@ constexpr int kTileRows = 8;  // Block is kTile x kTileRows threads.
 constexpr int64_t kMaxGridX = 0x7fffffff;
 constexpr int64_t kMaxGridY = 65535;
 
+#if !defined(PTD_CUDA_PREBUILT_KERNELS)
+
 template <typename W>
-__global__ void GatherKernel(const W* __restrict__ src, W* __restrict__ dst, uint64_t numel,
-                             const GatherGeometry geometry) {
+__device__ __forceinline__ void GatherBody(const W* __restrict__ src, W* __restrict__ dst,
+                                           uint64_t numel, const GatherGeometry& geometry) {
   // The geometry goes to shared memory once per block: indexing kernel
   // parameters with a run-time index could make each thread a local copy.
   __shared__ int64_t sizes[kMaxGatherRank];
@@ -53,8 +62,8 @@ __global__ void GatherKernel(const W* __restrict__ src, W* __restrict__ dst, uin
 }
 
 template <typename W>
-__global__ void TransposeKernel(const W* __restrict__ src, W* __restrict__ dst, int64_t rows,
-                                int64_t cols, int64_t ld) {
+__device__ __forceinline__ void TransposeBody(const W* __restrict__ src, W* __restrict__ dst,
+                                              int64_t rows, int64_t cols, int64_t ld) {
   __shared__ W tile[kTile][kTile + 1];  // +1: no bank conflicts on the column read.
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   const int64_t col_tiles = (cols + kTile - 1) / kTile;
@@ -82,64 +91,84 @@ __global__ void TransposeKernel(const W* __restrict__ src, W* __restrict__ dst, 
   }
 }
 
-template <typename W>
-cudaError_t Gather(const void* src, void* dst, uint64_t numel, const GatherGeometry& geometry,
-                   cudaStream_t stream) {
-  const uint64_t blocks =
-      std::min<uint64_t>((numel + kGatherThreads - 1) / kGatherThreads, kMaxGatherBlocks);
-  // A launch sets the last error only when it fails: clear what an earlier,
-  // ignored failure left there, so the check below reports this launch.
-  (void)cudaGetLastError();
-  PTD_LAUNCH(GatherKernel<W>, static_cast<unsigned>(blocks), kGatherThreads, 0, stream)
-  (static_cast<const W*>(src), static_cast<W*>(dst), numel, geometry);
-  return cudaGetLastError();
-}
-
-template <typename W>
-cudaError_t Transpose(const void* src, void* dst, int64_t rows, int64_t cols, int64_t ld,
-                      cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(std::min((cols + kTile - 1) / kTile, kMaxGridX)),
-                  static_cast<unsigned>(std::min((rows + kTile - 1) / kTile, kMaxGridY)));
-  (void)cudaGetLastError();  // As in Gather: the check below is this launch's.
-  PTD_LAUNCH(TransposeKernel<W>, grid, dim3(kTile, kTileRows), 0, stream)
-  (static_cast<const W*>(src), static_cast<W*>(dst), rows, cols, ld);
-  return cudaGetLastError();
-}
+#endif  // !PTD_CUDA_PREBUILT_KERNELS
 
 }  // namespace
+
+// The entry points: one gather and one transpose per word type W, named
+// ptd_gather_wN / ptd_transpose_wN for N-byte words. With prebuilt kernels
+// only their declarations are compiled here (the launch needs their types).
+#if defined(PTD_CUDA_PREBUILT_KERNELS)
+#define PTD_KERNEL_BODY(...) ;
+#else
+#define PTD_KERNEL_BODY(...) __VA_ARGS__
+#endif
+// clang-format off
+#define PTD_DEFINE_WORD_KERNELS(W, N)                                                    \
+  extern "C" __global__ void ptd_gather_w##N(                                            \
+      const W* __restrict__ src, W* __restrict__ dst, uint64_t numel,                    \
+      const GatherGeometry geometry)                                                     \
+      PTD_KERNEL_BODY({ GatherBody<W>(src, dst, numel, geometry); })                     \
+  extern "C" __global__ void ptd_transpose_w##N(                                         \
+      const W* __restrict__ src, W* __restrict__ dst, int64_t rows, int64_t cols,        \
+      int64_t ld)                                                                        \
+      PTD_KERNEL_BODY({ TransposeBody<W>(src, dst, rows, cols, ld); })
+// clang-format on
+PTD_DEFINE_WORD_KERNELS(uint8_t, 1)
+PTD_DEFINE_WORD_KERNELS(uint16_t, 2)
+PTD_DEFINE_WORD_KERNELS(uint32_t, 4)
+PTD_DEFINE_WORD_KERNELS(uint64_t, 8)
+#undef PTD_DEFINE_WORD_KERNELS
+#undef PTD_KERNEL_BODY
+
+// A launch sets the last error only when it fails: each launcher clears what
+// an earlier, ignored failure left there, so that its check reports its own.
+#define PTD_GATHER_CASE(W, N)                                            \
+  case N:                                                                \
+    PTD_LAUNCH(ptd_gather_w##N, blocks, kGatherThreads, 0, stream)       \
+    (static_cast<const W*>(src), static_cast<W*>(dst), numel, geometry); \
+    break;
+#define PTD_TRANSPOSE_CASE(W, N)                                            \
+  case N:                                                                   \
+    PTD_LAUNCH(ptd_transpose_w##N, grid, dim3(kTile, kTileRows), 0, stream) \
+    (static_cast<const W*>(src), static_cast<W*>(dst), rows, cols, ld);     \
+    break;
 
 cudaError_t LaunchGather(const void* src, void* dst, uint64_t numel, uint32_t word_size,
                          const GatherGeometry& geometry, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<uint64_t>((numel + kGatherThreads - 1) / kGatherThreads, kMaxGatherBlocks));
+  (void)cudaGetLastError();
   switch (word_size) {
-    case 1:
-      return Gather<uint8_t>(src, dst, numel, geometry, stream);
-    case 2:
-      return Gather<uint16_t>(src, dst, numel, geometry, stream);
-    case 4:
-      return Gather<uint32_t>(src, dst, numel, geometry, stream);
-    case 8:
-      return Gather<uint64_t>(src, dst, numel, geometry, stream);
+    PTD_GATHER_CASE(uint8_t, 1)
+    PTD_GATHER_CASE(uint16_t, 2)
+    PTD_GATHER_CASE(uint32_t, 4)
+    PTD_GATHER_CASE(uint64_t, 8)
     default:
       return cudaErrorInvalidValue;
   }
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchTranspose(const void* src, void* dst, int64_t rows, int64_t cols, int64_t ld,
                             uint32_t word_size, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(std::min((cols + kTile - 1) / kTile, kMaxGridX)),
+                  static_cast<unsigned>(std::min((rows + kTile - 1) / kTile, kMaxGridY)));
+  (void)cudaGetLastError();
   switch (word_size) {
-    case 1:
-      return Transpose<uint8_t>(src, dst, rows, cols, ld, stream);
-    case 2:
-      return Transpose<uint16_t>(src, dst, rows, cols, ld, stream);
-    case 4:
-      return Transpose<uint32_t>(src, dst, rows, cols, ld, stream);
-    case 8:
-      return Transpose<uint64_t>(src, dst, rows, cols, ld, stream);
+    PTD_TRANSPOSE_CASE(uint8_t, 1)
+    PTD_TRANSPOSE_CASE(uint16_t, 2)
+    PTD_TRANSPOSE_CASE(uint32_t, 4)
+    PTD_TRANSPOSE_CASE(uint64_t, 8)
     default:
       return cudaErrorInvalidValue;
   }
+  return cudaGetLastError();
 }
+
+#undef PTD_GATHER_CASE
+#undef PTD_TRANSPOSE_CASE
 
 }  // namespace ptd::internal

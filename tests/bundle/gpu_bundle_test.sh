@@ -6,21 +6,27 @@
 #     the bundle; ldd resolves every library that is not in the base set into
 #     the bundle;
 #   - no file holds the path of the source or build tree;
-#   - the bundle is at most 48 MiB;
+#   - the bundle is at most 64 MiB;
+#   - the CUDA 12 build's embedded kernel images (cubins and PTX) carry every
+#     entry point, and each device gets one that runs on it (its
+#     PrebuiltKernelsTest, which needs no GPU);
 #   - under env -i, from /: each binary's --help / --gtest_list_tests (the
 #     conformance tests are listed, so the data is found from the binary);
 #   - the checker (check.py) on the host device agrees with cases.json and
 #     fails on a tampered one; run.sh's pipeline on the host device
 #     (PTD_CHECK_DEVICE=host) counts the skipped GPU tests as a failure;
-#   - run.sh with a fake driver (an nvidia-smi on PATH, a ptd-load that fails
-#     the probe as the CUDA runtime does): a driver too old for CUDA 13 is
-#     exit 4 and the one line "driver too old: driver X (CUDA Y) ...", no
-#     driver at all stays exit 3, and the summaries carry the driver and CUDA
-#     versions (or that nvidia-smi failed);
+#   - run.sh with a fake driver (an nvidia-smi on PATH, each build's ptd-load
+#     failing the probe as the CUDA runtime does): a CUDA 12.4 driver gets the
+#     CUDA 12 build and its clean "no CUDA device" line; a CUDA 11 driver is
+#     exit 4 at once; the CUDA 13 build rejected (cudaErrorInsufficientDriver)
+#     leads to the CUDA 12 one, both rejected to exit 4; no driver version
+#     known probes the builds newest first; no driver at all stays exit 3;
+#     and the summaries carry the driver and CUDA versions (or that
+#     nvidia-smi failed);
 #   - run.sh's time budget: with a tiny PTD_CHECK_BUDGET_S the GPU tests,
 #     the digests and the benchmarks are recorded as not run (a failure);
 #     with a small one the digests run under a timeout below their 90 s;
-#   - run.sh under env -i: without a GPU, exit 3 and the one line
+#   - run.sh under env -i: without a GPU, exit 3, the build line and the line
 #     "no CUDA device: ..." (with OUT set and without), never a loader error,
 #     and a summary that says what it found of the driver.
 # Exit 77 (skipped) when no GPU-free run is possible: this machine has a GPU
@@ -98,11 +104,19 @@ check_tree() {
 before=$failures
 check_tree "$b"
 (( failures == before )) && ok "every NEEDED in the bundle or the base set, RUNPATHs \$ORIGIN-relative, no file holds $src or $work"
-(( elfs >= 4 )) && ok "$elfs ELF files checked" || fail "only $elfs ELF files in the bundle"
-for bin in ptd_cuda_tests ptd-load ptd_cuda_bench; do
-  [[ -x $b/bin/$bin ]] || fail "bin/$bin is missing"
-  readelf -S "$b/bin/$bin" 2>/dev/null | grep -q '\.symtab' && fail "bin/$bin is not stripped"
+(( elfs >= 7 )) && ok "$elfs ELF files checked" || fail "only $elfs ELF files in the bundle"
+for bin in {bin,cuda12/bin}/{ptd_cuda_tests,ptd-load,ptd_cuda_bench}; do
+  [[ -x $b/$bin ]] || fail "$bin is missing"
+  readelf -S "$b/$bin" 2>/dev/null | grep -q '\.symtab' && fail "$bin is not stripped"
 done
+# The CUDA 12 build's kernels: compiled ahead of time and embedded; their
+# test needs no GPU.
+r=$(env -i "$b/cuda12/bin/ptd_cuda_tests" --gtest_filter='PrebuiltKernelsTest.*' 2>&1); rc=$?
+if (( rc == 0 )) && grep -q '\[  PASSED  \] 2 tests' <<<"$r"; then
+  ok "cuda12/bin/ptd_cuda_tests PrebuiltKernelsTest: sm_80/90/100/120 cubins and compute_80 PTX, every entry point"
+else
+  fail "cuda12/bin/ptd_cuda_tests --gtest_filter=PrebuiltKernelsTest.*: exit $rc: $(tail -20 <<<"$r")"
+fi
 # sm_90 native code and compute_90 PTX in the kernels, nothing else: from
 # cuobjdump where the toolkit has it, else from the kernels' compile flags.
 nvcc_dir=$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")
@@ -138,20 +152,22 @@ rm -rf "$copy/broken"
 
 # ---- size ----
 bytes=$(du -sb "$b" | cut -f1)
-(( bytes <= 48 << 20 )) && ok "size $((bytes >> 20)) MiB (limit 48)" || fail "the bundle is $bytes bytes, over 48 MiB"
+(( bytes <= 64 << 20 )) && ok "size $((bytes >> 20)) MiB (limit 64)" || fail "the bundle is $bytes bytes, over 64 MiB"
 
 # ---- the binaries start from the copy under env -i ----
 cd /
-r=$(env -i "$b/bin/ptd-load" --help 2>&1); rc=$?
-(( rc == 0 )) && grep -q "Usage: ptd-load" <<<"$r" && ok "ptd-load --help" || fail "ptd-load --help: exit $rc: $(head -3 <<<"$r")"
-r=$(env -i "$b/bin/ptd_cuda_bench" --help 2>&1); rc=$?
-(( rc == 0 )) && grep -q "benchmark_filter" <<<"$r" && ok "ptd_cuda_bench --help" || fail "ptd_cuda_bench --help: exit $rc: $(head -3 <<<"$r")"
-r=$(env -i "$b/bin/ptd_cuda_tests" --gtest_list_tests 2>&1); rc=$?
-if (( rc == 0 )) && grep -q "ViewsAndDenseCopiesHaveExpectedDigests/k01_view_geometry" <<<"$r"; then
-  ok "ptd_cuda_tests --gtest_list_tests: $(grep -c '^  ' <<<"$r") tests, the conformance cases found from the binary"
-else
-  fail "ptd_cuda_tests --gtest_list_tests: exit $rc: $(tail -3 <<<"$r")"
-fi
+for d in bin cuda12/bin; do
+  r=$(env -i "$b/$d/ptd-load" --help 2>&1); rc=$?
+  (( rc == 0 )) && grep -q "Usage: ptd-load" <<<"$r" && ok "$d/ptd-load --help" || fail "$d/ptd-load --help: exit $rc: $(head -3 <<<"$r")"
+  r=$(env -i "$b/$d/ptd_cuda_bench" --help 2>&1); rc=$?
+  (( rc == 0 )) && grep -q "benchmark_filter" <<<"$r" && ok "$d/ptd_cuda_bench --help" || fail "$d/ptd_cuda_bench --help: exit $rc: $(head -3 <<<"$r")"
+  r=$(env -i "$b/$d/ptd_cuda_tests" --gtest_list_tests 2>&1); rc=$?
+  if (( rc == 0 )) && grep -q "ViewsAndDenseCopiesHaveExpectedDigests/k01_view_geometry" <<<"$r"; then
+    ok "$d/ptd_cuda_tests --gtest_list_tests: $(grep -c '^  ' <<<"$r") tests, the conformance cases found from the binary"
+  else
+    fail "$d/ptd_cuda_tests --gtest_list_tests: exit $rc: $(tail -3 <<<"$r")"
+  fi
+done
 
 # ---- is there a GPU here? ----
 r=$(env -i "$b/run.sh" --probe 2>&1); probe_rc=$?
@@ -159,18 +175,23 @@ r=$(env -i "$b/run.sh" --probe 2>&1); probe_rc=$?
 (( probe_rc == 4 )) && echo "note: run.sh --probe: $r"
 
 # ---- run.sh with a fake driver ----
-# A bundle of run.sh and check.py whose bin/ptd-load fails the probe with the
-# message the static CUDA runtime leads to, and an nvidia-smi first on PATH
-# that reports a driver: what a GPU machine with such a driver shows.
+# A bundle of run.sh and check.py whose two builds' ptd-load fail the probe
+# with the messages the static CUDA runtime leads to, and an nvidia-smi first
+# on PATH that reports a driver: what a GPU machine with such a driver shows.
 fake=$copy/fake
-mkdir -p "$fake/b/bin" "$fake/b/data/conformance/files" "$fake/smi"
+mkdir -p "$fake/b/bin" "$fake/b/cuda12/bin" "$fake/b/data/conformance/files" "$fake/smi"
 cp "$b/run.sh" "$b/check.py" "$b/BUNDLE.txt" "$fake/b/"
-for bin in ptd_cuda_tests ptd_cuda_bench; do printf '#!/bin/sh\nexit 0\n' >"$fake/b/bin/$bin"; done
-fake_load() {  # MESSAGE: ptd-load starts, and fails the probe with "ptd-load: MESSAGE"
-  printf '#!/bin/sh\n[ "$1" = --version ] && { echo "ptd-load (fake)"; exit 0; }\necho "ptd-load: %s" >&2\nexit 2\n' \
-    "$1" >"$fake/b/bin/ptd-load"
-  chmod 755 "$fake/b/bin"/*
+for d in bin cuda12/bin; do
+  for bin in ptd_cuda_tests ptd_cuda_bench; do printf '#!/bin/sh\nexit 0\n' >"$fake/b/$d/$bin"; done
+done
+fake_load() {  # DIR MESSAGE: DIR's ptd-load starts, notes that it ran, and fails the probe with "ptd-load: MESSAGE"
+  printf '#!/bin/sh\n[ "$1" = --version ] && { echo "ptd-load (fake)"; exit 0; }\necho %s >>"%s/probed"\necho "ptd-load: %s" >&2\nexit 2\n' \
+    "$1" "$fake" "$2" >"$fake/b/$1/ptd-load"
+  chmod 755 "$fake/b/$1"/*
 }
+insufficient="no CUDA device: cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver)"
+no_device="no CUDA device: cudaGetDeviceCount: no CUDA-capable device is detected (cudaErrorNoDevice)"
+no_driver="no CUDA device: no NVIDIA driver found (libcuda.so.1 cannot be loaded and /dev/nvidiactl does not exist)"
 fake_smi() {  # DRIVER CUDA: nvidia-smi reports them; DRIVER "fail": it fails as without a driver
   if [[ $1 == fail ]]; then
     printf '#!/bin/sh\necho "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."\nexit 9\n' \
@@ -181,44 +202,75 @@ fake_smi() {  # DRIVER CUDA: nvidia-smi reports them; DRIVER "fail": it fails as
   fi
   chmod 755 "$fake/smi/nvidia-smi"
 }
-fake_run() {  # NAME [ARG]: the fake bundle's run.sh under env -i; sets r, rc and where (its OUT)
+fake_run() {  # NAME [ARG]: the fake bundle's run.sh under env -i; sets r, rc, where (its OUT) and probed
   where=$fake/$1
+  rm -f "$fake/probed"
   r=$(env -i PATH="$fake/smi:/usr/local/bin:/usr/bin:/bin" OUT="$where" "$fake/b/run.sh" ${2:+"$2"} 2>&1); rc=$?
+  probed=$(tr '\n' ' ' <"$fake/probed" 2>/dev/null)
 }
-fake_load "no CUDA device: cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver)"
-fake_smi 535.104.05 12.2
-fake_run old
-if (( rc == 4 )) && [[ $(wc -l <<<"$r") == 1 && $r == "driver too old: driver 535.104.05 (CUDA 12.2) cannot run this bundle's CUDA 13 runtime"*">= 580"* ]]; then
-  ok "run.sh, a driver too old: exit 4, '$r'"
+# A CUDA 12.4 driver (550.x): the CUDA 12 build, then its probe's clean line.
+fake_load bin "$insufficient"
+fake_load cuda12/bin "$no_device"
+fake_smi 550.54.15 12.4
+fake_run cuda12
+if (( rc == 3 )) && [[ $r == $'build: CUDA 12 (driver 550.54.15 supports CUDA 12.4)\n'"$no_device" && $probed == "cuda12/bin " ]]; then
+  ok "run.sh, a CUDA 12.4 driver: the CUDA 12 build, then exit 3 and '$no_device'"
 else
-  fail "run.sh with a CUDA 12.2 driver: exit $rc (want 4 and one line 'driver too old: driver 535.104.05 (CUDA 12.2) ...'): $r"
+  fail "run.sh with a CUDA 12.4 driver: exit $rc, probed '$probed' (want 3, cuda12/bin only, 'build: CUDA 12 (...)' and the no-device line): $r"
+fi
+# A CUDA 11 driver: exit 4 at once, no build probed.
+fake_smi 470.182.03 11.4
+fake_run cuda11
+if (( rc == 4 )) && [[ $(wc -l <<<"$r") == 1 && $r == "driver too old: driver 470.182.03 (CUDA 11.4) supports neither of this bundle's builds; CUDA 13 needs driver >= 580, CUDA 12 driver >= 525" && -z $probed ]]; then
+  ok "run.sh, a CUDA 11.4 driver: exit 4 at once, '$r'"
+else
+  fail "run.sh with a CUDA 11.4 driver: exit $rc, probed '$probed' (want 4, nothing probed, one 'driver too old' line): $r"
 fi
 if grep -q '"result": "driver_too_old"' "$where/summary.json" 2>/dev/null &&
-   grep -q '"driver_version": "535.104.05", "cuda_version": "12.2", "nvidia_smi": "ok"' "$where/summary.json" &&
-   grep -q '^- driver 535.104.05 (CUDA 12.2)$' "$where/summary.md" && grep -q 'CUDA Version: 12.2' "$where/logs/nvidia-smi.txt"; then
-  ok "run.sh, a driver too old: summary.json, summary.md and logs/ carry driver 535.104.05 and CUDA 12.2"
+   grep -q '"driver_version": "470.182.03", "cuda_version": "11.4", "nvidia_smi": "ok"' "$where/summary.json" &&
+   grep -q '^- driver 470.182.03 (CUDA 11.4)$' "$where/summary.md" && grep -q 'CUDA Version: 11.4' "$where/logs/nvidia-smi.txt"; then
+  ok "run.sh, a driver too old: summary.json, summary.md and logs/ carry driver 470.182.03 and CUDA 11.4"
 else
-  fail "run.sh with a CUDA 12.2 driver: the summary lacks the driver: $(cat "$where/summary.json" "$where/summary.md" 2>&1)"
+  fail "run.sh with a CUDA 11.4 driver: the summary lacks the driver: $(cat "$where/summary.json" "$where/summary.md" 2>&1)"
 fi
-fake_run old-probe --probe
-(( rc == 4 )) && [[ $r == "driver too old: "* ]] && ok "run.sh --probe, a driver too old: exit 4" ||
-  fail "run.sh --probe with a CUDA 12.2 driver: exit $rc (want 4): $r"
-# A CUDA 13 driver whose libcuda.so.1 the runtime still rejects: exit 4 too, saying so.
+fake_run cuda11-probe --probe
+(( rc == 4 )) && [[ $r == "driver too old: "* ]] && ok "run.sh --probe, a CUDA 11.4 driver: exit 4" ||
+  fail "run.sh --probe with a CUDA 11.4 driver: exit $rc (want 4): $r"
+# A CUDA 13 driver whose libcuda.so.1 the CUDA 13 runtime rejects: the CUDA
+# 12 build next; when that is rejected too, exit 4 saying so.
 fake_smi 580.65.06 13.0
+fake_run cuda13-fallback
+if (( rc == 3 )) && [[ $probed == "bin cuda12/bin " && $r == *$'\nbuild: CUDA 12 (the CUDA 13 build\'s probe got cudaErrorInsufficientDriver)\n'"$no_device" ]]; then
+  ok "run.sh, cudaErrorInsufficientDriver from the CUDA 13 build under driver 580.65.06: the CUDA 12 build next"
+else
+  fail "run.sh, the CUDA 13 build rejected under driver 580.65.06: exit $rc, probed '$probed' (want the CUDA 12 build next): $r"
+fi
+fake_load cuda12/bin "$insufficient"
 fake_run new
-(( rc == 4 )) && [[ $r == "driver too old: "*"libcuda.so.1 although this is driver 580.65.06 (CUDA 13.0)"* ]] &&
-  ok "run.sh, cudaErrorInsufficientDriver under driver 580.65.06: exit 4, an older libcuda.so.1 suspected" ||
-  fail "run.sh, cudaErrorInsufficientDriver under driver 580.65.06: exit $rc: $r"
-# No driver at all (no libcuda.so.1, no /dev/nvidiactl) stays "no CUDA device", exit 3.
-fake_load "no CUDA device: no NVIDIA driver found (libcuda.so.1 cannot be loaded and /dev/nvidiactl does not exist)"
+(( rc == 4 )) && [[ $r == *$'\n'"driver too old: the bundle's CUDA 13, CUDA 12 runtime gets cudaErrorInsufficientDriver from libcuda.so.1 although this is driver 580.65.06 (CUDA 13.0)"* ]] &&
+  ok "run.sh, both builds rejected under driver 580.65.06: exit 4, an older libcuda.so.1 suspected" ||
+  fail "run.sh, both builds rejected under driver 580.65.06: exit $rc: $r"
+# Neither nvidia-smi nor /proc says: the builds probed newest first.
+fake_load cuda12/bin "$no_device"
 fake_smi fail
+fake_run unknown
+if [[ -r /proc/driver/nvidia/version ]]; then
+  echo "note: this machine has /proc/driver/nvidia/version: the probe order without a driver version is not tested"
+elif (( rc == 3 )) && [[ $probed == "bin cuda12/bin " && $r == "build: CUDA 13 (the driver's CUDA version is unknown: probing the builds newest first)"*"build: CUDA 12 (the CUDA 13 build's probe got cudaErrorInsufficientDriver)"* ]]; then
+  ok "run.sh, no driver version known: the CUDA 13 build probed first, then the CUDA 12 one"
+else
+  fail "run.sh, no driver version known: exit $rc, probed '$probed' (want bin, then cuda12/bin): $r"
+fi
+# No driver at all (no libcuda.so.1, no /dev/nvidiactl) stays "no CUDA device", exit 3.
+fake_load bin "$no_driver"
+fake_load cuda12/bin "$no_driver"
 fake_run none
-if (( rc == 3 )) && [[ $(wc -l <<<"$r") == 1 && $r == "no CUDA device: no NVIDIA driver found"* ]] &&
+if (( rc == 3 )) && [[ $(wc -l <<<"$r") == 2 && $r == "build: CUDA 13 "*$'\n'"no CUDA device: no NVIDIA driver found"* && $probed == "bin " ]] &&
    grep -q '"nvidia_smi": "failed (exit 9): NVIDIA-SMI has failed' "$where/summary.json" 2>/dev/null &&
    grep -q '^- driver .*(CUDA unknown; nvidia-smi failed (exit 9)' "$where/summary.md"; then
   ok "run.sh, no driver and nvidia-smi failing: exit 3, the summary says nvidia-smi failed"
 else
-  fail "run.sh, no driver and nvidia-smi failing: exit $rc (want 3): $r: $(cat "$where/summary.json" 2>&1)"
+  fail "run.sh, no driver and nvidia-smi failing: exit $rc, probed '$probed' (want 3): $r: $(cat "$where/summary.json" 2>&1)"
 fi
 rm -rf "$fake"
 
@@ -254,16 +306,20 @@ import json, os, sys
 out = sys.argv[1]
 assert sys.argv[2] == "1", f"exit {sys.argv[2]}"
 steps = dict(l.split("\t")[:2] for l in open(os.path.join(out, "logs", "steps.tsv")))
-assert all(steps.get(n) == "not_run" for n in ("gpu_tests", "digests", "bench_1g", "bench_4g")), steps
+assert all(steps.get(n) == "not_run" for n in (
+    "bench_1g", "pin_1g", "digests_mapped", "small_1000", "small_1024", "gpu_tests", "digests",
+    "bench_4g")), steps
 s = json.load(open(os.path.join(out, "summary.json")))
 c = {x["name"]: x for x in s["checks"]}
 assert s["result"] == "fail" and s["seconds"] <= 30, s
 assert c["gpu_tests"].get("not_run") and not c["gpu_tests"]["ok"], c["gpu_tests"]
 assert c["load_digests"].get("not_run") and not c["load_digests"]["ok"], c["load_digests"]
+for n in ("pinning", "load_digests_mapped", "small_storages"):
+    assert c[n].get("not_run") and not c[n]["ok"], c[n]
 assert "driver_version" in s["driver"], s
 EOF
   then
-    ok "run.sh with PTD_CHECK_BUDGET_S=30: GPU tests, digests and benchmarks not run, a failure (exit 1)"
+    ok "run.sh with PTD_CHECK_BUDGET_S=30: measurements, GPU tests and digests not run, a failure (exit 1)"
   else
     fail "run.sh with PTD_CHECK_BUDGET_S=30: exit $rc: $r"
   fi
@@ -287,24 +343,25 @@ EOF
     else
       fail "run.sh with PTD_CHECK_DEVICE=host: exit $rc: $r"
     fi
-    # A small budget: the GPU tests not run (they would leave the rest too
-    # little), the digests under a timeout below their 90 s, and passing.
-    r=$(env -i PTD_CHECK_DEVICE=host PTD_CHECK_BUDGET_S=75 OUT="$copy/budget75" "$b/run.sh" 2>&1); rc=$?
-    if python3 - "$copy/budget75" "$rc" <<'EOF'
+    # A small budget: the measurements and the GPU tests not run (they would
+    # leave the rest too little), the digests under a timeout below their
+    # 90 s, and passing.
+    r=$(env -i PTD_CHECK_DEVICE=host PTD_CHECK_BUDGET_S=60 OUT="$copy/budget60" "$b/run.sh" 2>&1); rc=$?
+    if python3 - "$copy/budget60" "$rc" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
 assert sys.argv[2] == "1", f"exit {sys.argv[2]}"
 steps = {l.split("\t")[0]: l.rstrip("\n").split("\t")[1:] for l in open(os.path.join(out, "logs", "steps.tsv"))}
-assert steps["gpu_tests"][0] == "not_run", steps
+assert all(steps[n][0] == "not_run" for n in ("bench_1g", "small_1000", "gpu_tests")), steps
 rc, secs, limit = steps["digests"]
-assert rc == "0" and 15 <= int(limit) <= 75 - 50, steps
+assert rc == "0" and 20 <= int(limit) <= 60 - 15, steps
 c = {x["name"]: x for x in json.load(open(os.path.join(out, "summary.json")))["checks"]}
 assert c["load_digests"]["ok"], c["load_digests"]
 EOF
     then
-      ok "run.sh with PTD_CHECK_BUDGET_S=75: digests under a $(grep '^digests' "$copy/budget75/logs/steps.tsv" | cut -f4)s timeout (not 90) and passing, GPU tests not run"
+      ok "run.sh with PTD_CHECK_BUDGET_S=60: digests under a $(grep '^digests' "$copy/budget60/logs/steps.tsv" | cut -f4)s timeout (not 90) and passing, measurements and GPU tests not run"
     else
-      fail "run.sh with PTD_CHECK_BUDGET_S=75: exit $rc: $r: $(cat "$copy/budget75/logs/steps.tsv" 2>&1)"
+      fail "run.sh with PTD_CHECK_BUDGET_S=60: exit $rc: $r: $(cat "$copy/budget60/logs/steps.tsv" 2>&1)"
     fi
   fi
 else
@@ -328,7 +385,8 @@ for mode in beside out; do
   else
     r=$(env -i "$b/run.sh" 2>&1); rc=$?; where=$b
   fi
-  if (( rc == 3 )) && [[ $(wc -l <<<"$r") == 1 && $r == "no CUDA device: "* ]]; then
+  if (( rc == 3 )) && [[ $(wc -l <<<"$r") == 2 && $(head -1 <<<"$r") == "build: CUDA "* &&
+                       $(tail -1 <<<"$r") == "no CUDA device: "* ]]; then
     ok "run.sh ($mode): exit 3, '$r'"
   else
     fail "run.sh ($mode): exit $rc (want 3 and one line 'no CUDA device: ...'): $r"
