@@ -138,7 +138,7 @@ dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | gre
 {
   echo "ptd-loader GPU bundle: commit $commit$dirty, built $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "cuda13: bin/, $("$nvcc" --version | grep -o 'release [0-9.]*' | head -1), sm_90 + compute_90 PTX (nvcc), CUDA runtime static; driver >= 580"
-  echo "cuda12: cuda12/bin/, release $cuda12_version (PyPI wheels), sm_80/90/100/120 cubins + compute_80 PTX ($(clang++-19 --version | head -1 | sed 's/ *(.*//'), ptxas $("$cuda12/bin/ptxas" --version | grep -o 'V[0-9.]*' | head -1)), CUDA runtime static; driver >= 525"
+  echo "cuda12: cuda12/bin/, release $cuda12_version (PyPI wheels), sm_80/90/100/120 cubins + compute_80 PTX ($(clang++-19 --version | head -1 | sed 's/ *(.*//'), ptxas $("$cuda12/bin/ptxas" --version | grep -o 'V[0-9][0-9.]*' | head -1)), CUDA runtime static; driver >= 525"
   echo "needs: an NVIDIA driver (libcuda.so.1) for CUDA 12 or 13, $glibc, $glibcxx (libstdc++), python3 (run.sh's checker)"
   echo "libraries: $(cd "$out/lib" && ls | tr '\n' ' ')"
 } >"$out/BUNDLE.txt"

@@ -101,11 +101,12 @@ class DeviceScope {
   cudaError_t status_ = cudaSuccess;
 };
 
-// The widest word (8, 4, 2 or 1 bytes) that divides the element size and the
-// address of the view's first element. Strides are whole elements, so every
-// element is then aligned to the word too.
-uint32_t WordSize(uint32_t element_size, const void* first) {
-  const auto address = reinterpret_cast<uintptr_t>(first);
+// The widest word (8, 4, 2 or 1 bytes) that divides the element size, the
+// address of the view's first element and that of the output. Strides are
+// whole elements, so every element read and written is then aligned to the
+// word too (a misaligned word access is cudaErrorMisalignedAddress on a GPU).
+uint32_t WordSize(uint32_t element_size, const void* first, const void* out) {
+  const auto address = reinterpret_cast<uintptr_t>(first) | reinterpret_cast<uintptr_t>(out);
   for (uint32_t w : {8u, 4u, 2u}) {
     if (element_size % w == 0 && address % w == 0) return w;
   }
@@ -403,7 +404,7 @@ struct CudaDevice::Impl {
     cudaStream_t stream = work_stream;
     const void* first = static_cast<const uint8_t*>(storage.p) + plan.extent.first_byte;
     const internal::CollapsedView c = internal::CollapseView(view.sizes, view.strides);
-    const uint32_t word = WordSize(view.element_size, first);
+    const uint32_t word = WordSize(view.element_size, first, out);
     const uint32_t words_per_element = view.element_size / word;
     if (c.rank == 0 || (c.rank == 1 && c.strides[0] == 1)) {
       // The view is the bytes [first_byte, first_byte + output_nbytes).
@@ -419,6 +420,11 @@ struct CudaDevice::Impl {
     } else {
       internal::GatherGeometry geometry;
       geometry.rank = c.rank;
+      if (words_per_element > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Materialize on cuda:", index, ": elements of ", view.element_size, " bytes are ",
+            words_per_element, " words, more than the kernel counts (2^31 - 1)"));
+      }
       geometry.words_per_element = static_cast<int32_t>(words_per_element);
       std::copy(c.sizes, c.sizes + c.rank, geometry.sizes);
       std::copy(c.strides, c.strides + c.rank, geometry.strides);

@@ -20,6 +20,9 @@ namespace ptd::internal {
 namespace {
 
 constexpr int kGatherThreads = 256;
+// GatherBody's first threads copy the geometry into shared memory, one
+// dimension each.
+static_assert(kGatherThreads >= kMaxGatherRank, "a gather block copies one dimension a thread");
 constexpr uint64_t kMaxGatherBlocks = uint64_t{1} << 20;  // Then grid-stride.
 constexpr int kTile = 32;
 constexpr int kTileRows = 8;  // Block is kTile x kTileRows threads.

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -194,6 +195,40 @@ TEST(CudaSimTest, MaterializeIntoReusesTheCallersBuffer) {
       *storage, {.element_size = 2, .storage_offset = 0, .sizes = sizes, .strides = strides},
       *small);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+}
+
+// The defect: MaterializeInto chose its word width from the source address
+// only, so an output at an odd offset got 8-byte stores at odd addresses
+// (cudaErrorMisalignedAddress on a GPU; UBSan's alignment check in the ASan
+// stage). The word now divides both addresses: which kernel ran says so.
+TEST(CudaSimTest, MaterializeIntoAnOddlyPlacedOutputUsesNarrowerWords) {
+  auto gpu = CudaDevice::Open(0);
+  ASSERT_TRUE(gpu.ok());
+  constexpr int64_t kRows = 8, kCols = 6;  // 8-byte elements, a permuted 3-d view.
+  std::vector<uint8_t> bytes(kRows * kCols * 8);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 1);
+  auto storage = (*gpu)->Allocate(bytes.size());
+  ASSERT_TRUE(storage.ok());
+  auto t = (*gpu)->CopyToDeviceAsync(storage->data(), bytes.data(), bytes.size());
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*gpu)->Wait(*t).ok());
+  const std::vector<int64_t> sizes = {2, kCols, 4}, strides = {4, 8, 1};
+  const ViewSpec view{.element_size = 8, .storage_offset = 0, .sizes = sizes, .strides = strides};
+  std::vector<uint8_t> expected(2 * kCols * 4 * 8);
+  ASSERT_TRUE(MaterializeOnHost(bytes, view, absl::MakeSpan(expected)).ok());
+  auto block = (*gpu)->Allocate(expected.size() + 8);
+  ASSERT_TRUE(block.ok());
+  for (size_t misalign : {0, 1, 2, 4}) {
+    SCOPED_TRACE(misalign);
+    cudasim::ResetCallCounts();
+    const DeviceBuffer out = block->Slice(misalign, expected.size());
+    ASSERT_TRUE((*gpu)->MaterializeInto(*storage, view, out).ok());
+    const std::string kernel = absl::StrCat("kernel:ptd_gather_w", misalign == 0 ? 8 : misalign);
+    EXPECT_EQ(cudasim::CallCount(kernel), 1u) << kernel;
+    std::vector<uint8_t> got(expected.size());
+    ASSERT_TRUE((*gpu)->CopyToHost(got.data(), out.data(), got.size()).ok());
+    EXPECT_EQ(got, expected);
+  }
 }
 
 // The defect: a staging block went back to the cache, and out again, while

@@ -729,11 +729,11 @@ namespace internal {
 
 cudaError_t EnqueueKernel(const char* name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
                           cudaStream_t stream, size_t param_bytes, std::function<void()> body) {
-  (void)name;
   Sim& g = S();
   std::unique_lock<std::mutex> lock(g.mu);
   Device* d = Current();
   CUDASIM_ENTER("cudaLaunchKernel", d);
+  g.calls[std::string("kernel:") + name] += 1;  // Which kernel: CallCount("kernel:NAME").
   if (d == nullptr) return SetLast(cudaErrorNoDevice);
   CUstream_st* s = Resolve(stream);
   // A launch goes to a stream of the current device.

@@ -76,7 +76,8 @@ const char* CheckName(Check check);
 bool Enabled(Check check);
 void Disable(Check check);
 
-// Calls of a runtime API ("cudaMemcpyAsync", ...) made so far.
+// Calls of a runtime API ("cudaMemcpyAsync", ...) made so far; launches of
+// one kernel are "kernel:NAME" (the name its launch gives, ptd_gather_w4).
 uint64_t CallCount(const std::string& api);
 void ResetCallCounts();
 
