@@ -404,9 +404,11 @@ def load(
     storages go to GPU memory in manifest order until the next does not fit;
     that one and the rest go to pinned host memory mapped for the GPU
     (Tensor.residency "mapped_host"), which kernels read directly over the bus.
-    0 keeps every storage off the GPU; None (the default) puts all on it. A
-    budget over the GPU's free memory, or a mapped share over the host memory
-    that can be pinned, raises MemoryError before anything is allocated.
+    0 keeps every storage off the GPU; None (the default) puts all on it. The
+    budget is a cap: a GPU share it places over the GPU's free memory (less a
+    reserve of 1/64 of it, at most 256 MiB), or a mapped share over the host
+    memory that can be pinned, raises MemoryError before anything is
+    allocated.
     `host_fqns` (a CUDA device only) lists fnmatch patterns ("tok_embeddings.*")
     whose weights' storages go to mapped host memory before the budget is
     counted (without a manifest they match keys; a pattern matching nothing is

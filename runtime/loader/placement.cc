@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -75,13 +76,24 @@ std::string DescribeBytes(uint64_t n) {
   return absl::StrCat(n, n == 1 ? " byte" : " bytes");
 }
 
+uint64_t DeviceReserveBytes(const DeviceMemoryInfo& info) {
+  return std::min<uint64_t>(info.total_bytes / 64, uint64_t{256} << 20);
+}
+
 absl::Status CheckPlacement(const BudgetPlacement& placement, std::optional<uint64_t> budget,
                             const DeviceMemoryInfo& info, std::string_view device_name) {
-  if (budget && *budget > info.free_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("device budget ", DescribeBytes(*budget), " is ", *budget - info.free_bytes,
-                     " bytes more than the ", info.free_bytes, " bytes free on ", Sv(device_name),
-                     ", of ", info.total_bytes, "; nothing was allocated"));
+  // A budget is a cap: what it places must fit, not the budget itself (80G
+  // on an 80 GB card, whose free memory is below its size, loads a model
+  // that fits).
+  const uint64_t reserve = DeviceReserveBytes(info);
+  const uint64_t usable = info.free_bytes > reserve ? info.free_bytes - reserve : 0;
+  if (budget && placement.device_bytes > usable) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the device share under the budget ", DescribeBytes(*budget), ", ",
+        DescribeBytes(placement.device_bytes), " in ", placement.device_storages,
+        " storage(s), is ", placement.device_bytes - usable, " bytes more than the ", usable,
+        " bytes usable on ", Sv(device_name), ": ", info.free_bytes, " free of ", info.total_bytes,
+        ", less a reserve of ", reserve, "; nothing was allocated"));
   }
   if (placement.mapped_bytes > 0 && info.mappable_bytes &&
       placement.mapped_bytes > *info.mappable_bytes) {

@@ -45,10 +45,17 @@ struct BudgetPlacement {
 BudgetPlacement PlaceStorages(absl::Span<const uint64_t> sizes, const std::vector<bool>& host_first,
                               std::optional<uint64_t> budget);
 
+// Device memory a budgeted load leaves free: 1/64 of the device's total, at
+// most 256 MiB (the allocator's own rounding, and what the kernels and the
+// caller's next allocations need).
+uint64_t DeviceReserveBytes(const DeviceMemoryInfo& info);
+
 // Checks a placement against what the device has, before anything is
-// allocated: ResourceExhausted when `budget` is over the device's free
-// memory, or when the mapped share is over what the host can pin; each
-// message names both numbers and the shortfall in bytes.
+// allocated: ResourceExhausted when, with a budget, the device share it
+// placed is over the device's free memory less DeviceReserveBytes (a budget
+// is a cap: one larger than the device is fine when what it places fits), or
+// when the mapped share is over what the host can pin; each message names
+// both numbers and the shortfall in bytes.
 absl::Status CheckPlacement(const BudgetPlacement& placement, std::optional<uint64_t> budget,
                             const DeviceMemoryInfo& info, std::string_view device_name);
 

@@ -167,12 +167,39 @@ TEST_F(CudaBudgetSimTest, ABudgetOverTheFreeMemoryFailsBeforeAnyAllocation) {
   auto w = LoadWeights(paths(), *gpu, LoadOptions{.device_budget_bytes = 96 * kMiB});
   ASSERT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();
   const std::string msg(w.status().message());
-  EXPECT_THAT(msg, HasSubstr("96 MiB (100663296 bytes)"));
-  EXPECT_THAT(msg, HasSubstr("33554432 bytes more than the 67108864 bytes free on cuda:0"));
+  // 24 storages (96 MiB) placed, 63 MiB usable: 64 MiB free less a reserve
+  // of 1/64.
+  EXPECT_THAT(msg, HasSubstr("the device share under the budget 96 MiB (100663296 bytes), 96 MiB "
+                             "(100663296 bytes) in 24 storage(s), is 34603008 bytes more than the "
+                             "66060288 bytes usable on cuda:0 (cudasim, sm_90): 67108864 free of "
+                             "67108864, less a reserve of 1048576"));
   EXPECT_EQ(cudasim::CallCount("cudaMalloc"), mallocs);
   EXPECT_EQ(cudasim::CallCount("cudaHostAlloc"), host_allocs);
   EXPECT_EQ(cudasim::DeviceBytesInUse(0), 0u);
   EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
+}
+
+// The defect: the check compared the budget itself with the free memory,
+// so --device-budget 80G failed on an 80 GB card (whose free memory is
+// below 80 GB) even for a small model.
+TEST_F(CudaBudgetSimTest, ABudgetOverTheDeviceLoadsAModelThatFits) {
+  cudasim::SimDevices sim(1, kCapacity);
+  ASSERT_TRUE(sim.ok());
+  auto gpu = CudaDevice::Open(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  // w0-w9 (40 MiB) in device memory, w10-w49 in mapped host memory by
+  // host_fqns, under a budget of 1 TiB.
+  auto w = LoadWeights(paths(), *gpu,
+                       LoadOptions{.device_budget_bytes = uint64_t{1} << 40,
+                                   .host_fqns = {"w1?", "w2?", "w3?", "w4?"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->stats().placed(Residency::kDevice).storages, 10u);
+  EXPECT_EQ(w->stats().placed(Residency::kMappedHost).storages, 40u);
+  for (size_t i = 0; i < kStorages; ++i) {
+    auto d = DigestLoadedWeight(*w, *w->Find(model_->fqns[i]));
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(*d, (*want_)[i]) << model_->fqns[i];
+  }
 }
 
 TEST_F(CudaBudgetSimTest, WithoutABudgetTheLoadRunsOutOfMemoryCleanly) {
@@ -376,7 +403,13 @@ TEST_F(CudaBudgetSimTest, PtdLoadNamesTheShortfallAndTheOutOfMemory) {
   const std::string files = " --manifest " + model_->manifest + " " + model_->ptd + " 2>&1";
   auto run = RunCommand(LoadCommand("--device-budget 96M" + files));
   EXPECT_EQ(run.exit_code, 2) << run.out;
-  EXPECT_THAT(run.out, HasSubstr("33554432 bytes more than the 67108864 bytes free on cuda:0"));
+  EXPECT_THAT(run.out,
+              HasSubstr("is 34603008 bytes more than the 66060288 bytes usable on cuda:0"));
+  // A budget over the device's memory is a cap: a model that fits loads.
+  run = RunCommand(LoadCommand("--device-budget 1T --json " +
+                               ConformancePath("files/c01_layouts_and_shared_segment.ptd") +
+                               " 2>&1"));
+  EXPECT_EQ(run.exit_code, 0) << run.out;
   // Text report with a budget: the placement line.
   run = RunCommand(LoadCommand("--device-budget 48M --host-fqn 'w4?'" + files));
   EXPECT_EQ(run.exit_code, 0) << run.out;

@@ -25,6 +25,7 @@ namespace {
 using ::ptd::internal::BudgetPlacement;
 using ::ptd::internal::CheckPlacement;
 using ::ptd::internal::DescribeBytes;
+using ::ptd::internal::DeviceReserveBytes;
 using ::ptd::internal::MatchesAny;
 using ::ptd::internal::PlaceStorages;
 using ::ptd::testing::FakeCudaDevice;
@@ -69,16 +70,28 @@ TEST(PlacementTest, HostFirstStoragesDoNotCountAgainstTheBudget) {
   EXPECT_EQ(p.device_bytes, 8 * kMiB);
 }
 
-TEST(PlacementTest, ABudgetOverTheFreeMemoryNamesTheShortfall) {
-  const BudgetPlacement p;
-  const absl::Status st = CheckPlacement(
-      p, 96 * kMiB, DeviceMemoryInfo{.free_bytes = 64 * kMiB, .total_bytes = 80 * kMiB}, "cuda:0");
+TEST(PlacementTest, WhatABudgetPlacesMustFitNotTheBudget) {
+  // 40 MiB placed under a 96 MiB budget; 64 MiB of 80 free, less 1/64 of the
+  // total (1.25 MiB): a budget is a cap, and what it places fits.
+  const std::vector<uint64_t> sizes = {20 * kMiB, 20 * kMiB};
+  const DeviceMemoryInfo info{.free_bytes = 64 * kMiB, .total_bytes = 80 * kMiB};
+  EXPECT_EQ(DeviceReserveBytes(info), 80 * kMiB / 64);
+  BudgetPlacement p = PlaceStorages(sizes, {false, false}, 96 * kMiB);
+  EXPECT_TRUE(CheckPlacement(p, 96 * kMiB, info, "cuda:0").ok());
+  // A budget far over the device (80G on an 80 GB card): the same.
+  p = PlaceStorages(sizes, {false, false}, uint64_t{80} << 30);
+  EXPECT_TRUE(CheckPlacement(p, uint64_t{80} << 30, info, "cuda:0").ok());
+  // 64 MiB placed: over the 62.75 MiB usable by the reserve.
+  p = PlaceStorages({32 * kMiB, 32 * kMiB}, {false, false}, 96 * kMiB);
+  const absl::Status st = CheckPlacement(p, 96 * kMiB, info, "cuda:0");
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(st.message()),
-              HasSubstr("device budget 96 MiB (100663296 bytes) is 33554432 bytes more than the "
-                        "67108864 bytes free on cuda:0, of 83886080"));
-  EXPECT_TRUE(
-      CheckPlacement(p, 64 * kMiB, DeviceMemoryInfo{.free_bytes = 64 * kMiB}, "cuda:0").ok());
+              HasSubstr("the device share under the budget 96 MiB (100663296 bytes), 64 MiB "
+                        "(67108864 bytes) in 2 storage(s), is 1310720 bytes more than the "
+                        "65798144 bytes usable on cuda:0: 67108864 free of 83886080, less a "
+                        "reserve of 1310720; nothing was allocated"));
+  // The reserve is at most 256 MiB.
+  EXPECT_EQ(DeviceReserveBytes(DeviceMemoryInfo{.total_bytes = uint64_t{80} << 30}), 256 * kMiB);
 }
 
 TEST(PlacementTest, AMappedShareOverThePinnableMemoryNamesTheShortfall) {
