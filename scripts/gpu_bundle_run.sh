@@ -290,7 +290,7 @@ for each in 1000 1024; do
   limit=$(limit_for 45 $(( each == 1000 ? 130 : 110 )))
   if (( limit >= 15 )); then
     say "the loader on 65,536 storages of $each B (${limit}s at most)"
-    bench "small_$each" $((65536 * each)) 65536 "$limit" 0.5 '^BM_Loader_Cuda$'
+    bench "small_$each" $((65536 * each)) 65536 "$limit" 0.5 '^BM_Loader_Cuda/'
     rm -f "$bench_dir"/*
   else
     not_run "small_$each" "the loader on 65,536 storages of $each B"
