@@ -16,8 +16,9 @@
 #      PTD_SKIP_FUZZ=1.
 #
 # Every gpu test runs on the CUDA runtime simulator (label "cudasim") in
-# stages 2, 4 and 5; after each, a line says how many ran there, and a
-# simulator test that skipped fails the stage.
+# stages 2, 4 and 5 (in stage 2 twice: with cudaFree/cudaFreeHost
+# synchronizing, and without); after each, a line says how many ran there,
+# and a simulator test that skipped fails the stage.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -54,6 +55,14 @@ simulator_summary() {
 echo "== 2/6 tests (build/)"
 ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" | tee "$logs/normal.log"
 simulator_summary "tests (build/)" "$logs/normal.log"
+# The simulator again with frees that do not synchronize (NVIDIA documents
+# none for cudaFreeHost): freeing memory a pending copy reads ends the test.
+# Not the self-test of free_sync itself, nor the large tests (nothing freed
+# differs there).
+echo "== 2/6 the simulator's tests with cudaFree/cudaFreeHost not synchronizing (PTD_CUDASIM_DISABLE=free_sync)"
+PTD_CUDASIM_DISABLE=free_sync ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" \
+  -L cudasim -LE cudasim-large -E 'FreeAndFreeHostSynchronize|cudasim\.without\.' | tee "$logs/nosync.log"
+simulator_summary "tests (build/), frees not synchronizing" "$logs/nosync.log"
 
 if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
   echo "== 3/6 Python tests (python/tests, .venv)"

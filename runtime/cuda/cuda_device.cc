@@ -272,7 +272,10 @@ struct CudaDevice::Impl {
     stats.live_bytes -= nbytes;
   }
 
-  // Frees a block of AllocateMappedMany (cudaFreeHost synchronizes).
+  // Frees a block of AllocateMappedMany. Nothing of ours is pending on it:
+  // the file is read into it by the host, and Materialize and CopyToHost
+  // finish before they return (NVIDIA documents no synchronization for
+  // cudaFreeHost, so none is counted on).
   void FreeMapped(void* p, size_t block_bytes) {
     {
       DeviceScope scope(index);
@@ -284,9 +287,11 @@ struct CudaDevice::Impl {
 
   // Takes back a staging block of `block_bytes`: into the cache, behind an
   // event on every copy stream (copies from it may still be in flight), or
-  // freed beyond the cache's bound or when an event cannot be recorded
-  // (cudaFreeHost waits for the copies). The work stream never reads
-  // staging after a call returns (CopyToHost and Materialize synchronize).
+  // freed beyond the cache's bound or when an event cannot be recorded,
+  // after the copies from it are done (NVIDIA documents no synchronization
+  // for cudaFreeHost: one that does not wait would free memory a copy still
+  // reads). The work stream never reads staging after a call returns
+  // (CopyToHost and Materialize synchronize).
   void ReleaseStaging(void* p, size_t block_bytes) {
     bool cache = false;
     {
@@ -323,9 +328,18 @@ struct CudaDevice::Impl {
         return;
       }
     }
+    if (block.events.size() == copy_streams.size()) {
+      (void)AwaitStaging(block.events);  // Failed: a sticky error, which later calls report.
+    } else {
+      // No event on every stream: wait for the streams themselves.
+      for (cudaStream_t stream : copy_streams) {
+        if (cudaStreamSynchronize(stream) != cudaSuccess) (void)cudaGetLastError();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      for (cudaEvent_t e : block.events) free_events.push_back(e);
+      block.events.clear();
+    }
     if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
-    std::lock_guard<std::mutex> lock(mu);
-    for (cudaEvent_t e : block.events) free_events.push_back(e);
   }
 
   // Waits for the copies a cached block's events cover, then returns the
@@ -851,14 +865,12 @@ void CudaDevice::TrimStagingCache() {
     impl_->staging_cache_bytes = 0;
   }
   DeviceScope scope(impl_->index);
-  std::vector<cudaEvent_t> events;
   for (auto& [size, block] : cache) {
-    // cudaFreeHost waits for copies from the block.
+    // The copies from the block first (cudaFreeHost need not wait for them);
+    // the events go back to the pool.
+    (void)impl_->AwaitStaging(block.events);
     if (cudaFreeHost(block.p) != cudaSuccess) (void)cudaGetLastError();
-    events.insert(events.end(), block.events.begin(), block.events.end());
   }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->free_events.insert(impl_->free_events.end(), events.begin(), events.end());
 }
 
 uint64_t CudaDevice::memcpy_calls() const {

@@ -266,6 +266,51 @@ TEST(CudaSimTest, TheStagingCacheWaitsForCopiesFromABlock) {
   EXPECT_EQ(std::count(back.begin(), back.end(), 'a'), static_cast<ptrdiff_t>(kBytes));
 }
 
+// The defect: a staging block past the cache's bound, and every block the
+// cache held when trimmed, went to cudaFreeHost while copies from it were
+// still queued, counting on cudaFreeHost to wait (NVIDIA documents no such
+// thing). With free_sync off, the simulator ends the process on a free of
+// memory a pending copy reads; the blocks are now freed after their copies.
+TEST(CudaSimTest, StagingIsFreedOnlyAfterTheCopiesFromIt) {
+  struct FreeSyncOff {
+    FreeSyncOff() { cudasim::Disable(cudasim::Check::kFreeSync); }
+    ~FreeSyncOff() { cudasim::Enable(cudasim::Check::kFreeSync); }
+  } off;
+  constexpr size_t kBytes = 1 << 20;
+  for (const bool trim : {false, true}) {
+    SCOPED_TRACE(trim ? "cached, then TrimStagingCache" : "past the cache's bound");
+    auto gpu = CudaDevice::Open(
+        0, CudaDeviceOptions{.staging_cache_bytes = trim ? uint64_t{64} << 20 : 0});
+    ASSERT_TRUE(gpu.ok());
+    auto dst = (*gpu)->Allocate(kBytes);
+    ASSERT_TRUE(dst.ok());
+    cudasim::PauseEngines();
+    std::thread resume([] {
+      std::this_thread::sleep_for(100ms);
+      cudasim::ResumeEngines();
+    });
+    std::optional<CopyTicket> ticket;
+    {
+      auto staging = (*gpu)->AllocateStaging(kBytes);
+      ASSERT_TRUE(staging.ok());
+      std::memset(staging->data(), 'a', kBytes);
+      auto t = (*gpu)->CopyToDeviceAsync(dst->data(), staging->data(), kBytes);
+      ASSERT_TRUE(t.ok());
+      ticket = *t;
+    }  // Freed or cached, its copy still queued.
+    if (trim) {
+      EXPECT_EQ((*gpu)->staging_cache_bytes(), kBytes);
+      (*gpu)->TrimStagingCache();
+    }
+    resume.join();
+    ASSERT_TRUE((*gpu)->Wait(*ticket).ok());
+    std::vector<uint8_t> back(kBytes);
+    ASSERT_TRUE((*gpu)->CopyToHost(back.data(), dst->data(), kBytes).ok());
+    EXPECT_EQ(std::count(back.begin(), back.end(), 'a'), static_cast<ptrdiff_t>(kBytes));
+    EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
+  }
+}
+
 // The defect: one cudaMemcpyAsync per packed piece. Pieces contiguous in
 // staging and in device memory go as one copy: about one per staging slot
 // filled (one event record each), not one per storage.

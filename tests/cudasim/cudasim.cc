@@ -123,11 +123,21 @@ struct GateFlag {
 
 struct Device;
 
+// Bytes [first, first + size) of device or pinned memory, as the caller
+// addresses them.
+struct Range {
+  uintptr_t first = 0;
+  uint64_t size = 0;
+};
+
 struct Op {
   std::vector<MarkerPtr> deps;     // Run only once these are done.
   std::shared_ptr<GateFlag> gate;  // Run only once it is open.
   std::function<void()> run;       // Runs without the lock.
   MarkerPtr marker;
+  // The device and pinned memory a copy reads or writes: without free_sync,
+  // freeing any of it while the op is pending is an error.
+  std::vector<Range> touches;
 };
 
 }  // namespace
@@ -400,7 +410,8 @@ void EngineLoop(CUstream_st* s) {
 // ordering), returns its marker. Without Check::kAsync, waits for it.
 // REQUIRES: lock holds mu.
 MarkerPtr Enqueue(std::unique_lock<std::mutex>& lock, CUstream_st* s, std::function<void()> run,
-                  std::vector<MarkerPtr> deps = {}, std::shared_ptr<GateFlag> gate = nullptr) {
+                  std::vector<MarkerPtr> deps = {}, std::shared_ptr<GateFlag> gate = nullptr,
+                  std::vector<Range> touches = {}) {
   Sim& g = S();
   Device* d = s->device;
   if (Enabled(Check::kLegacyStreamSync)) {
@@ -416,6 +427,7 @@ MarkerPtr Enqueue(std::unique_lock<std::mutex>& lock, CUstream_st* s, std::funct
   op.deps = std::move(deps);
   op.gate = std::move(gate);
   op.run = std::move(run);
+  op.touches = std::move(touches);
   op.marker = std::make_shared<Marker>();
   MarkerPtr marker = op.marker;
   s->queue.push_back(std::move(op));
@@ -571,12 +583,21 @@ cudaError_t Memcpy(const char* api, void* dst, const void* src, size_t count, cu
     WaitFor(lock, {s->tail});
     auto staged = std::make_shared<std::vector<uint8_t>>(in, in + count);
     MarkerPtr m =
-        Enqueue(lock, s, [out, staged] { std::memcpy(out, staged->data(), staged->size()); });
+        Enqueue(lock, s, [out, staged] { std::memcpy(out, staged->data(), staged->size()); }, {},
+                nullptr, {Range{reinterpret_cast<uintptr_t>(dst), count}});
     if (sync) WaitFor(lock, {m});
     return cudaSuccess;
   }
   // The source is read when the copy runs.
-  MarkerPtr m = Enqueue(lock, s, [out, in, count] { std::memmove(out, in, count); });
+  std::vector<Range> touches;
+  if (to_device || to.kind == Where::kPinned) {
+    touches.push_back(Range{reinterpret_cast<uintptr_t>(dst), count});
+  }
+  if (from_device || from.kind == Where::kPinned) {
+    touches.push_back(Range{reinterpret_cast<uintptr_t>(src), count});
+  }
+  MarkerPtr m = Enqueue(
+      lock, s, [out, in, count] { std::memmove(out, in, count); }, {}, nullptr, std::move(touches));
   const bool to_pageable = !to_device && to.kind == Where::kPageable;
   if (sync || (to_pageable && Enabled(Check::kPageableD2HSync))) WaitFor(lock, {m});
   return cudaSuccess;
@@ -629,6 +650,10 @@ bool Enabled(Check check) {
 void Disable(Check check) {
   (void)S();
   g_disabled[static_cast<int>(check)] = true;
+}
+void Enable(Check check) {
+  (void)S();
+  g_disabled[static_cast<int>(check)] = false;
 }
 
 uint64_t CallCount(const std::string& api) {
@@ -998,6 +1023,37 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   return cudaSuccess;
 }
 
+namespace cudasim {
+namespace {
+
+// Without free_sync (NVIDIA documents no synchronization for cudaFreeHost,
+// and a caller must not count on cudaFree's): freeing memory that a pending
+// copy still reads or writes ends the process, naming the call and the
+// stream, as a use after free. REQUIRES: mu held.
+void CheckNoPendingUse(const char* api, uintptr_t first, uint64_t size) {
+  if (Enabled(Check::kFreeSync)) return;
+  for (auto& d : Devices()) {
+    for (CUstream_st* stream : d->streams) {
+      for (const Op& op : stream->queue) {
+        if (op.marker->done) continue;
+        for (const Range& r : op.touches) {
+          if (r.first < first + size && first < r.first + r.size) {
+            char address[32];
+            std::snprintf(address, sizeof(address), "%#llx",
+                          static_cast<unsigned long long>(first));
+            Fatal(std::string(api) + "(" + address + "): a copy pending on a stream of device " +
+                  std::to_string(d->index) +
+                  " still reads or writes this memory (free_sync is off: wait for the copy first)");
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cudasim
+
 cudaError_t cudaFree(void* ptr) {
   std::unique_lock<std::mutex> lock(S().mu);
   cs::Device* current = cs::Current();
@@ -1014,6 +1070,8 @@ cudaError_t cudaFree(void* ptr) {
   if (Enabled(Check::kFreeSync)) cs::SyncDevice(lock, d);
   auto it = d->allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == d->allocations.end()) return cs::SetLast(cudaErrorInvalidValue);  // Freed meanwhile.
+  cs::CheckNoPendingUse("cudaFree", reinterpret_cast<uintptr_t>(ptr),
+                        std::max<uint64_t>(it->second.size, 1));
   const cs::Allocation a = it->second;
   d->allocations.erase(it);
   ::madvise(d->engine_base + a.pages_offset, a.pages_bytes, MADV_DONTNEED);
@@ -1072,6 +1130,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (Enabled(Check::kFreeSync)) {
     for (auto& d : cs::Devices()) cs::SyncDevice(lock, d.get());
   }
+  cs::CheckNoPendingUse("cudaFreeHost", reinterpret_cast<uintptr_t>(ptr), it->second);
   it = S().pinned.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == S().pinned.end()) return cs::SetLast(cudaErrorInvalidValue);  // Freed meanwhile.
   const uint64_t bytes = it->second;

@@ -63,7 +63,9 @@ enum class Check {
   kAsync,                   // "async": operations run later, on engine threads.
   kStreamWaitEvent,         // "wait_event": cudaStreamWaitEvent orders its stream.
   kLegacyStreamSync,        // "legacy_sync": the legacy default stream's implicit sync.
-  kFreeSync,                // "free_sync": cudaFree/cudaFreeHost synchronize.
+  kFreeSync,                // "free_sync": cudaFree/cudaFreeHost synchronize. Off, they
+                            // do not, and freeing memory a pending copy reads or writes
+                            // ends the process (CI runs the cudasim label both ways).
   kLaunchConfig,            // "launch_config": launch configuration limits.
   kDeviceOrdinal,           // "ordinal": device ordinals are checked.
   kCapacity,                // "capacity": allocation past the capacity fails.
@@ -75,6 +77,7 @@ enum class Check {
 const char* CheckName(Check check);
 bool Enabled(Check check);
 void Disable(Check check);
+void Enable(Check check);  // A test's own Disable undone.
 
 // Calls of a runtime API ("cudaMemcpyAsync", ...) made so far; launches of
 // one kernel are "kernel:NAME" (the name its launch gives, ptd_gather_w4).
