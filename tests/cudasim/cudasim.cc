@@ -87,9 +87,9 @@ uint64_t ParseBytes(const char* name, const char* text) {
   return uint64_t{v} << shift;
 }
 
-const char* kCheckNames[] = {"protect",   "async",         "wait_event",  "legacy_sync",
-                             "free_sync", "launch_config", "ordinal",     "capacity",
-                             "sticky",    "barrier",       "kernel_host", "pageable_d2h"};
+const char* kCheckNames[] = {
+    "protect",  "async",  "wait_event", "legacy_sync", "free_sync",    "launch_config", "ordinal",
+    "capacity", "sticky", "barrier",    "kernel_host", "pageable_d2h", "pending_free"};
 constexpr int kNumChecks = sizeof(kCheckNames) / sizeof(kCheckNames[0]);
 std::atomic<bool> g_disabled[kNumChecks];
 
@@ -1031,7 +1031,7 @@ namespace {
 // copy still reads or writes ends the process, naming the call and the
 // stream, as a use after free. REQUIRES: mu held.
 void CheckNoPendingUse(const char* api, uintptr_t first, uint64_t size) {
-  if (Enabled(Check::kFreeSync)) return;
+  if (Enabled(Check::kFreeSync) || !Enabled(Check::kPendingFree)) return;
   for (auto& d : Devices()) {
     for (CUstream_st* stream : d->streams) {
       for (const Op& op : stream->queue) {

@@ -63,9 +63,8 @@ enum class Check {
   kAsync,                   // "async": operations run later, on engine threads.
   kStreamWaitEvent,         // "wait_event": cudaStreamWaitEvent orders its stream.
   kLegacyStreamSync,        // "legacy_sync": the legacy default stream's implicit sync.
-  kFreeSync,                // "free_sync": cudaFree/cudaFreeHost synchronize. Off, they
-                            // do not, and freeing memory a pending copy reads or writes
-                            // ends the process (CI runs the cudasim label both ways).
+  kFreeSync,                // "free_sync": cudaFree/cudaFreeHost synchronize (CI runs
+                            // the cudasim label with it off too).
   kLaunchConfig,            // "launch_config": launch configuration limits.
   kDeviceOrdinal,           // "ordinal": device ordinals are checked.
   kCapacity,                // "capacity": allocation past the capacity fails.
@@ -73,6 +72,8 @@ enum class Check {
   kBarrier,                 // "barrier": __syncthreads() is a barrier.
   kKernelHostAccess,        // "kernel_host": kernels cannot touch pageable memory.
   kPageableD2HSync,         // "pageable_d2h": D2H into pageable memory is synchronous.
+  kPendingFree,             // "pending_free": with free_sync off, freeing memory that a
+                            // pending copy reads or writes ends the process.
 };
 const char* CheckName(Check check);
 bool Enabled(Check check);

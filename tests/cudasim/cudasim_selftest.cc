@@ -409,6 +409,24 @@ TEST_F(SimDeathTest, AKernelTouchingPageableMemoryDies) {
       "");
 }
 
+// Check "pending_free": with free_sync off, nothing waits for the copy, and
+// the free is caught rather than left to corrupt what the copy reads.
+TEST_F(SimDeathTest, FreeingPinnedMemoryAPendingCopyReadsDies) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Disable(Check::kFreeSync);
+        void* victim = nullptr;
+        (void)cudaHostAlloc(&victim, kBytes, 0);
+        StreamGate gate(stream_);
+        (void)cudaMemcpyAsync(device_, victim, kBytes, cudaMemcpyHostToDevice, stream_);
+        (void)cudaFreeHost(victim);
+        std::fprintf(stderr, "freed under a pending copy\n");
+        std::exit(0);
+      },
+      "cudaFreeHost\\(0x[0-9a-f]+\\): a copy pending on a stream of device 0 still reads");
+}
+
 TEST_F(SimDeathTest, AKernelReadingPastItsAllocationDies) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
