@@ -742,7 +742,9 @@ absl::StatusOr<std::vector<CopyTicket>> CudaDevice::CopyManyToDeviceAsync(
   const auto issue_run = [&]() -> cudaError_t {
     if (run_bytes == 0) return cudaSuccess;
     ++calls;
-    return cudaMemcpyAsync(run_dst, run_src, run_bytes, cudaMemcpyHostToDevice, stream);
+    // The direction from the addresses (unified addressing), whatever
+    // memory the caller names.
+    return cudaMemcpyAsync(run_dst, run_src, run_bytes, cudaMemcpyDefault, stream);
   };
   for (const CopyRequest& r : requests) {
     if (r.nbytes == 0) continue;
@@ -841,7 +843,10 @@ absl::Status CudaDevice::CopyToHost(void* dst, const void* src, size_t nbytes) {
   DeviceScope scope(impl_->index);
   PTD_RETURN_IF_ERROR(scope.status());
   PTD_RETURN_IF_ERROR(impl_->OrderAfterCopies());
-  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemcpyAsync, dst, src, nbytes, cudaMemcpyDeviceToHost,
+  // cudaMemcpyDefault: `src` may be a storage in mapped host memory (a
+  // budgeted load), which a device-to-host copy may not name (the runtime
+  // tells the direction from the addresses under unified addressing).
+  PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemcpyAsync, dst, src, nbytes, cudaMemcpyDefault,
                            impl_->work_stream);
   PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaStreamSynchronize, impl_->work_stream);
   return absl::OkStatus();

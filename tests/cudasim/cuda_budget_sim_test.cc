@@ -202,6 +202,27 @@ TEST_F(CudaBudgetSimTest, ABudgetOverTheDeviceLoadsAModelThatFits) {
   }
 }
 
+// The defect: CopyToHost named the direction (device to host), which a
+// storage in mapped host memory is not; the runtime refused the copy.
+TEST_F(CudaBudgetSimTest, CopyToHostReadsAMappedStorage) {
+  cudasim::SimDevices sim(1, kCapacity);
+  ASSERT_TRUE(sim.ok());
+  auto gpu = CudaDevice::Open(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto w = LoadWeights(paths(), *gpu, LoadOptions{.device_budget_bytes = 0});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const LoadedWeight* lw = w->Find(model_->fqns[3]);
+  ASSERT_NE(lw, nullptr);
+  ASSERT_EQ(lw->residency, Residency::kMappedHost);
+  // The test model's weights are whole, contiguous storages.
+  uint64_t nbytes = lw->element_size;
+  for (int64_t d : lw->sizes) nbytes *= static_cast<uint64_t>(d);
+  ASSERT_EQ(nbytes, 4 * kMiB);
+  std::vector<uint8_t> back(nbytes);
+  ASSERT_TRUE((*gpu)->CopyToHost(back.data(), lw->data, back.size()).ok());
+  EXPECT_EQ(Sha256Hex(back), (*want_)[3]);
+}
+
 TEST_F(CudaBudgetSimTest, WithoutABudgetTheLoadRunsOutOfMemoryCleanly) {
   cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
