@@ -512,6 +512,7 @@ json StatsJson(const Args& a, const ptd::LoadStats& st, uint64_t huge_page_bytes
             {"reads", st.reads},
             {"bytes_read", st.bytes_read},
             {"copies", st.copies},
+            {"copy_calls", st.copy_calls},
             {"mapped", st.mapped},
             {"mapped_bytes", st.mapped_bytes},
             {"mappings", st.mappings},
@@ -599,6 +600,9 @@ void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
                   Plural(st.allocations, "allocation call", "allocation calls"), ", ",
                   Plural(st.reads, "read", "reads"), " of ", Plural(st.bytes_read, "byte", "bytes"),
                   ", ", Plural(st.copies, "copy", "copies"),
+                  st.copy_calls > 0
+                      ? absl::StrCat(" in ", Plural(st.copy_calls, "copy call", "copy calls"))
+                      : std::string(),
                   a.map_file ? absl::StrCat(", ", st.mapped, " mapped from the file (",
                                             Plural(st.mapped_bytes, "byte", "bytes"), ", ",
                                             Plural(st.mappings, "mapping", "mappings"), ")")

@@ -156,6 +156,10 @@ inline constexpr char kAllocateManyIndexPayload[] = "ptd.device/allocate_many_in
 struct CopyTicket {
   uint64_t id = 0;
   uint32_t stream = 0;
+  // Copy calls this ticket's copies took in the device's runtime
+  // (cudaMemcpyAsync on CUDA, where requests that follow each other in
+  // source and destination go as one); 0 where a copy is a plain memcpy.
+  uint32_t runtime_calls = 0;
 };
 
 // One host-to-device copy of a batch (CopyManyToDeviceAsync).

@@ -201,7 +201,11 @@ struct LoadStats {
   uint64_t reads = 0;          // Calls into the ByteSource.
   uint64_t bytes_read = 0;     // Bytes those calls read (padding included).
   uint64_t copies = 0;         // Host-to-device copies issued.
-  uint64_t mapped = 0;         // Storages mapped from the file (LoadOptions::map_file).
+  // The copy calls those copies took in the device's runtime
+  // (cudaMemcpyAsync calls on CUDA; CopyTicket::runtime_calls), 0 on the
+  // host.
+  uint64_t copy_calls = 0;
+  uint64_t mapped = 0;  // Storages mapped from the file (LoadOptions::map_file).
   uint64_t mapped_bytes = 0;
   uint64_t mappings = 0;  // Mappings those storages share.
   // Where the storages went (LoadedStorage::residency); they add up to

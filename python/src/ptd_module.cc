@@ -372,6 +372,7 @@ class Weights {
     d["reads"] = s.reads;
     d["bytes_read"] = s.bytes_read;
     d["copies"] = s.copies;
+    d["copy_calls"] = s.copy_calls;
     d["reused"] = s.reused;
     d["runtime_owned"] = s.runtime_owned;
     d["mapped"] = s.mapped;

@@ -774,7 +774,8 @@ absl::StatusOr<std::vector<CopyTicket>> CudaDevice::CopyManyToDeviceAsync(
   impl_->stats.copies += requests.size();  // Requests, as Device's default counts them.
   impl_->stats.copied_bytes += bytes;
   impl_->memcpy_calls += calls;
-  tickets.push_back(CopyTicket{id, stream_index});
+  tickets.push_back(
+      CopyTicket{.id = id, .stream = stream_index, .runtime_calls = static_cast<uint32_t>(calls)});
   return tickets;
 }
 

@@ -315,6 +315,7 @@ void Transfer::AddTo(LoadStats* stats, LoadTimings* timings) const {
   stats->reads += reads_.load();
   stats->bytes_read += bytes_read_.load();
   stats->copies += copies_.load();
+  stats->copy_calls += copy_calls_.load();
   timings->copy_s += copy_s_;
   timings->wait_s += wait_s_;
 }

@@ -149,6 +149,9 @@ class Transfer::StagedRun {
     absl::Status st = tickets.status();
     if (st.ok()) {
       t_.copies_.fetch_add(item.num_pieces, std::memory_order_relaxed);
+      uint64_t calls = 0;
+      for (const CopyTicket& t : *tickets) calls += t.runtime_calls;
+      t_.copy_calls_.fetch_add(calls, std::memory_order_relaxed);
       slots_[slot].tickets = *std::move(tickets);
     }
     t_.copy_s_ += SecondsSince(t0);

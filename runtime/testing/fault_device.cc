@@ -136,7 +136,7 @@ absl::StatusOr<CopyTicket> FaultDevice::CopyToDeviceAsync(void* dst, const void*
   // Our ids are issue order; Wait() waits on the wrapped device's ticket, so
   // a wrapped asynchronous device stays asynchronous.
   inner_tickets_.emplace(id, *t);
-  return CopyTicket{.id = id, .stream = t->stream};
+  return CopyTicket{.id = id, .stream = t->stream, .runtime_calls = t->runtime_calls};
 }
 
 absl::Status FaultDevice::FlushLocked(uint64_t id) {

@@ -401,6 +401,11 @@ TEST_F(CudaBudgetSimTest, PtdLoadWithA48MiBBudgetDigestsEveryWeight) {
   ASSERT_EQ(run.exit_code, 0) << run.out.substr(0, 2000);
   const json j = json::parse(run.out);
   EXPECT_EQ(j["load"]["device_budget"], 48 * kMiB);
+  // The 12 device storages' copies, in cudaMemcpyAsync calls (the mapped
+  // ones are read in place: no copy).
+  EXPECT_EQ(j["load"]["copies"], 12);
+  EXPECT_GE(j["load"]["copy_calls"], 1);
+  EXPECT_LE(j["load"]["copy_calls"], 12);
   EXPECT_EQ(j["load"]["placement"]["device"]["storages"], 12);
   EXPECT_EQ(j["load"]["placement"]["device"]["bytes"], 48 * kMiB);
   EXPECT_EQ(j["load"]["placement"]["mapped_host"]["storages"], 38);

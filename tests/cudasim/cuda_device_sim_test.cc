@@ -330,6 +330,9 @@ TEST(CudaSimTest, PackedPiecesAreCoalescedIntoOneCopyPerSlot) {
               static_cast<unsigned long long>(issued), static_cast<unsigned long long>(slots));
   EXPECT_LE(issued, slots + 4);
   EXPECT_LT(slots, 64u);
+  // LoadStats::copy_calls is what the runtime saw; copies counts requests.
+  EXPECT_EQ(w->stats().copy_calls, issued);
+  EXPECT_EQ(w->stats().copies, 65536u);
   // And the bytes are right.
   size_t checked = 0;
   for (size_t i = 0; i < model.fqns.size(); i += 4099) {
