@@ -89,7 +89,7 @@ uint64_t ParseBytes(const char* name, const char* text) {
 
 const char* kCheckNames[] = {
     "protect",  "async",  "wait_event", "legacy_sync", "free_sync",    "launch_config", "ordinal",
-    "capacity", "sticky", "barrier",    "kernel_host", "pageable_d2h", "pending_free"};
+    "capacity", "sticky", "barrier",    "kernel_host", "pageable_d2h", "pending_free",  "pin"};
 constexpr int kNumChecks = sizeof(kCheckNames) / sizeof(kCheckNames[0]);
 std::atomic<bool> g_disabled[kNumChecks];
 
@@ -269,6 +269,9 @@ Config ConfigFromEnvironment() {
   if (const char* v = std::getenv("PTD_CUDASIM_CAPACITY"); v && *v) {
     c.capacity = ParseBytes("PTD_CUDASIM_CAPACITY", v);
     if (c.capacity > (uint64_t{1} << 40)) Fatal("PTD_CUDASIM_CAPACITY is over 1T");
+  }
+  if (const char* v = std::getenv("PTD_CUDASIM_PINNED_LIMIT"); v && *v) {
+    c.pinned_limit = ParseBytes("PTD_CUDASIM_PINNED_LIMIT", v);
   }
   if (const char* v = std::getenv("PTD_CUDASIM_SEED"); v && *v) {
     c.seed = ParseBytes("PTD_CUDASIM_SEED", v);
@@ -1108,8 +1111,21 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
   cs::Touch(d);
   *ptr = nullptr;
   if (size == 0) return cudaSuccess;
+  // The driver pins every page before it returns (the time shows in the
+  // caller's timings), and refuses past what the host lets it pin.
+  const bool pin = Enabled(Check::kPin);
+  if (pin) {
+    uint64_t limit = S().config.pinned_limit;
+    if (limit == 0) {
+      limit = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+              static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    }
+    if (S().pinned_bytes + cs::AlignUp(size, cs::kPage) > limit) {
+      return cs::SetLast(cudaErrorMemoryAllocation);
+    }
+  }
   void* p = ::mmap(nullptr, cs::AlignUp(size, cs::kPage), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                   MAP_PRIVATE | MAP_ANONYMOUS | (pin ? MAP_POPULATE : 0), -1, 0);
   if (p == MAP_FAILED) return cs::SetLast(cudaErrorMemoryAllocation);
   S().pinned.emplace(reinterpret_cast<uintptr_t>(p), cs::AlignUp(size, cs::kPage));
   S().pinned_bytes += cs::AlignUp(size, cs::kPage);

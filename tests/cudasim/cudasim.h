@@ -48,6 +48,9 @@ struct Config {
   uint64_t capacity = uint64_t{80} << 30;  // Bytes of device memory per device.
   uint64_t seed = 1;                       // Of the engines' random delays.
   uint32_t max_delay_us = 200;             // Upper bound of one random delay.
+  // Host memory cudaHostAlloc may pin in all, as the driver bounds it; 0:
+  // the machine's physical memory.
+  uint64_t pinned_limit = 0;
 };
 
 // The configuration in force (from the environment at the first call).
@@ -74,6 +77,8 @@ enum class Check {
   kPageableD2HSync,         // "pageable_d2h": D2H into pageable memory is synchronous.
   kPendingFree,             // "pending_free": with free_sync off, freeing memory that a
                             // pending copy reads or writes ends the process.
+  kPin,                     // "pin": cudaHostAlloc pins (populates) every page when
+                            // called, and fails past Config::pinned_limit.
 };
 const char* CheckName(Check check);
 bool Enabled(Check check);

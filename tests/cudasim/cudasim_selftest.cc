@@ -4,6 +4,9 @@
 // check is disabled; ctest proves it (tests/cudasim/CMakeLists.txt,
 // "cudasim.without.*": the test run with PTD_CUDASIM_DISABLE=<check> must
 // fail).
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -286,6 +289,29 @@ TEST(SimCapacityTest, AllocationsPastTheCapacityFail) {
   EXPECT_EQ(cudaFree(a), cudaSuccess);
   EXPECT_EQ(cudaFree(b), cudaSuccess);
   EXPECT_EQ(DeviceBytesInUse(0), 0u);
+  ASSERT_TRUE(Configure(Config{}));
+}
+
+// Check "pin": every page resident when cudaHostAlloc returns, and no more
+// pinned than the limit.
+TEST(SimPinTest, HostAllocPinsEveryPageUpToTheLimit) {
+  Config config = CurrentConfig();
+  config.pinned_limit = uint64_t{8} << 20;
+  ASSERT_TRUE(Configure(config));
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&a, size_t{6} << 20, cudaHostAllocMapped), cudaSuccess);
+  const size_t pages = (size_t{6} << 20) / 4096;
+  std::vector<unsigned char> resident(pages);
+  ASSERT_EQ(::mincore(a, size_t{6} << 20, resident.data()), 0);
+  EXPECT_EQ(std::count_if(resident.begin(), resident.end(), [](unsigned char r) { return r & 1; }),
+            static_cast<ptrdiff_t>(pages));
+  EXPECT_EQ(cudaHostAlloc(&b, size_t{4} << 20, 0), cudaErrorMemoryAllocation);
+  EXPECT_EQ(b, nullptr);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  ASSERT_EQ(cudaHostAlloc(&b, size_t{2} << 20, 0), cudaSuccess) << "exactly the rest fits";
+  EXPECT_EQ(cudaFreeHost(a), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(b), cudaSuccess);
   ASSERT_TRUE(Configure(Config{}));
 }
 
