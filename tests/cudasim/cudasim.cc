@@ -87,9 +87,10 @@ uint64_t ParseBytes(const char* name, const char* text) {
   return uint64_t{v} << shift;
 }
 
-const char* kCheckNames[] = {
-    "protect",  "async",  "wait_event", "legacy_sync", "free_sync",    "launch_config", "ordinal",
-    "capacity", "sticky", "barrier",    "kernel_host", "pageable_d2h", "pending_free",  "pin"};
+const char* kCheckNames[] = {"protect",      "async",         "wait_event",  "legacy_sync",
+                             "free_sync",    "launch_config", "ordinal",     "capacity",
+                             "sticky",       "barrier",       "kernel_host", "pageable_d2h",
+                             "pending_free", "pin",           "context"};
 constexpr int kNumChecks = sizeof(kCheckNames) / sizeof(kCheckNames[0]);
 std::atomic<bool> g_disabled[kNumChecks];
 
@@ -177,6 +178,7 @@ struct Device {
   std::map<uintptr_t, Allocation> allocations;  // By the pointer handed out.
   std::map<uint64_t, uint64_t> free_ranges;     // Offset -> bytes.
   uint64_t used = 0;                            // Charged against the capacity.
+  uint64_t reserve = 0;                         // The context's (Config::context_reserve).
   CUstream_st* legacy = nullptr;
   std::vector<CUstream_st*> streams;  // Every stream not yet drained, the legacy one too.
   bool context = false;
@@ -247,6 +249,9 @@ void BuildDevices(std::unique_lock<std::mutex>& lock) {
     auto d = std::make_unique<Device>();
     d->index = i;
     d->capacity = g.config.capacity;
+    d->reserve = Enabled(Check::kContextReserve)
+                     ? std::min(g.config.context_reserve, g.config.capacity / 8)
+                     : 0;
     // Room for a guard page after every allocation.
     d->span = AlignUp(2 * d->capacity + (uint64_t{64} << 20), kPage);
     d->host_base = static_cast<uint8_t*>(Reserve(d->span));
@@ -269,6 +274,9 @@ Config ConfigFromEnvironment() {
   if (const char* v = std::getenv("PTD_CUDASIM_CAPACITY"); v && *v) {
     c.capacity = ParseBytes("PTD_CUDASIM_CAPACITY", v);
     if (c.capacity > (uint64_t{1} << 40)) Fatal("PTD_CUDASIM_CAPACITY is over 1T");
+  }
+  if (const char* v = std::getenv("PTD_CUDASIM_CONTEXT_RESERVE"); v && *v) {
+    c.context_reserve = ParseBytes("PTD_CUDASIM_CONTEXT_RESERVE", v);
   }
   if (const char* v = std::getenv("PTD_CUDASIM_PINNED_LIMIT"); v && *v) {
     c.pinned_limit = ParseBytes("PTD_CUDASIM_PINNED_LIMIT", v);
@@ -985,7 +993,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (d == nullptr) return cs::SetLast(cudaErrorNoDevice);
   if (free == nullptr || total == nullptr) return cs::SetLast(cudaErrorInvalidValue);
   cs::Touch(d);
-  *free = d->used >= d->capacity ? 0 : d->capacity - d->used;
+  *free = d->used + d->reserve >= d->capacity ? 0 : d->capacity - d->reserve - d->used;
   *total = d->capacity;
   return cudaSuccess;
 }
@@ -1001,7 +1009,8 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (size == 0) return cudaSuccess;
   if (size > d->span) return cs::SetLast(cudaErrorMemoryAllocation);
   const uint64_t pages = cs::AlignUp(size, cs::kPage);
-  if (cudasim::Enabled(Check::kCapacity) && pages > d->capacity - std::min(d->used, d->capacity)) {
+  if (cudasim::Enabled(Check::kCapacity) &&
+      pages > d->capacity - std::min(d->used + d->reserve, d->capacity)) {
     return cs::SetLast(cudaErrorMemoryAllocation);
   }
   // First fit, with a guard page after the block.

@@ -51,6 +51,11 @@ struct Config {
   // Host memory cudaHostAlloc may pin in all, as the driver bounds it; 0:
   // the machine's physical memory.
   uint64_t pinned_limit = 0;
+  // Device memory the CUDA context holds on a real card (a few hundred MiB):
+  // cudaMemGetInfo's free starts this far below the total, and cudaMalloc
+  // cannot have it. At most an eighth of the capacity, so that a small
+  // simulated device stays usable.
+  uint64_t context_reserve = uint64_t{384} << 20;
 };
 
 // The configuration in force (from the environment at the first call).
@@ -79,6 +84,7 @@ enum class Check {
                             // pending copy reads or writes ends the process.
   kPin,                     // "pin": cudaHostAlloc pins (populates) every page when
                             // called, and fails past Config::pinned_limit.
+  kContextReserve,          // "context": the context holds Config::context_reserve.
 };
 const char* CheckName(Check check);
 bool Enabled(Check check);

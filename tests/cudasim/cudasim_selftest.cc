@@ -273,6 +273,7 @@ TEST_F(SimTest, InvalidDeviceOrdinalsFail) {
 TEST(SimCapacityTest, AllocationsPastTheCapacityFail) {
   Config config = CurrentConfig();
   config.capacity = uint64_t{64} << 20;
+  config.context_reserve = 0;  // The capacity alone (SimContextTest below).
   ASSERT_TRUE(Configure(config));
   void* a = nullptr;
   void* b = nullptr;
@@ -312,6 +313,29 @@ TEST(SimPinTest, HostAllocPinsEveryPageUpToTheLimit) {
   ASSERT_EQ(cudaHostAlloc(&b, size_t{2} << 20, 0), cudaSuccess) << "exactly the rest fits";
   EXPECT_EQ(cudaFreeHost(a), cudaSuccess);
   EXPECT_EQ(cudaFreeHost(b), cudaSuccess);
+  ASSERT_TRUE(Configure(Config{}));
+}
+
+// Check "context": free starts below the total, by the context's share.
+TEST(SimContextTest, TheContextHoldsPartOfTheDevice) {
+  Config config = CurrentConfig();
+  config.capacity = uint64_t{64} << 20;
+  config.context_reserve = uint64_t{4} << 20;
+  ASSERT_TRUE(Configure(config));
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_EQ(total, size_t{64} << 20);
+  EXPECT_EQ(free, size_t{60} << 20);
+  void* a = nullptr;
+  EXPECT_EQ(cudaMalloc(&a, size_t{62} << 20), cudaErrorMemoryAllocation);
+  (void)cudaGetLastError();
+  ASSERT_EQ(cudaMalloc(&a, size_t{60} << 20), cudaSuccess) << "exactly the rest fits";
+  EXPECT_EQ(cudaFree(a), cudaSuccess);
+  // An eighth of the capacity at most.
+  config.context_reserve = uint64_t{1} << 30;
+  ASSERT_TRUE(Configure(config));
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_EQ(free, size_t{56} << 20);
   ASSERT_TRUE(Configure(Config{}));
 }
 
