@@ -142,6 +142,56 @@ std::optional<uint64_t> MemAvailableBytes() {
   return out;
 }
 
+// The first line of `path` as an unsigned number; nullopt when it cannot be
+// read or is not one ("max": no limit).
+std::optional<uint64_t> ReadNumber(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return std::nullopt;
+  unsigned long long v = 0;  // NOLINT(runtime/int): sscanf's type.
+  const bool ok = std::fscanf(f, "%llu", &v) == 1;
+  std::fclose(f);
+  if (!ok) return std::nullopt;
+  return uint64_t{v};
+}
+
+// What this process's memory cgroup still lets it have (v2: memory.max less
+// memory.current; v1: memory.limit_in_bytes less memory.usage_in_bytes),
+// and where that was read; nullopt without a limit. A container's limit
+// binds before the machine's MemAvailable does. The cgroup's folder is
+// looked for at its path from /proc/self/cgroup, then at the mount's root
+// (inside a container, the path names the host's hierarchy).
+std::optional<std::pair<uint64_t, std::string>> CgroupRoomBytes() {
+  std::FILE* f = std::fopen("/proc/self/cgroup", "re");
+  if (f == nullptr) return std::nullopt;
+  char line[4096];
+  std::string v2, v1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    std::string l = line;
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+    if (l.rfind("0::", 0) == 0) v2 = l.substr(3);
+    const size_t memory = l.find(":memory:");
+    if (memory != std::string::npos) v1 = l.substr(memory + 8);
+  }
+  std::fclose(f);
+  struct Layout {
+    std::string root, path, max, current;
+  };
+  const Layout layouts[] = {
+      {"/sys/fs/cgroup", v2, "memory.max", "memory.current"},
+      {"/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes"}};
+  for (const Layout& l : layouts) {
+    if (l.path.empty() || l.path.find("..") != std::string::npos) continue;
+    for (const std::string& dir : {l.root + (l.path == "/" ? std::string() : l.path), l.root}) {
+      const std::optional<uint64_t> max = ReadNumber(dir + "/" + l.max);
+      if (!max) continue;  // "max" (no limit), or not there.
+      const uint64_t current = ReadNumber(dir + "/" + l.current).value_or(0);
+      return std::make_pair(*max > current ? *max - current : 0,
+                            absl::StrCat(l.max, " less ", l.current, " in ", dir));
+    }
+  }
+  return std::nullopt;
+}
+
 // Offsets of `sizes` in one arena, each at the next kDeviceAlignment
 // boundary; the arena's end. ResourceExhausted (with the failing buffer's
 // index as kAllocateManyIndexPayload) when the total overflows 64 bits.
@@ -651,9 +701,18 @@ absl::StatusOr<DeviceMemoryInfo> CudaDevice::MemoryInfo() {
   size_t free_bytes = 0, total_bytes = 0;
   PTD_CUDA_RETURN_IF_ERROR(impl_->index, cudaMemGetInfo, &free_bytes, &total_bytes);
   DeviceMemoryInfo info{.free_bytes = free_bytes, .total_bytes = total_bytes};
-  if (const std::optional<uint64_t> available = MemAvailableBytes()) {
-    info.mappable_bytes = *available;
-    info.mappable_source = "MemAvailable in /proc/meminfo";
+  // The smaller of the machine's MemAvailable and the cgroup's room, less a
+  // reserve (1/16 of it, at least 256 MiB) for everything else on the host.
+  std::optional<uint64_t> bound = MemAvailableBytes();
+  std::string source = "MemAvailable in /proc/meminfo";
+  if (const auto cgroup = CgroupRoomBytes(); cgroup && (!bound || cgroup->first < *bound)) {
+    bound = cgroup->first;
+    source = cgroup->second;
+  }
+  if (bound) {
+    const uint64_t reserve = std::min(*bound, std::max(*bound / 16, uint64_t{256} << 20));
+    info.mappable_bytes = *bound - reserve;
+    info.mappable_source = absl::StrCat(source, ", less a reserve of ", reserve, " bytes");
   }
   return info;
 }

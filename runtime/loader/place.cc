@@ -63,7 +63,9 @@ absl::Status SplitByBudget(const LoadPlan& plan, bool all_keys, Device& device,
                        options.device_budget_bytes ? "a device budget" : "host_fqns", " on ",
                        device.name(), ": ", info.status().message()));
     }
-    PTD_RETURN_IF_ERROR(CheckPlacement(split, options.device_budget_bytes, *info, device.name()));
+    PTD_ASSIGN_OR_RETURN(
+        placed->mapped_reservation,
+        ReserveMappedHost(split, options.device_budget_bytes, *std::move(info), device.name()));
   }
   std::vector<uint32_t> on_device;
   on_device.reserve(split.device_storages);
@@ -236,7 +238,11 @@ absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
     PTD_RETURN_IF_ERROR(
         AllocateList(*placed->host_device, false, *storages, &placed->to_host, placed, stats));
   }
-  return AllocateList(device, true, *storages, &placed->to_mapped_host, placed, stats);
+  const absl::Status mapped =
+      AllocateList(device, true, *storages, &placed->to_mapped_host, placed, stats);
+  // Allocated (pinned) or not, the host now shows it: the hold ends.
+  placed->mapped_reservation.reset();
+  return mapped;
 }
 
 }  // namespace ptd::internal

@@ -40,6 +40,9 @@ struct PlacedStorages {
   std::vector<uint32_t> file_mapped;
   // Per storage, once mapped or allocated.
   std::vector<DeviceBuffer> buffers;
+  // The mapped share held against the process's pinnable memory from the
+  // check until it is allocated (ReserveMappedHost); null without one.
+  std::shared_ptr<void> mapped_reservation;
 };
 
 // InvalidArgument for LoadOptions::device_budget_bytes or host_fqns on the

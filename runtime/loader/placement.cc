@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -106,6 +107,41 @@ absl::Status CheckPlacement(const BudgetPlacement& placement, std::optional<uint
         "; nothing was allocated"));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+std::mutex g_reserved_mu;
+uint64_t g_reserved_bytes = 0;  // Guarded by g_reserved_mu.
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<void>> ReserveMappedHost(const BudgetPlacement& placement,
+                                                        std::optional<uint64_t> budget,
+                                                        DeviceMemoryInfo info,
+                                                        std::string_view device_name) {
+  std::lock_guard<std::mutex> lock(g_reserved_mu);
+  if (info.mappable_bytes && g_reserved_bytes > 0) {
+    const uint64_t others = g_reserved_bytes;
+    info.mappable_bytes = *info.mappable_bytes > others ? *info.mappable_bytes - others : 0;
+    absl::StrAppend(&info.mappable_source, info.mappable_source.empty() ? "" : ", ", "less ",
+                    others, " bytes that other loads of this process are about to pin");
+  }
+  const absl::Status st = CheckPlacement(placement, budget, info, device_name);
+  if (!st.ok()) return st;
+  const uint64_t n = placement.mapped_bytes;
+  g_reserved_bytes += n;
+  // A handle whose deleter gives the bytes back (non-null, whatever n is).
+  static char token;
+  return std::shared_ptr<void>(&token, [n](void*) {
+    std::lock_guard<std::mutex> release(g_reserved_mu);
+    g_reserved_bytes -= n;
+  });
+}
+
+uint64_t MappedHostReservedBytes() {
+  std::lock_guard<std::mutex> lock(g_reserved_mu);
+  return g_reserved_bytes;
 }
 
 }  // namespace ptd::internal

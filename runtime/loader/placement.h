@@ -7,12 +7,14 @@
 #define PTD_RUNTIME_LOADER_PLACEMENT_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 #include "ptd/device.h"
@@ -58,6 +60,19 @@ uint64_t DeviceReserveBytes(const DeviceMemoryInfo& info);
 // both numbers and the shortfall in bytes.
 absl::Status CheckPlacement(const BudgetPlacement& placement, std::optional<uint64_t> budget,
                             const DeviceMemoryInfo& info, std::string_view device_name);
+
+// Mapped host memory that loads of this process have checked and not yet
+// allocated (MemAvailable does not show it until they do): one counter for
+// the process, so that two loads at once do not each count on all of it.
+// ReserveMappedHost checks `placement` as CheckPlacement does, with
+// `info.mappable_bytes` less what other loads hold, and on success holds the
+// mapped share until the returned handle is reset or destroyed (after the
+// allocation).
+absl::StatusOr<std::shared_ptr<void>> ReserveMappedHost(const BudgetPlacement& placement,
+                                                        std::optional<uint64_t> budget,
+                                                        DeviceMemoryInfo info,
+                                                        std::string_view device_name);
+uint64_t MappedHostReservedBytes();
 
 // "96 MiB (100663296 bytes)", "1.5 GiB (1610612736 bytes)", "100 bytes".
 std::string DescribeBytes(uint64_t n);

@@ -26,8 +26,10 @@ using ::ptd::internal::BudgetPlacement;
 using ::ptd::internal::CheckPlacement;
 using ::ptd::internal::DescribeBytes;
 using ::ptd::internal::DeviceReserveBytes;
+using ::ptd::internal::MappedHostReservedBytes;
 using ::ptd::internal::MatchesAny;
 using ::ptd::internal::PlaceStorages;
+using ::ptd::internal::ReserveMappedHost;
 using ::ptd::testing::FakeCudaDevice;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::WriteTestModel;
@@ -92,6 +94,33 @@ TEST(PlacementTest, WhatABudgetPlacesMustFitNotTheBudget) {
                         "reserve of 1310720; nothing was allocated"));
   // The reserve is at most 256 MiB.
   EXPECT_EQ(DeviceReserveBytes(DeviceMemoryInfo{.total_bytes = uint64_t{80} << 30}), 256 * kMiB);
+}
+
+// The defect: two loads at once each counted on all of MemAvailable (which
+// shows neither until it has pinned). The process holds one counter.
+TEST(PlacementTest, LoadsAtOnceShareThePinnableMemory) {
+  BudgetPlacement p;
+  p.mapped_bytes = 6 * kMiB;
+  p.mapped_storages = 2;
+  const DeviceMemoryInfo info{.free_bytes = 64 * kMiB,
+                              .total_bytes = 64 * kMiB,
+                              .mappable_bytes = 10 * kMiB,
+                              .mappable_source = "MemAvailable in /proc/meminfo"};
+  ASSERT_EQ(MappedHostReservedBytes(), 0u);
+  auto first = ReserveMappedHost(p, 0, info, "cuda:0");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(MappedHostReservedBytes(), 6 * kMiB);
+  auto second = ReserveMappedHost(p, 0, info, "cuda:0");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr("is 2097152 bytes more than the 4194304 bytes of host memory that can be "
+                        "pinned for cuda:0 (MemAvailable in /proc/meminfo, less 6291456 bytes "
+                        "that other loads of this process are about to pin)"));
+  EXPECT_EQ(MappedHostReservedBytes(), 6 * kMiB);
+  first->reset();  // The first load has allocated.
+  EXPECT_EQ(MappedHostReservedBytes(), 0u);
+  auto third = ReserveMappedHost(p, 0, info, "cuda:0");
+  EXPECT_TRUE(third.ok()) << third.status();
 }
 
 TEST(PlacementTest, AMappedShareOverThePinnableMemoryNamesTheShortfall) {
