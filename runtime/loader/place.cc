@@ -20,6 +20,16 @@ namespace {
 // several mappings instead of one over the whole file).
 constexpr uint64_t kMapMaxGapBytes = uint64_t{1} << 20;
 
+// A storage in a run (FileRuns) is at least this aligned in device memory:
+// AOTInductor's own constant alignment (Triton and TMA kernels assume 16).
+// A run starts at AllocateMany's kDeviceAlignment.
+constexpr uint64_t kStorageAlignment = 64;
+static_assert(kDeviceAlignment % kStorageAlignment == 0);
+// The most padding between two storages that a run copies along (written
+// into unused device memory): the file's alignment padding, not whole
+// storages bound elsewhere.
+constexpr uint64_t kMaxRunGap = 4096;
+
 // Per storage: whether host_fqns names a weight on it (without a manifest,
 // a key of it). Only storages bound for the device are looked at.
 std::vector<bool> HostFirst(const LoadPlan& plan, bool all_keys, const LoadOptions& options) {
@@ -135,12 +145,40 @@ absl::Status MapList(const ByteSource& source, size_t threads, std::vector<Stora
   return absl::OkStatus();
 }
 
+// Runs of `list` (in file order) for a device the staging ring copies to:
+// storages whose file offsets, from the run's first, keep kStorageAlignment
+// and whose gaps are at most kMaxRunGap. Each run is one buffer laid out as
+// the file is (gaps and all), so that the staged copy of its pieces in a
+// slot is one copy. Returns, per run, [first, last) indices into `list`.
+std::vector<std::pair<size_t, size_t>> FileRuns(const std::vector<StorageJob>& jobs,
+                                                const std::vector<uint32_t>& list) {
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t k = 0; k < list.size(); ++k) {
+    const StorageJob& j = jobs[list[k]];
+    if (!runs.empty() && j.location) {
+      const StorageJob& first = jobs[list[runs.back().first]];
+      const StorageJob& prev = jobs[list[k - 1]];
+      if (first.location && prev.location &&
+          j.location->offset >= prev.location->offset + prev.nbytes &&
+          j.location->offset - (prev.location->offset + prev.nbytes) <= kMaxRunGap &&
+          (j.location->offset - first.location->offset) % kStorageAlignment == 0) {
+        runs.back().second = k + 1;
+        continue;
+      }
+    }
+    runs.emplace_back(k, k + 1);
+  }
+  return runs;
+}
+
 // One AllocateMany (or AllocateMappedMany) of `dev` for the storages of
 // `list`, sorted in file order first (the unlocated after, as planned): the
-// pieces of a packed read (PlanReads, in file order) then lie back to back
-// in the arena as in the file, so that a host device reads straight into
-// them and a GPU copies a staging slot with one cudaMemcpyAsync, whatever
-// the order in which the manifest names the storages.
+// pieces of a packed read (PlanReads, in file order) then lie in the arena
+// as in the file, so that a host device reads straight into them and a GPU
+// copies a staging slot with one cudaMemcpyAsync, whatever the order in
+// which the manifest names the storages. For a device the staging ring
+// copies to, storages go in runs (FileRuns) at their file distances; each
+// is at least kStorageAlignment-aligned.
 absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>& jobs,
                           std::vector<uint32_t>* list, PlacedStorages* placed, LoadStats* stats) {
   if (list->empty()) return absl::OkStatus();
@@ -150,28 +188,53 @@ absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>
     if (!la || !lb) return la.has_value() && !lb.has_value();
     return la->offset < lb->offset;
   });
+  std::vector<std::pair<size_t, size_t>> runs;
+  if (!mapped_host && !dev.host_accessible()) {
+    runs = FileRuns(jobs, *list);
+  } else {
+    runs.reserve(list->size());
+    for (size_t k = 0; k < list->size(); ++k) runs.emplace_back(k, k + 1);
+  }
   std::vector<size_t> sizes;
-  sizes.reserve(list->size());
-  for (uint32_t s : *list) sizes.push_back(static_cast<size_t>(jobs[s].nbytes));
+  sizes.reserve(runs.size());
+  for (const auto& [first, last] : runs) {
+    const StorageJob& a = jobs[(*list)[first]];
+    const StorageJob& b = jobs[(*list)[last - 1]];
+    sizes.push_back(static_cast<size_t>(
+        last - first == 1 ? a.nbytes : b.location->offset + b.nbytes - a.location->offset));
+  }
   auto got = mapped_host ? dev.AllocateMappedMany(sizes) : dev.AllocateMany(sizes);
   ++stats->allocations;
   if (!got.ok()) {
     std::string what = absl::StrCat(list->size(), " storages");
     size_t index = 0;
     const auto payload = got.status().GetPayload(kAllocateManyIndexPayload);
-    if (payload && absl::SimpleAtoi(std::string(*payload), &index) && index < list->size()) {
-      const StorageJob& j = jobs[(*list)[index]];
-      what = absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes)");
+    if (payload && absl::SimpleAtoi(std::string(*payload), &index) && index < runs.size()) {
+      const auto [first, last] = runs[index];
+      const StorageJob& j = jobs[(*list)[first]];
+      what = last - first == 1
+                 ? absl::StrCat("storage '", Sv(j.key), "' (", j.nbytes, " bytes)")
+                 : absl::StrCat("storage '", Sv(j.key), "' and the ", last - first - 1,
+                                " after it, laid out as in the file (", sizes[index], " bytes)");
     }
     return absl::Status(
         got.status().code(),
         absl::StrCat(what, ": allocate ", mapped_host ? "mapped host memory for " : "on ",
                      dev.name(), ": ", got.status().message()));
   }
-  for (size_t k = 0; k < list->size(); ++k) {
-    const uint32_t s = (*list)[k];
-    placed->buffers[s] = std::move((*got)[k]);
-    jobs[s].dest = static_cast<uint8_t*>(placed->buffers[s].data());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto [first, last] = runs[r];
+    const bool one = last - first == 1;
+    const uint64_t base = one ? 0 : jobs[(*list)[first]].location->offset;
+    for (size_t k = first; k < last; ++k) {
+      const uint32_t s = (*list)[k];
+      placed->buffers[s] =
+          one ? std::move((*got)[r])
+              : (*got)[r].Slice(static_cast<size_t>(jobs[s].location->offset - base),
+                                static_cast<size_t>(jobs[s].nbytes));
+      jobs[s].dest = static_cast<uint8_t*>(placed->buffers[s].data());
+      jobs[s].run = one ? StorageJob::kNoRun : static_cast<uint32_t>(r);
+    }
   }
   return absl::OkStatus();
 }

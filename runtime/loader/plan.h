@@ -56,6 +56,11 @@ struct StorageJob {
   uint64_t nbytes = 0;
   std::optional<ByteSource::Location> location;
   uint8_t* dest = nullptr;  // Set once allocated.
+  // Storages of one run share it (kNoRun: none): a run lies in device memory
+  // as in the file, at the same distances, so that the staged copy of a
+  // slot's pieces of one run is one copy, gaps and all (AllocateList).
+  uint32_t run = kNoRun;
+  static constexpr uint32_t kNoRun = 0xffffffffu;
 };
 
 // A stored weight chosen for loading; 16 bytes a weight. Its placement is

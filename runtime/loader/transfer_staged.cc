@@ -138,12 +138,26 @@ class Transfer::StagedRun {
     const ReadItem& item = plan_.items[slots_[slot].item];
     const auto t0 = Clock::now();
     requests_.clear();
+    uint32_t last_run = StorageJob::kNoRun;
     for (uint32_t k = 0; k < item.num_pieces; ++k) {
       const Piece& p = plan_.pieces[item.first_piece + k];
-      requests_.push_back(
-          CopyRequest{.dst = t_.storages_[p.storage].dest + p.dst_offset,
-                      .src = static_cast<const uint8_t*>(slots_[slot].buffer.data()) + p.src_offset,
-                      .nbytes = p.nbytes});
+      const StorageJob& job = t_.storages_[p.storage];
+      uint8_t* dst = job.dest + p.dst_offset;
+      const uint8_t* src = static_cast<const uint8_t*>(slots_[slot].buffer.data()) + p.src_offset;
+      // A run lies in device memory as in the file: the next piece of the
+      // same run is as far from the last in both, and one copy takes the
+      // two with the padding between (AllocateList's FileRuns).
+      if (job.run != StorageJob::kNoRun && job.run == last_run) {
+        CopyRequest& r = requests_.back();
+        const uint8_t* r_src = static_cast<const uint8_t*>(r.src);
+        const uint8_t* r_dst = static_cast<const uint8_t*>(r.dst);
+        if (src >= r_src + r.nbytes && dst - r_dst == src - r_src) {
+          r.nbytes = static_cast<size_t>(src + p.nbytes - r_src);
+          continue;
+        }
+      }
+      requests_.push_back(CopyRequest{.dst = dst, .src = src, .nbytes = p.nbytes});
+      last_run = job.run;
     }
     auto tickets = device_.CopyManyToDeviceAsync(requests_);
     absl::Status st = tickets.status();

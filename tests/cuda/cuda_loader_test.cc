@@ -111,6 +111,13 @@ TEST_P(CudaLoaderConformanceTest, ViewsAndDenseCopiesHaveExpectedDigests) {
         ASSERT_TRUE(gathered.ok()) << fqn << ": " << gathered.status();
         EXPECT_EQ(*dense, *gathered) << fqn << " (materialized)";
       }
+      // Every storage on the GPU at least 64 B aligned (AOTInductor's
+      // constant alignment; Triton and TMA kernels assume 16).
+      for (const LoadedStorage& s : w->storages()) {
+        if (s.residency != Residency::kDevice) continue;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(s.buffer.data()) % 64, 0u)
+            << (s.keys.empty() ? std::string_view("?") : s.keys.front());
+      }
       // A container's keys all go to the GPU.
       for (const auto& nd : tc.value("named_data", json::array())) {
         const LoadedStorage* s = w->FindStorage(nd["key"].get<std::string>());
@@ -172,15 +179,18 @@ TEST_F(CudaTest, LoadCliDigestsAndMaterializesOnTheGpu) {
   EXPECT_GT(weights, 0);
 }
 
-// A model of 6 storages (4 KiB to 3 MiB) loaded through 1 MiB slots: several
-// copies per storage, several storages per phase.
+// A model of 6 storages (12 B to 3 MiB) loaded through 1 MiB slots: several
+// copies per storage, several storages per phase. A file of 16 B alignment
+// whose storages are not a multiple of 64 B apart: each is a buffer (a run)
+// of its own on the device, so that there are 6 allocations to fail.
 class CudaLoaderModelTest : public CudaTest {
  protected:
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    model_ =
-        WriteTestModel(dir_.path(), {4 * kKiB, 1 * kMiB, 3 * kMiB + 4, 12, 2 * kMiB, 64 * kKiB});
+    model_ = WriteTestModel(
+        dir_.path(), {4 * kKiB + 4, 1 * kMiB + 20, 3 * kMiB + 4, 12, 2 * kMiB + 36, 64 * kKiB},
+        /*with_cpu_weight=*/false, /*segment_alignment=*/16);
     paths_ = BundlePaths{.ptd = model_.ptd, .manifest = model_.manifest};
     auto host = LoadWeights(paths_, std::make_shared<HostDevice>());
     ASSERT_TRUE(host.ok()) << host.status();

@@ -34,9 +34,12 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 // Large (chunked), medium and many small (packed) storages, and a CPU weight.
+// Sizes whose storages, in a file of 16 B alignment, are 528 B apart: not a
+// multiple of 64, so that on a staging device each is a run (an allocation
+// and a copy) of its own, and every one of those can fail.
 std::vector<uint64_t> FaultSizes() {
   std::vector<uint64_t> s = {600 << 10, 200 << 10, 4};
-  for (int i = 0; i < 40; ++i) s.push_back(512);
+  for (int i = 0; i < 40; ++i) s.push_back(520);
   return s;
 }
 
@@ -73,7 +76,8 @@ void ExpectNothingLeft(const Device& inner) {
 class LoaderFaultTest : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
-    model_ = WriteTestModel(dir_.path(), FaultSizes(), /*with_cpu_weight=*/true);
+    model_ = WriteTestModel(dir_.path(), FaultSizes(), /*with_cpu_weight=*/true,
+                            /*segment_alignment=*/16);
     auto b = WeightBundle::Open(
         BundlePaths{.ptd = model_.ptd, .manifest = model_.manifest, .use_mmap = false});
     ASSERT_TRUE(b.ok()) << b.status();

@@ -11,8 +11,8 @@
 namespace ptd::testing {
 
 TestModel WriteTestModel(const std::string& dir, const std::vector<uint64_t>& sizes,
-                         bool with_cpu_weight) {
-  CudaWeightWriter writer("so_blob");
+                         bool with_cpu_weight, uint64_t segment_alignment) {
+  CudaWeightWriter writer("so_blob", {}, PtdWriterOptions{.segment_alignment = segment_alignment});
   TestModel m;
   m.ptd = dir + "/model.ptd";
   m.manifest = dir + "/model.manifest";

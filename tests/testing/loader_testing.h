@@ -18,6 +18,7 @@
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/manifest.h"
+#include "ptd/ptd_writer.h"
 #include "ptd/weight_bundle.h"
 
 namespace ptd::testing {
@@ -153,7 +154,8 @@ struct TestModel {
   uint64_t data_bytes = 0;
 };
 TestModel WriteTestModel(const std::string& dir, const std::vector<uint64_t>& sizes,
-                         bool with_cpu_weight = false);
+                         bool with_cpu_weight = false,
+                         uint64_t segment_alignment = kDefaultSegmentAlignment);
 
 // The routes a conformance case (an entry of cases.json) is loaded by: the
 // container alone, its manifest, its .pte.
