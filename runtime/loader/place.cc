@@ -150,11 +150,25 @@ absl::Status MapList(const ByteSource& source, size_t threads, std::vector<Stora
 // and whose gaps are at most kMaxRunGap. Each run is one buffer laid out as
 // the file is (gaps and all), so that the staged copy of its pieces in a
 // slot is one copy. Returns, per run, [first, last) indices into `list`.
-std::vector<std::pair<size_t, size_t>> FileRuns(const std::vector<StorageJob>& jobs,
+std::vector<std::pair<size_t, size_t>> FileRuns(std::vector<StorageJob>& jobs,
                                                 const std::vector<uint32_t>& list) {
   std::vector<std::pair<size_t, size_t>> runs;
   for (size_t k = 0; k < list.size(); ++k) {
-    const StorageJob& j = jobs[list[k]];
+    StorageJob& j = jobs[list[k]];
+    if (!j.location) {
+      // Without a location (sorted last): one run of their own, each at the
+      // next kStorageAlignment, so that the staged reads pack them.
+      if (runs.empty() || jobs[list[runs.back().first]].location) {
+        runs.emplace_back(k, k);
+        j.packed_offset = 0;
+      } else {
+        const StorageJob& prev = jobs[list[k - 1]];
+        j.packed_offset = (*prev.packed_offset + prev.nbytes + kStorageAlignment - 1) /
+                          kStorageAlignment * kStorageAlignment;
+      }
+      runs.back().second = k + 1;
+      continue;
+    }
     if (!runs.empty() && j.location) {
       const StorageJob& first = jobs[list[runs.back().first]];
       const StorageJob& prev = jobs[list[k - 1]];
@@ -195,13 +209,17 @@ absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>
     runs.reserve(list->size());
     for (size_t k = 0; k < list->size(); ++k) runs.emplace_back(k, k + 1);
   }
+  // Where each storage lies in its run's buffer.
+  const auto offset_in_run = [&](const StorageJob& first, const StorageJob& j) -> uint64_t {
+    return j.location ? j.location->offset - first.location->offset : *j.packed_offset;
+  };
   std::vector<size_t> sizes;
   sizes.reserve(runs.size());
   for (const auto& [first, last] : runs) {
     const StorageJob& a = jobs[(*list)[first]];
     const StorageJob& b = jobs[(*list)[last - 1]];
-    sizes.push_back(static_cast<size_t>(
-        last - first == 1 ? a.nbytes : b.location->offset + b.nbytes - a.location->offset));
+    sizes.push_back(
+        static_cast<size_t>(last - first == 1 ? a.nbytes : offset_in_run(a, b) + b.nbytes));
   }
   auto got = mapped_host ? dev.AllocateMappedMany(sizes) : dev.AllocateMany(sizes);
   ++stats->allocations;
@@ -225,12 +243,12 @@ absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>
   for (size_t r = 0; r < runs.size(); ++r) {
     const auto [first, last] = runs[r];
     const bool one = last - first == 1;
-    const uint64_t base = one ? 0 : jobs[(*list)[first]].location->offset;
+    const StorageJob& run_first = jobs[(*list)[first]];
     for (size_t k = first; k < last; ++k) {
       const uint32_t s = (*list)[k];
       placed->buffers[s] =
           one ? std::move((*got)[r])
-              : (*got)[r].Slice(static_cast<size_t>(jobs[s].location->offset - base),
+              : (*got)[r].Slice(static_cast<size_t>(offset_in_run(run_first, jobs[s])),
                                 static_cast<size_t>(jobs[s].nbytes));
       jobs[s].dest = static_cast<uint8_t*>(placed->buffers[s].data());
       jobs[s].run = one ? StorageJob::kNoRun : static_cast<uint32_t>(r);

@@ -61,6 +61,10 @@ struct StorageJob {
   // slot's pieces of one run is one copy, gaps and all (AllocateList).
   uint32_t run = kNoRun;
   static constexpr uint32_t kNoRun = 0xffffffffu;
+  // A storage with no file location (a NamedDataMap's) in a run: its
+  // offset in that run, where the staged read packs it into a slot with its
+  // neighbours (PlanReads) so that they share one copy.
+  std::optional<uint64_t> packed_offset;
 };
 
 // A stored weight chosen for loading; 16 bytes a weight. Its placement is

@@ -88,7 +88,52 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uin
     run_end = end;
   }
   flush();
-  for (uint32_t s : unlocated) add_chunks(s);
+
+  // Storages without a location that share a run (StorageJob::packed_offset,
+  // a staging device's): packed into reads of up to max_read at their
+  // offsets in the run, so that a slot of them is one copy.
+  std::vector<uint32_t> packed;
+  uint64_t packed_begin = 0, packed_end = 0;
+  const auto flush_packed = [&] {
+    if (packed.size() == 1) {
+      add_chunks(packed[0]);
+    } else if (!packed.empty()) {
+      plan.items.push_back(ReadItem{.located = false,
+                                    .packed = true,
+                                    .offset = packed_begin,
+                                    .nbytes = packed_end - packed_begin,
+                                    .first_piece = static_cast<uint32_t>(plan.pieces.size()),
+                                    .num_pieces = static_cast<uint32_t>(packed.size())});
+      for (uint32_t s : packed) {
+        plan.pieces.push_back(Piece{.storage = s,
+                                    .dst_offset = 0,
+                                    .src_offset = *storages[s].packed_offset - packed_begin,
+                                    .nbytes = storages[s].nbytes});
+      }
+      plan.max_item_bytes = std::max(plan.max_item_bytes, packed_end - packed_begin);
+    }
+    packed.clear();
+  };
+  for (uint32_t s : unlocated) {
+    const StorageJob& j = storages[s];
+    if (!j.packed_offset || j.nbytes > pack_limit) {
+      flush_packed();
+      add_chunks(s);
+      continue;
+    }
+    const uint64_t begin = *j.packed_offset;
+    if (!packed.empty() && storages[packed.back()].run == j.run && begin >= packed_end &&
+        begin + j.nbytes - packed_begin <= max_read) {
+      packed.push_back(s);
+      packed_end = begin + j.nbytes;
+      continue;
+    }
+    flush_packed();
+    packed.push_back(s);
+    packed_begin = begin;
+    packed_end = begin + j.nbytes;
+  }
+  flush_packed();
   return plan;
 }
 
@@ -116,12 +161,18 @@ absl::Status Transfer::Fail(const ReadPlan& plan, const ReadItem& item, std::str
 }
 
 absl::Status Transfer::Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst) {
-  reads_.fetch_add(1, std::memory_order_relaxed);
+  reads_.fetch_add(item.packed ? item.num_pieces : 1, std::memory_order_relaxed);
   bytes_read_.fetch_add(item.nbytes, std::memory_order_relaxed);
   const auto span = absl::MakeSpan(dst, item.nbytes);
   absl::Status st;
   if (item.located) {
     st = source_.ReadLocated(item.offset, span);
+  } else if (item.packed) {
+    for (uint32_t k = 0; k < item.num_pieces && st.ok(); ++k) {
+      const Piece& p = plan.pieces[item.first_piece + k];
+      st = source_.ReadAt(storages_[p.storage].key, 0,
+                          absl::MakeSpan(dst + p.src_offset, static_cast<size_t>(p.nbytes)));
+    }
   } else {
     const Piece& p = plan.pieces[item.first_piece];
     st = source_.ReadAt(storages_[p.storage].key, item.offset, span);

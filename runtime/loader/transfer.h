@@ -42,8 +42,11 @@ struct Piece {
 
 struct ReadItem {
   // Located: `offset` is in ByteSource::Location space (ReadLocated). Else
-  // it is an offset into the single piece's storage key (ReadAt).
+  // it is an offset into the single piece's storage key (ReadAt), or, when
+  // `packed`, the pieces are whole storages without a location, each read
+  // by its key to its src_offset (StorageJob::packed_offset; staged only).
   bool located = false;
+  bool packed = false;
   uint64_t offset = 0;
   uint64_t nbytes = 0;
   uint32_t first_piece = 0;

@@ -167,6 +167,38 @@ TEST_F(NamedDataMapSourceTest, ContainerDataMapLoadsWhatTheContainerLoads) {
   }
 }
 
+// A map's keys have no file locations: on a staging device they are packed
+// into each slot, one run in device memory, so that a slot is one copy (not
+// a slot's round trip per storage). 65,536 storages of 1,000 B.
+TEST(NamedDataMapSourcePackingTest, SmallStoragesShareSlotsAndCopies) {
+  TempDir dir;
+  const TestModel model = WriteTestModel(dir.path(), std::vector<uint64_t>(65536, 1000));
+  const std::vector<uint8_t> manifest = ReadFileBytes(model.manifest);
+  auto direct = LoadWeights(BundlePaths{.ptd = model.ptd, .manifest = model.manifest},
+                            std::make_shared<HostDevice>());
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  auto map = ContainerDataMap::OpenFile(model.ptd, ContainerDataMap::Access::kPread);
+  ASSERT_TRUE(map.ok()) << map.status();
+  auto device = std::make_shared<FaultDevice>(std::make_shared<HostDevice>(),
+                                              FaultPlan{.host_accessible = false});
+  {
+    auto w = LoadWeightsFromNamedDataMap(manifest, **map, device);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(Digests(*w), Digests(*direct));
+    // Copy requests after the loader's merge: at most one per 1 MiB loaded.
+    const uint64_t copies = device->counts().copies;
+    std::printf("[          ] 65,536 x 1,000 B through the map: %llu copies, %llu reads\n",
+                static_cast<unsigned long long>(copies),
+                static_cast<unsigned long long>(w->stats().reads));
+    EXPECT_LE(copies, 1 + w->stats().bytes / (1 << 20)) << copies << " copies";
+    EXPECT_EQ(w->stats().reads, 65536u);  // Each key read by itself, into shared slots.
+    for (const LoadedStorage& s : w->storages()) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(s.buffer.data()) % 64, 0u);
+    }
+  }
+  EXPECT_EQ(device->stats().live_allocations, 0u);
+}
+
 TEST_F(NamedDataMapSourceTest, ByteSourceReadsKeysWholeAndInChunks) {
   auto up = UpstreamMap::Open(model_.ptd);
   ASSERT_TRUE(up->map.has_value());
