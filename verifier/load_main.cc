@@ -513,6 +513,7 @@ json StatsJson(const Args& a, const ptd::LoadStats& st, uint64_t huge_page_bytes
             {"bytes_read", st.bytes_read},
             {"copies", st.copies},
             {"copy_calls", st.copy_calls},
+            {"bytes_via_scratch", st.bytes_via_scratch},
             {"mapped", st.mapped},
             {"mapped_bytes", st.mapped_bytes},
             {"mappings", st.mappings},

@@ -200,7 +200,11 @@ struct LoadStats {
   uint64_t allocations = 0;    // AllocateMany calls (one per device used).
   uint64_t reads = 0;          // Calls into the ByteSource.
   uint64_t bytes_read = 0;     // Bytes those calls read (padding included).
-  uint64_t copies = 0;         // Host-to-device copies issued.
+  // Of those, bytes read into scratch memory and copied out on the host: a
+  // packed read whose destinations do not lie as the file does (host
+  // memory, mapped host memory and file-laid-out runs take none).
+  uint64_t bytes_via_scratch = 0;
+  uint64_t copies = 0;  // Host-to-device copies issued.
   // The copy calls those copies took in the device's runtime
   // (cudaMemcpyAsync calls on CUDA; CopyTicket::runtime_calls), 0 on the
   // host.

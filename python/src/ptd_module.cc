@@ -373,6 +373,7 @@ class Weights {
     d["bytes_read"] = s.bytes_read;
     d["copies"] = s.copies;
     d["copy_calls"] = s.copy_calls;
+    d["bytes_via_scratch"] = s.bytes_via_scratch;
     d["reused"] = s.reused;
     d["runtime_owned"] = s.runtime_owned;
     d["mapped"] = s.mapped;

@@ -145,16 +145,24 @@ absl::Status MapList(const ByteSource& source, size_t threads, std::vector<Stora
   return absl::OkStatus();
 }
 
-// Runs of `list` (in file order) for a device the staging ring copies to:
-// storages whose file offsets, from the run's first, keep kStorageAlignment
-// and whose gaps are at most kMaxRunGap. Each run is one buffer laid out as
-// the file is (gaps and all), so that the staged copy of its pieces in a
-// slot is one copy. Returns, per run, [first, last) indices into `list`.
+// Runs of `list` (in file order) for a device the staging ring copies to,
+// or for mapped host memory: storages whose file offsets, from the run's
+// first, keep kStorageAlignment and whose gaps are at most kMaxRunGap. Each
+// run is one buffer laid out as the file is (gaps and all), so that the
+// staged copy of its pieces in a slot is one copy, and a packed read into
+// mapped memory goes straight in (no scratch, no memcpy). With
+// `pack_unlocated` (staged only), storages without a location form a run
+// of their own too. Returns, per run, [first, last) indices into `list`.
 std::vector<std::pair<size_t, size_t>> FileRuns(std::vector<StorageJob>& jobs,
-                                                const std::vector<uint32_t>& list) {
+                                                const std::vector<uint32_t>& list,
+                                                bool pack_unlocated) {
   std::vector<std::pair<size_t, size_t>> runs;
   for (size_t k = 0; k < list.size(); ++k) {
     StorageJob& j = jobs[list[k]];
+    if (!j.location && !pack_unlocated) {
+      runs.emplace_back(k, k + 1);
+      continue;
+    }
     if (!j.location) {
       // Without a location (sorted last): one run of their own, each at the
       // next kStorageAlignment, so that the staged reads pack them.
@@ -203,8 +211,8 @@ absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>
     return la->offset < lb->offset;
   });
   std::vector<std::pair<size_t, size_t>> runs;
-  if (!mapped_host && !dev.host_accessible()) {
-    runs = FileRuns(jobs, *list);
+  if (mapped_host || !dev.host_accessible()) {
+    runs = FileRuns(jobs, *list, /*pack_unlocated=*/!mapped_host);
   } else {
     runs.reserve(list->size());
     for (size_t k = 0; k < list->size(); ++k) runs.emplace_back(k, k + 1);
@@ -243,6 +251,7 @@ absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>
   for (size_t r = 0; r < runs.size(); ++r) {
     const auto [first, last] = runs[r];
     const bool one = last - first == 1;
+    if (!one) ++placed->runs;
     const StorageJob& run_first = jobs[(*list)[first]];
     for (size_t k = first; k < last; ++k) {
       const uint32_t s = (*list)[k];
@@ -251,7 +260,7 @@ absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>
               : (*got)[r].Slice(static_cast<size_t>(offset_in_run(run_first, jobs[s])),
                                 static_cast<size_t>(jobs[s].nbytes));
       jobs[s].dest = static_cast<uint8_t*>(placed->buffers[s].data());
-      jobs[s].run = one ? StorageJob::kNoRun : static_cast<uint32_t>(r);
+      jobs[s].run = one ? StorageJob::kNoRun : placed->runs - 1;
     }
   }
   return absl::OkStatus();

@@ -43,6 +43,8 @@ struct PlacedStorages {
   // The mapped share held against the process's pinnable memory from the
   // check until it is allocated (ReserveMappedHost); null without one.
   std::shared_ptr<void> mapped_reservation;
+  // Runs given out so far (StorageJob::run), unique across allocations.
+  uint32_t runs = 0;
 };
 
 // InvalidArgument for LoadOptions::device_budget_bytes or host_fqns on the

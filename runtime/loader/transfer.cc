@@ -259,13 +259,26 @@ bool Transfer::DestinationsFollowSource(const ReadPlan& plan, const ReadItem& it
                                         const uint8_t* first_dest) const {
   uint64_t src = 0;
   const uint8_t* dst = first_dest;
-  for (uint32_t k = 0; k < item.num_pieces; ++k) {
+  bool back_to_back = true;
+  for (uint32_t k = 0; k < item.num_pieces && back_to_back; ++k) {
     const Piece& p = plan.pieces[item.first_piece + k];
-    if (p.src_offset != src || storages_[p.storage].dest + p.dst_offset != dst) return false;
+    back_to_back = p.src_offset == src && storages_[p.storage].dest + p.dst_offset == dst;
     src += p.nbytes;
     dst += p.nbytes;
   }
-  return src == item.nbytes;
+  if (back_to_back && src == item.nbytes) return true;
+  // Or the pieces are of one run (AllocateList's FileRuns: mapped host
+  // memory laid out as the file), each as far from the first in memory as
+  // in the file: the padding between them is the run's own.
+  const uint32_t run = storages_[plan.pieces[item.first_piece].storage].run;
+  if (run == StorageJob::kNoRun) return false;
+  for (uint32_t k = 0; k < item.num_pieces; ++k) {
+    const Piece& p = plan.pieces[item.first_piece + k];
+    const StorageJob& j = storages_[p.storage];
+    if (j.run != run || j.dest + p.dst_offset != first_dest + p.src_offset) return false;
+  }
+  const Piece& last = plan.pieces[item.first_piece + item.num_pieces - 1];
+  return last.src_offset + last.nbytes == item.nbytes;
 }
 
 namespace {
@@ -329,6 +342,7 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
                             .first_piece = item.first_piece + a,
                             .num_pieces = b - a};
         PTD_RETURN_IF_ERROR(Read(plan, part, scratch));
+        bytes_via_scratch_.fetch_add(part.nbytes, std::memory_order_relaxed);
         for (uint32_t k = a; k < b; ++k) {
           const Piece& p = plan.pieces[item.first_piece + k];
           std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch + (p.src_offset - lo),
@@ -367,6 +381,7 @@ void Transfer::AddTo(LoadStats* stats, LoadTimings* timings) const {
   stats->bytes_read += bytes_read_.load();
   stats->copies += copies_.load();
   stats->copy_calls += copy_calls_.load();
+  stats->bytes_via_scratch += bytes_via_scratch_.load();
   timings->copy_s += copy_s_;
   timings->wait_s += wait_s_;
 }

@@ -136,7 +136,8 @@ class Transfer {
   // so whichever reports first, the error says where it stopped.
   absl::Status cancel_status_;
   std::atomic<int64_t> first_complete_ns_{-1};
-  std::atomic<uint64_t> reads_{0}, bytes_read_{0}, copies_{0}, copy_calls_{0};
+  std::atomic<uint64_t> reads_{0}, bytes_read_{0}, copies_{0}, copy_calls_{0},
+      bytes_via_scratch_{0};
   double copy_s_ = 0, wait_s_ = 0;  // Caller thread only.
 };
 

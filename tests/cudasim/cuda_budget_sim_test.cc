@@ -202,6 +202,30 @@ TEST_F(CudaBudgetSimTest, ABudgetOverTheDeviceLoadsAModelThatFits) {
   }
 }
 
+// The defect: small storages bound for mapped host memory were read into
+// scratch memory and copied (the mapped arena padded each to 256 B, unlike
+// the file). The mapped arena now lies as the file does: straight in.
+TEST(CudaBudgetSmallSimTest, SmallStoragesReadStraightIntoMappedMemory) {
+  TempDir dir;
+  const TestModel model = WriteTestModel(dir.path(), std::vector<uint64_t>(4096, 1000));
+  const BundlePaths paths{.ptd = model.ptd, .manifest = model.manifest};
+  auto gpu = CudaDevice::Open(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto w = LoadWeights(paths, *gpu, LoadOptions{.device_budget_bytes = 0});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->stats().placed(Residency::kMappedHost).storages, 4096u);
+  EXPECT_EQ(w->stats().bytes_via_scratch, 0u);
+  EXPECT_LT(w->stats().reads, 64u);  // Packed reads, straight into the arena.
+  auto host = LoadWeights(paths, std::make_shared<HostDevice>());
+  ASSERT_TRUE(host.ok());
+  for (size_t i = 0; i < model.fqns.size(); i += 41) {
+    const LoadedWeight* lw = w->Find(model.fqns[i]);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(lw->data) % 64, 0u);
+    EXPECT_EQ(*DigestLoadedWeight(*w, *lw), *DigestLoadedWeight(*host, *host->Find(model.fqns[i])))
+        << model.fqns[i];
+  }
+}
+
 // The defect: CopyToHost named the direction (device to host), which a
 // storage in mapped host memory is not; the runtime refused the copy.
 TEST_F(CudaBudgetSimTest, CopyToHostReadsAMappedStorage) {
