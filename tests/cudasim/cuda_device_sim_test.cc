@@ -231,6 +231,25 @@ TEST(CudaSimTest, MaterializeIntoAnOddlyPlacedOutputUsesNarrowerWords) {
   }
 }
 
+// Fills a staging block of `n` bytes with 'a', queues its copy to `dst`,
+// and lets the block go (back to the cache, or freed) while the copy is
+// still queued (the caller paused the engines). Its ticket; nullopt (and a
+// failure) when a call fails.
+std::optional<CopyTicket> CopyFromAReleasedStagingBlock(CudaDevice& gpu, void* dst, size_t n) {
+  auto staging = gpu.AllocateStaging(n);
+  if (!staging.ok()) {
+    ADD_FAILURE() << staging.status();
+    return std::nullopt;
+  }
+  std::memset(staging->data(), 'a', n);
+  auto t = gpu.CopyToDeviceAsync(dst, staging->data(), n);
+  if (!t.ok()) {
+    ADD_FAILURE() << t.status();
+    return std::nullopt;
+  }
+  return *t;
+}
+
 // The defect: a staging block went back to the cache, and out again, while
 // a copy from it was still in flight; its next owner overwrote the bytes
 // that copy had yet to read.
@@ -241,15 +260,10 @@ TEST(CudaSimTest, TheStagingCacheWaitsForCopiesFromABlock) {
   auto dst = (*gpu)->Allocate(kBytes);
   ASSERT_TRUE(dst.ok());
   cudasim::PauseEngines();
-  std::optional<CopyTicket> ticket;
-  {
-    auto staging = (*gpu)->AllocateStaging(kBytes);
-    ASSERT_TRUE(staging.ok());
-    std::memset(staging->data(), 'a', kBytes);
-    auto t = (*gpu)->CopyToDeviceAsync(dst->data(), staging->data(), kBytes);
-    ASSERT_TRUE(t.ok());
-    ticket = *t;
-  }  // Back to the cache, its copy still queued.
+  // Back to the cache, its copy still queued.
+  const std::optional<CopyTicket> ticket =
+      CopyFromAReleasedStagingBlock(**gpu, dst->data(), kBytes);
+  ASSERT_TRUE(ticket.has_value());
   std::thread resume([] {
     std::this_thread::sleep_for(100ms);
     cudasim::ResumeEngines();
@@ -289,15 +303,10 @@ TEST(CudaSimTest, StagingIsFreedOnlyAfterTheCopiesFromIt) {
       std::this_thread::sleep_for(100ms);
       cudasim::ResumeEngines();
     });
-    std::optional<CopyTicket> ticket;
-    {
-      auto staging = (*gpu)->AllocateStaging(kBytes);
-      ASSERT_TRUE(staging.ok());
-      std::memset(staging->data(), 'a', kBytes);
-      auto t = (*gpu)->CopyToDeviceAsync(dst->data(), staging->data(), kBytes);
-      ASSERT_TRUE(t.ok());
-      ticket = *t;
-    }  // Freed or cached, its copy still queued.
+    // Freed or cached, its copy still queued.
+    const std::optional<CopyTicket> ticket =
+        CopyFromAReleasedStagingBlock(**gpu, dst->data(), kBytes);
+    ASSERT_TRUE(ticket.has_value());
     if (trim) {
       EXPECT_EQ((*gpu)->staging_cache_bytes(), kBytes);
       (*gpu)->TrimStagingCache();
