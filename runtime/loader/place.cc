@@ -25,10 +25,14 @@ constexpr uint64_t kMapMaxGapBytes = uint64_t{1} << 20;
 // A run starts at AllocateMany's kDeviceAlignment.
 constexpr uint64_t kStorageAlignment = 64;
 static_assert(kDeviceAlignment % kStorageAlignment == 0);
-// The most padding between two storages that a run copies along (written
-// into unused device memory): the file's alignment padding, not whole
-// storages bound elsewhere.
-constexpr uint64_t kMaxRunGap = 4096;
+// The most padding after a storage that a run keeps (and copies along,
+// into unused device memory): what rounding it to kDeviceAlignment leaves,
+// which is what the placement counted for it (PlaceStorages), so that a
+// run never takes more than the budget placed; the file's alignment padding
+// fits, a storage not loaded between two does not.
+uint64_t RunSlack(uint64_t nbytes) {
+  return (nbytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment - nbytes;
+}
 
 // Per storage: whether host_fqns names a weight on it (without a manifest,
 // a key of it). Only storages bound for the device are looked at.
@@ -147,7 +151,7 @@ absl::Status MapList(const ByteSource& source, size_t threads, std::vector<Stora
 
 // Runs of `list` (in file order) for a device the staging ring copies to,
 // or for mapped host memory: storages whose file offsets, from the run's
-// first, keep kStorageAlignment and whose gaps are at most kMaxRunGap. Each
+// first, keep kStorageAlignment and whose gaps are at most RunSlack. Each
 // run is one buffer laid out as the file is (gaps and all), so that the
 // staged copy of its pieces in a slot is one copy, and a packed read into
 // mapped memory goes straight in (no scratch, no memcpy). With
@@ -182,7 +186,7 @@ std::vector<std::pair<size_t, size_t>> FileRuns(std::vector<StorageJob>& jobs,
       const StorageJob& prev = jobs[list[k - 1]];
       if (first.location && prev.location &&
           j.location->offset >= prev.location->offset + prev.nbytes &&
-          j.location->offset - (prev.location->offset + prev.nbytes) <= kMaxRunGap &&
+          j.location->offset - (prev.location->offset + prev.nbytes) <= RunSlack(prev.nbytes) &&
           (j.location->offset - first.location->offset) % kStorageAlignment == 0) {
         runs.back().second = k + 1;
         continue;

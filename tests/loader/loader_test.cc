@@ -575,6 +575,32 @@ TEST(LoaderTest, LargeStoragesAreReadInChunksByThreads) {
   }
 }
 
+// On a staging device storages lie as in the file (runs), but a run never
+// spans a storage the load leaves out: what is allocated stays what the
+// placement counted (each storage rounded to kDeviceAlignment), so a device
+// budget remains a cap. Every other storage of 64 x 4 KiB loaded.
+TEST(LoaderTest, RunsOnAStagingDeviceNeverSpanStoragesLeftOut) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(64, 4096));
+  std::vector<std::string> half;
+  for (size_t i = 0; i < m.fqns.size(); i += 2) half.push_back(m.fqns[i]);
+  for (const StagedDevice& staged : kStagedDevices) {
+    SCOPED_TRACE(staged.name);
+    std::shared_ptr<Device> device = staged.make();
+    auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest}, device,
+                         LoadOptions{.fqns = half});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->stats().storages, 32u);
+    EXPECT_LE(device->stats().allocated_bytes, 32u * 4096u);
+  }
+  // Loaded whole, the 64 are one run: one buffer of exactly their bytes.
+  auto device = std::make_shared<FakeCudaDevice>();
+  auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest}, device);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(device->stats().allocations, 1u);
+  EXPECT_EQ(device->stats().allocated_bytes, 64u * 4096u);
+}
+
 TEST(LoaderTest, CpuWeightsGoToHostMemoryOnAnotherDevice) {
   TempDir dir;
   const TestModel m = WriteTestModel(dir.path(), {256, 512}, /*with_cpu_weight=*/true);
