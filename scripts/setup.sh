@@ -124,6 +124,30 @@ if [[ ${PTD_WITH_EXECUTORCH:-1} == 1 ]]; then
          "the executorch tests will be skipped" >&2
   fi
 fi
+
+# The CUDA headers of the simulator build (tests/cudasim/; it needs no nvcc):
+# on a machine without the CUDA toolkit, the CUDA 13.0 header wheels from PyPI
+# into .venv, where CMake looks for them (nvidia/cu13/include), pinned to the
+# toolkit CI builds with. CMake finds a toolkit through its nvcc (PATH,
+# $CUDA_PATH/bin, /usr/local/cuda/bin), so that is the test here.
+# nvidia-cuda-crt holds crt/host_defines.h, which cuda_runtime_api.h includes.
+# Installed once; without network this prints a note and goes on.
+cuda_header_wheels=(nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88)
+if command -v nvcc >/dev/null ||
+   [[ -x /usr/local/cuda/bin/nvcc || (-n ${CUDA_PATH:-} && -x $CUDA_PATH/bin/nvcc) ]]; then
+  :
+elif compgen -G "$venv/lib/python3*/site-packages/nvidia/cu13/include/cuda_runtime_api.h" >/dev/null &&
+     compgen -G "$venv/lib/python3*/site-packages/nvidia/cu13/include/crt/host_defines.h" >/dev/null; then
+  :
+elif [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
+  echo "setup: note: python3 -m venv $venv failed; without the CUDA toolkit or its" \
+       "headers the simulator tests are not built" >&2
+elif pip_install --timeout 20 --retries 1 --no-deps "${cuda_header_wheels[@]}"; then
+  echo "setup: no CUDA toolkit: installed the CUDA headers (${cuda_header_wheels[*]}) into $venv"
+else
+  echo "setup: note: could not pip-install ${cuda_header_wheels[*]} (no network?);" \
+       "without the CUDA toolkit the simulator tests are not built" >&2
+fi
 [[ ${1:-} == --deps ]] && exit 0
 
 # shellcheck disable=SC2086

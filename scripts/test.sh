@@ -43,7 +43,7 @@ simulator_summary() {
   skipped=$(grep -cE '^ *[0-9]+ - cudasim\..*\(Skipped\)' "$2" || true)
   echo "== $1: ${ran:-0} tests ran on the CUDA runtime simulator (label cudasim), ${skipped} skipped"
   if [[ -z $ran || $ran == 0 ]]; then
-    echo "$1: no test ran on the CUDA runtime simulator (is the CUDA toolkit installed?)"
+    echo "$1: no test ran on the CUDA runtime simulator (no CUDA headers? the toolkit's, or those scripts/setup.sh pip-installs into .venv)"
     return 1
   fi
   if ((skipped > 0)); then
