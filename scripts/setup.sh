@@ -93,14 +93,20 @@ if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
   fi
 fi
 
+# Whether the CUDA toolkit is here: CMake finds one through its nvcc (PATH,
+# $CUDA_PATH/bin, /usr/local/cuda/bin), so that is the test.
+have_nvcc() {
+  command -v nvcc >/dev/null ||
+    [[ -x /usr/local/cuda/bin/nvcc || (-n ${CUDA_PATH:-} && -x $CUDA_PATH/bin/nvcc) ]]
+}
+
 # The GPU bundle's CUDA 12 build (scripts/gpu_bundle.sh, cmake/PtdCuda12.cmake):
 # the CUDA 12 runtime (headers, static cudart) and ptxas with libdevice, from
 # PyPI's wheels (no nvcc in them), in .venv. Only where the bundle can be
 # built (nvcc for its CUDA 13 build); without PyPI a note, and the bundle's
 # test says what is missing.
 cuda12_wheels=(nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86)
-if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]] && { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
-   [[ -x $venv/bin/python ]] &&
+if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]] && have_nvcc && [[ -x $venv/bin/python ]] &&
    ! compgen -G "$venv/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas" >/dev/null; then
   pip_install --timeout 20 --retries 1 --no-deps "${cuda12_wheels[@]}" ||
     echo "setup: note: could not pip-install ${cuda12_wheels[*]} (no network?);" \
@@ -128,13 +134,11 @@ fi
 # The CUDA headers of the simulator build (tests/cudasim/; it needs no nvcc):
 # on a machine without the CUDA toolkit, the CUDA 13.0 header wheels from PyPI
 # into .venv, where CMake looks for them (nvidia/cu13/include), pinned to the
-# toolkit CI builds with. CMake finds a toolkit through its nvcc (PATH,
-# $CUDA_PATH/bin, /usr/local/cuda/bin), so that is the test here.
+# toolkit CI builds with (have_nvcc: no toolkit).
 # nvidia-cuda-crt holds crt/host_defines.h, which cuda_runtime_api.h includes.
 # Installed once; without network this prints a note and goes on.
 cuda_header_wheels=(nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88)
-if command -v nvcc >/dev/null ||
-   [[ -x /usr/local/cuda/bin/nvcc || (-n ${CUDA_PATH:-} && -x $CUDA_PATH/bin/nvcc) ]]; then
+if have_nvcc; then
   :
 elif compgen -G "$venv/lib/python3*/site-packages/nvidia/cu13/include/cuda_runtime_api.h" >/dev/null &&
      compgen -G "$venv/lib/python3*/site-packages/nvidia/cu13/include/crt/host_defines.h" >/dev/null; then
