@@ -670,7 +670,7 @@ def reweight(
     """Builds the .ptd whose views show the tensors of `checkpoint` (a
     .safetensors file, or a sharded checkpoint's *.safetensors.index.json)
     for the program of `manifest` or `pte`, and writes it to `out` once it
-    passes every rule (docs/SPEC.md section 7, S8-S10).
+    passes every rule (docs/SPEC.md section 7, S8-S10; warnings S11, S12).
 
     Each weight takes the checkpoint tensor of its fqn, which must have its
     dtype and shape (S8); weights whose views share bytes must agree on them

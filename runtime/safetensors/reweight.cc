@@ -526,7 +526,7 @@ Storage& Reweighter::StorageFor(std::string_view key, uint64_t nbytes) {
 }
 
 // S10: a view the checkpoint has no tensor for keeps the base's bytes, when
-// the base has the storage.
+// the base has the storage (warning S12), else fails.
 absl::Status Reweighter::KeepFromBase(Storage& s, ViewUse u, const std::string& where) {
   if (s.base == nullptr) {
     std::string why =
@@ -542,7 +542,7 @@ absl::Status Reweighter::KeepFromBase(Storage& s, ViewUse u, const std::string& 
   if (kept_.insert(u.fqn).second) {
     result_.kept.push_back(u.fqn);
     result_.report.Warning(
-        "S10",
+        "S12",
         absl::StrCat(where, ": the checkpoint has no tensor '", u.fqn,
                      "': its bytes are kept from the base (storage '", s.key, "')"),
         Where{.file = checkpoint_, .key = s.key, .fqn = u.fqn});
@@ -635,14 +635,14 @@ absl::Status Reweighter::PlanKeys() {
   return absl::OkStatus();
 }
 
-// S8: a warning for each checkpoint tensor no weight uses.
+// S11: a warning for each checkpoint tensor no weight uses.
 void Reweighter::ReportUnused() {
   for (const std::string& name : order_) {
     const RenamedTensor& n = by_name_.at(name);
     if (n.used) continue;
     result_.unused.push_back(n.ref.tensor->name);
     result_.report.Warning(
-        "S8",
+        "S11",
         absl::StrCat(
             "checkpoint tensor '", n.ref.tensor->name, "'",
             name != n.ref.tensor->name ? absl::StrCat(" (renamed '", name, "')") : std::string(),
@@ -857,7 +857,7 @@ absl::Status Reweighter::Write() {
   return status;
 }
 
-// S10: a warning for each storage with zero-filled bytes.
+// S12: a warning for each storage with zero-filled bytes.
 void Reweighter::ReportZeroFills() {
   if (result_.zero_filled_bytes == 0) return;
   absl::flat_hash_map<std::string, uint64_t> per_key;
@@ -867,7 +867,7 @@ void Reweighter::ReportZeroFills() {
     per_key[z.key] += z.nbytes;
   }
   for (const std::string& k : keys) {
-    result_.report.Warning("S10",
+    result_.report.Warning("S12",
                            absl::StrCat("storage '", k, "': ", per_key[k],
                                         " bytes that no view covers are zero-filled (no base "
                                         "supplies them)"),

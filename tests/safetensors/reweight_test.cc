@@ -177,7 +177,7 @@ TEST(ReweightTest, ChangedCheckpointShowsInEveryView) {
   EXPECT_EQ(z->zero_filled[0].nbytes, 4u);
   EXPECT_EQ(z->zero_filled[3].offset, 24u);
   EXPECT_EQ(z->zero_filled[3].nbytes, 8u);
-  EXPECT_TRUE(z->report.HasWarning("S10"));
+  EXPECT_TRUE(z->report.HasWarning("S12"));
   EXPECT_EQ(ViewDigests(BundlePaths{.ptd = out2, .manifest = paths.manifest}), digests);
 }
 
@@ -300,7 +300,7 @@ TEST(ReweightTest, MissingTensorIsS10WithoutBaseAndKeptWithOne) {
   EXPECT_EQ(k->kept, std::vector<std::string>{"b"});
   EXPECT_EQ(k->written, std::vector<std::string>{"a"});
   EXPECT_EQ(k->unused, std::vector<std::string>{"extra"});
-  EXPECT_TRUE(k->report.HasWarning("S10"));
+  EXPECT_TRUE(k->report.HasWarning("S12"));
   EXPECT_EQ(k->report.warnings().size(), 2u);  // Kept "b", unused "extra".
   auto d = ViewDigests(BundlePaths{.ptd = dir.File("o.ptd"), .manifest = paths.manifest});
   EXPECT_EQ(d["a"], Sha256Hex(Iota(8, 40)));

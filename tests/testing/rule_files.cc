@@ -213,7 +213,7 @@ class Files {
 
 bool IsWarningRule(const std::string& rule) {
   return rule == "H5" || rule == "G5" || rule == "X3" || rule == "P4" || rule == "D1" ||
-         rule == "R1" || rule == "U1" || rule == "N1";
+         rule == "R1" || rule == "U1" || rule == "N1" || rule == "S11" || rule == "S12";
 }
 
 std::vector<RuleFile> RuleFiles() {
@@ -534,6 +534,22 @@ std::vector<RuleFile> RuleFiles() {
     f.Add("S10_tensor_missing_without_base.safetensors",
           Safetensors({{"w", "F32", {2, 4}, F32Bytes({0, 1, 2, 3, 4, 5, 6, 7})}}));
     f.Add("S10_tensor_missing_without_base.reweight.json", Json(no_options));
+  }
+  // ---- S11, S12: re-weighting warnings (the result is written) ----
+  // The checkpoint also holds "unused", which no weight uses.
+  f.Add("S11_tensor_unused.manifest", EncodeRaw(RawManifest{}));
+  f.Add("S11_tensor_unused.safetensors",
+        Safetensors({{"w", "F32", {2, 4}, F32Bytes({0, 1, 2, 3, 4, 5, 6, 7})},
+                     {"unused", "F32", {2}, F32Bytes({8, 9})}}));
+  f.Add("S11_tensor_unused.reweight.json", Json(no_options));
+  {
+    // The storage is 48 bytes; "w" views the first 32: 16 are zero-filled.
+    RawManifest m;
+    m.entries[0].nbytes = 48;
+    f.Add("S12_bytes_zero_filled.manifest", EncodeRaw(m));
+    f.Add("S12_bytes_zero_filled.safetensors",
+          Safetensors({{"w", "F32", {2, 4}, F32Bytes({0, 1, 2, 3, 4, 5, 6, 7})}}));
+    f.Add("S12_bytes_zero_filled.reweight.json", Json(no_options));
   }
   return f.take();
 }

@@ -14,7 +14,8 @@
 //   .safetensors.index.json, .shardN.safetensors
 //                 a sharded checkpoint SafetensorsCheckpoint::Open must
 //                 refuse (S7)
-//   .reweight.json  a re-weighting Reweight must refuse (S8-S10): the
+//   .reweight.json  a re-weighting Reweight must refuse (S8-S10), or write with
+//                   a warning (S11, S12): the
 //                 .manifest is the program, the .safetensors the checkpoint
 //   .writer.json  a CudaWeightWriter input the writer must refuse (W rules):
 //                 {"so_blob_key", "weights": [{"fqn", "dtype",
