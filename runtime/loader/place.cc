@@ -181,11 +181,11 @@ std::vector<std::pair<size_t, size_t>> FileRuns(std::vector<StorageJob>& jobs,
       runs.back().second = k + 1;
       continue;
     }
-    if (!runs.empty() && j.location) {
+    // Located storages come first (sorted so): `first` and `prev` are too.
+    if (!runs.empty()) {
       const StorageJob& first = jobs[list[runs.back().first]];
       const StorageJob& prev = jobs[list[k - 1]];
-      if (first.location && prev.location &&
-          j.location->offset >= prev.location->offset + prev.nbytes &&
+      if (j.location->offset >= prev.location->offset + prev.nbytes &&
           j.location->offset - (prev.location->offset + prev.nbytes) <= RunSlack(prev.nbytes) &&
           (j.location->offset - first.location->offset) % kStorageAlignment == 0) {
         runs.back().second = k + 1;

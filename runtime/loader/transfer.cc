@@ -47,25 +47,33 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uin
   // A run of located storages read at once: [run_begin, run_end).
   std::vector<uint32_t> run;
   uint64_t run_begin = 0, run_end = 0;
-  const auto flush = [&] {
-    if (run.size() == 1) {
-      add_chunks(run[0]);
-    } else if (!run.empty()) {
-      ReadItem item{.located = true,
-                    .offset = run_begin,
-                    .nbytes = run_end - run_begin,
-                    .first_piece = static_cast<uint32_t>(plan.pieces.size()),
-                    .num_pieces = static_cast<uint32_t>(run.size())};
-      for (uint32_t s : run) {
+  // Storages `group`, read at once over [begin, end): one storage alone is
+  // read in chunks; several are one item whose pieces sit at `at(s)` -
+  // begin. Empties `group`.
+  const auto flush_group = [&](std::vector<uint32_t>& group, uint64_t begin, uint64_t end,
+                               bool packed, auto at) {
+    if (group.size() == 1) {
+      add_chunks(group[0]);
+    } else if (!group.empty()) {
+      plan.items.push_back(ReadItem{.located = !packed,
+                                    .packed = packed,
+                                    .offset = begin,
+                                    .nbytes = end - begin,
+                                    .first_piece = static_cast<uint32_t>(plan.pieces.size()),
+                                    .num_pieces = static_cast<uint32_t>(group.size())});
+      for (uint32_t s : group) {
         plan.pieces.push_back(Piece{.storage = s,
                                     .dst_offset = 0,
-                                    .src_offset = storages[s].location->offset - run_begin,
+                                    .src_offset = at(s) - begin,
                                     .nbytes = storages[s].nbytes});
       }
-      plan.max_item_bytes = std::max(plan.max_item_bytes, item.nbytes);
-      plan.items.push_back(item);
+      plan.max_item_bytes = std::max(plan.max_item_bytes, end - begin);
     }
-    run.clear();
+    group.clear();
+  };
+  const auto flush = [&] {
+    flush_group(run, run_begin, run_end, false,
+                [&](uint32_t s) { return storages[s].location->offset; });
   };
   for (uint32_t s : located) {
     const StorageJob& j = storages[s];
@@ -95,24 +103,8 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uin
   std::vector<uint32_t> packed;
   uint64_t packed_begin = 0, packed_end = 0;
   const auto flush_packed = [&] {
-    if (packed.size() == 1) {
-      add_chunks(packed[0]);
-    } else if (!packed.empty()) {
-      plan.items.push_back(ReadItem{.located = false,
-                                    .packed = true,
-                                    .offset = packed_begin,
-                                    .nbytes = packed_end - packed_begin,
-                                    .first_piece = static_cast<uint32_t>(plan.pieces.size()),
-                                    .num_pieces = static_cast<uint32_t>(packed.size())});
-      for (uint32_t s : packed) {
-        plan.pieces.push_back(Piece{.storage = s,
-                                    .dst_offset = 0,
-                                    .src_offset = *storages[s].packed_offset - packed_begin,
-                                    .nbytes = storages[s].nbytes});
-      }
-      plan.max_item_bytes = std::max(plan.max_item_bytes, packed_end - packed_begin);
-    }
-    packed.clear();
+    flush_group(packed, packed_begin, packed_end, true,
+                [&](uint32_t s) { return *storages[s].packed_offset; });
   };
   for (uint32_t s : unlocated) {
     const StorageJob& j = storages[s];
