@@ -38,6 +38,7 @@
 #include "ptd/sha256.h"
 #include "ptd/verify.h"
 #include "runtime/internal/strings.h"
+#include "runtime/loader/io_report_json.h"
 #include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
 #ifdef PTD_HAVE_CUDA
@@ -104,7 +105,7 @@ absl::StatusOr<std::string> MaterializedDigest(ptd::CudaDevice& gpu,
 
 // What the command line asks for.
 struct Args {
-  std::string ptd_path, device_spec = "auto", huge_pages = "auto";
+  std::string ptd_path, device_spec = "auto", huge_pages = "auto", io = "auto";
   std::optional<std::string> manifest, pte;
   std::vector<std::string> fqns, host_fqns;
   std::optional<uint32_t> sm;
@@ -135,6 +136,14 @@ void AddLoadFlags(CLI::App& app, Args* a, std::string* budget_text) {
                "them into fresh memory: a cached file loads without a copy, but a process "
                "that writes the file in place changes the loaded weights, and one that "
                "truncates it makes their use fail with SIGBUS");
+  app.add_option("--io", a->io,
+                 "how the file is read: past the page cache with O_DIRECT, several requests "
+                 "in flight (direct), through it (buffered), per range by what it already "
+                 "holds (auto), or GPUDirect Storage (gds: not in this release, read direct); "
+                 "an engine that cannot run falls back and says why (load.io)")
+      ->check(CLI::IsMember({"auto", "buffered", "direct", "gds"}))
+      ->type_name("ENGINE")
+      ->capture_default_str();
   app.add_option("--huge-pages", a->huge_pages,
                  "how --device host backs fresh memory: transparent huge pages where they "
                  "cost no compaction and no hypervisor takes back free huge-page blocks "
@@ -316,7 +325,8 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
                       .map_file = a.map_file,
                       .device_budget_bytes = a.device_budget,
                       .host_fqns = a.host_fqns,
-                      .verify_s = verify_s};
+                      .verify_s = verify_s,
+                      .io = *ptd::ParseIoMode(a.io)};
   ptd::cli::ProgressBar bar;
   if (::isatty(STDERR_FILENO) != 0) {
     lo.progress = [&bar](uint64_t done, uint64_t total) { return bar.Update(done, total); };
@@ -526,6 +536,7 @@ json StatsJson(const Args& a, const ptd::LoadStats& st, uint64_t huge_page_bytes
   }
   load["placement"] = std::move(placement);
   load["device_budget"] = a.device_budget ? json(*a.device_budget) : json(nullptr);
+  load["io"] = ptd::internal::IoReportJson(st.io);
   return load;
 }
 
@@ -592,6 +603,30 @@ int ReportJson(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
   return r.materialize_failed ? 2 : 0;
 }
 
+// "  io: direct 1073741824 bytes (io_uring), buffered 0 bytes; cold, ...;
+// fallback direct -> buffered: why" (LoadStats::io).
+void IoLine(const ptd::IoReport& io, std::string* out) {
+  using ptd::internal::Plural;
+  absl::StrAppend(out, "  io (", ptd::internal::Sv(ptd::IoModeName(io.requested)), "): ");
+  const char* sep = "";
+  const auto engine = [&](const char* name, uint64_t bytes, const std::string& how) {
+    if (bytes == 0) return;
+    absl::StrAppend(out, sep, name, " ", Plural(bytes, "byte", "bytes"),
+                    how.empty() ? std::string() : absl::StrCat(" (", how, ")"));
+    sep = ", ";
+  };
+  engine("direct", io.direct_bytes, io.queue);
+  engine("gds", io.gds_bytes, io.gds_mode);
+  engine("buffered", io.buffered_bytes, "");
+  if (*sep == '\0') absl::StrAppend(out, "nothing read");
+  if (!io.choice.empty()) absl::StrAppend(out, "; ", io.choice);
+  for (const ptd::IoFallback& f : io.fallbacks) {
+    absl::StrAppend(out, "; fell back from ", ptd::internal::Sv(ptd::IoModeName(f.from)), " to ",
+                    ptd::internal::Sv(ptd::IoModeName(f.to)), ": ", f.reason);
+  }
+  absl::StrAppend(out, "\n");
+}
+
 // "  N weights (...), N storages, ..." and, for a placed load, where they went.
 void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
   using ptd::internal::Plural;
@@ -609,6 +644,7 @@ void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
                                             Plural(st.mappings, "mapping", "mappings"), ")")
                              : std::string(),
                   "\n");
+  IoLine(st.io, out);
   // Only with --device-budget or --host-fqn: the report of a plain load
   // keeps its lines.
   if (!a.placing()) return;

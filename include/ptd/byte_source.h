@@ -74,6 +74,12 @@ class ByteSource {
   // (the loader then reads).
   virtual absl::StatusOr<std::shared_ptr<uint8_t>> MapLocated(uint64_t offset, uint64_t len,
                                                               size_t threads) const;
+
+  // The file whose offsets Locate's address space is, when there is one
+  // (a .ptd's pread source): the loader's read engines (LoadOptions::io)
+  // read it past the page cache or ask the page cache about it. Default:
+  // null (every read goes through ReadAt and ReadLocated).
+  virtual const FileSource* LocatedFile() const { return nullptr; }
 };
 
 // A ByteSource over `container`'s keys that reads bytes through `data` (a

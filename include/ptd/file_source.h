@@ -61,6 +61,11 @@ class FileSource {
   // SIGBUS. The loader maps only when asked (LoadOptions::map_file).
   virtual absl::StatusOr<std::shared_ptr<uint8_t>> MapPrivate(uint64_t offset, uint64_t len,
                                                               size_t threads) const;
+
+  // The open file descriptor that ReadAt reads, for engines that read the
+  // same file another way (O_DIRECT, the page cache's state); -1 for a
+  // source without one (mappings, memory). Owned by the source.
+  virtual int descriptor() const { return -1; }
 };
 
 // Bytes of a range of a FileSource: a view into a mapping, or an owned copy.

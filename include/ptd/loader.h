@@ -89,6 +89,55 @@ inline constexpr size_t kDefaultRingSlotBytes = size_t{16} << 20;
 inline constexpr size_t kDefaultMaxReadBytes = size_t{4} << 20;
 inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
 
+// How a load reads the file's bytes (LoadOptions::io; docs/SPEC.md's loader
+// section). Every engine puts the same bytes in the same place; they differ
+// in what they cost and what they leave in the page cache.
+//   kBuffered  pread(2) through the page cache, which keeps a copy.
+//   kDirect    O_DIRECT reads past the page cache, of 4 KiB-aligned ranges
+//              that cover the storages (never a byte twice), several in
+//              flight (io_uring where the kernel allows it, else the reader
+//              threads). The page cache is left as the load found it. A
+//              filesystem that refuses O_DIRECT, or keeps files in memory
+//              (tmpfs), falls back to kBuffered, and says so.
+//   kGds       GPUDirect Storage (cuFile) into device memory. Not built into
+//              this release: it falls back to kDirect, and says so.
+//   kAuto      per file and range: ranges mostly in the page cache are read
+//              buffered, the others direct (cachestat(2), else mincore(2)).
+enum class IoMode : uint8_t { kAuto = 0, kBuffered = 1, kDirect = 2, kGds = 3 };
+// "auto", "buffered", "direct", "gds".
+std::string_view IoModeName(IoMode mode);
+// The mode of a name IoModeName gives; nullopt for any other.
+std::optional<IoMode> ParseIoMode(std::string_view name);
+
+// An engine the load gave up for another, and why (LoadStats::io).
+struct IoFallback {
+  IoMode from = IoMode::kDirect;
+  IoMode to = IoMode::kBuffered;
+  std::string reason;
+};
+
+// How a load's bytes were read (LoadStats::io).
+struct IoReport {
+  IoMode requested = IoMode::kAuto;
+  // Bytes each engine read (a direct read's alignment padding included).
+  uint64_t buffered_bytes = 0;
+  uint64_t direct_bytes = 0;
+  uint64_t gds_bytes = 0;
+  // The mode cuFile reported ("p2p" or "compat"); empty when it did not run.
+  std::string gds_mode;
+  // In the order they happened; never an error for kAuto.
+  std::vector<IoFallback> fallbacks;
+  // Bytes of the file in the page cache when the load began, when known.
+  std::optional<uint64_t> cached_bytes;
+  // The file's size (0 for a source that is no file).
+  uint64_t file_bytes = 0;
+  // How direct reads were queued: "io_uring" or "threads"; empty when none
+  // ran.
+  std::string queue;
+  // Why kAuto chose as it did, e.g. "cold: 0 of 1073741824 bytes cached".
+  std::string choice;
+};
+
 struct LoadOptions {
   // Load only these weights (by fqn, in any manifest); empty loads all.
   // Only the storages they need are read. NotFound for an unknown fqn;
@@ -160,6 +209,11 @@ struct LoadOptions {
   // total_s and first_weight_s, as LoadWeights(paths) counts the
   // verification it runs itself. InvalidArgument unless >= 0.
   double verify_s = 0;
+  // How the file's bytes are read (IoMode): kAuto by default. Storages
+  // mapped from the file (map_file) and sources that are no file (an
+  // ExecuTorch NamedDataMap) are read as they always are; kDirect or kGds
+  // then report a fallback.
+  IoMode io = IoMode::kAuto;
 };
 
 // Seconds per phase. read is the wall time of the transfer phase, in which
@@ -218,6 +272,8 @@ struct LoadStats {
   PlacementStats placed_device;
   PlacementStats placed_mapped_host;
   PlacementStats placed_host;
+  // The read engines that ran (LoadOptions::io).
+  IoReport io;
 
   const PlacementStats& placed(Residency r) const {
     return r == Residency::kDevice       ? placed_device

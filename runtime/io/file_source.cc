@@ -231,6 +231,8 @@ class PreadSource final : public FileSource {
     return mapped;
   }
 
+  int descriptor() const override { return fd_; }
+
  private:
   std::string name_;
   int fd_;

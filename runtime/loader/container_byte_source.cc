@@ -75,6 +75,8 @@ class ContainerByteSource final : public ByteSource {
     return data().MapPrivate(offset, len, threads);
   }
 
+  const FileSource* LocatedFile() const override { return &data(); }
+
  private:
   const FileSource& data() const { return data_ ? *data_ : container_.source(); }
 

@@ -17,6 +17,27 @@
 
 namespace ptd {
 
+std::string_view IoModeName(IoMode mode) {
+  switch (mode) {
+    case IoMode::kAuto:
+      return "auto";
+    case IoMode::kBuffered:
+      return "buffered";
+    case IoMode::kDirect:
+      return "direct";
+    case IoMode::kGds:
+      return "gds";
+  }
+  return "auto";
+}
+
+std::optional<IoMode> ParseIoMode(std::string_view name) {
+  for (IoMode m : {IoMode::kAuto, IoMode::kBuffered, IoMode::kDirect, IoMode::kGds}) {
+    if (IoModeName(m) == name) return m;
+  }
+  return std::nullopt;
+}
+
 using Clock = internal::LoadClock;
 using internal::SecondsSince;
 using internal::Sv;

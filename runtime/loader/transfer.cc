@@ -129,9 +129,98 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uin
   return plan;
 }
 
-Transfer::Transfer(const ByteSource& source, std::vector<StorageJob>* storages,
+ReadPlan PlanAlignedReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
+                          uint64_t max_read, uint64_t max_gap, uint64_t alignment,
+                          uint64_t unlocated_pack_limit) {
+  alignment = std::max<uint64_t>(alignment, 1);
+  max_read = std::max(alignment, max_read / alignment * alignment);
+  std::vector<uint32_t> located, unlocated;
+  located.reserve(which.size());
+  for (uint32_t s : which) {
+    if (storages[s].nbytes == 0) continue;
+    (storages[s].location ? located : unlocated).push_back(s);
+  }
+  std::stable_sort(located.begin(), located.end(), [&](uint32_t a, uint32_t b) {
+    return storages[a].location->offset < storages[b].location->offset;
+  });
+  ReadPlan plan;
+  plan.pieces.reserve(located.size());
+  const auto down = [&](uint64_t v) { return v / alignment * alignment; };
+  const auto up = [&](uint64_t v) { return (v + alignment - 1) / alignment * alignment; };
+  // The storages of one group, covered by [begin, end): split into ranges
+  // of max_read, each storage into its parts inside them (in file order,
+  // so a range's pieces are in the order of their bytes).
+  std::vector<uint32_t> group;
+  std::vector<std::pair<uint64_t, Piece>> parts;  // (range index, piece)
+  const auto flush = [&](uint64_t begin, uint64_t end) {
+    if (group.empty()) return;
+    parts.clear();
+    for (uint32_t s : group) {
+      const uint64_t off = storages[s].location->offset;
+      const uint64_t stop = off + storages[s].nbytes;
+      for (uint64_t at = off; at < stop;) {
+        const uint64_t range = (at - begin) / max_read;
+        const uint64_t range_end = std::min(end, begin + (range + 1) * max_read);
+        const uint64_t n = std::min(stop, range_end) - at;
+        parts.emplace_back(range, Piece{.storage = s,
+                                        .dst_offset = at - off,
+                                        .src_offset = at - (begin + range * max_read),
+                                        .nbytes = n});
+        at += n;
+      }
+    }
+    std::stable_sort(parts.begin(), parts.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t k = 0; k < parts.size();) {
+      const uint64_t range = parts[k].first;
+      const uint64_t range_begin = begin + range * max_read;
+      ReadItem item{.located = true,
+                    .aligned = true,
+                    .offset = range_begin,
+                    .nbytes = std::min(end, range_begin + max_read) - range_begin,
+                    .first_piece = static_cast<uint32_t>(plan.pieces.size())};
+      for (; k < parts.size() && parts[k].first == range; ++k)
+        plan.pieces.push_back(parts[k].second);
+      item.num_pieces = static_cast<uint32_t>(plan.pieces.size() - item.first_piece);
+      plan.max_item_bytes = std::max(plan.max_item_bytes, item.nbytes);
+      plan.items.push_back(item);
+    }
+    group.clear();
+  };
+  uint64_t begin = 0, end = 0;
+  for (uint32_t s : located) {
+    const uint64_t lo = down(storages[s].location->offset);
+    const uint64_t hi = up(storages[s].location->offset + storages[s].nbytes);
+    // Blocks that touch are read together whatever the gap setting: a
+    // block is never read twice.
+    if (!group.empty() && lo <= end + down(max_gap)) {
+      group.push_back(s);
+      end = std::max(end, hi);
+      continue;
+    }
+    flush(begin, end);
+    group.push_back(s);
+    begin = lo;
+    end = hi;
+  }
+  flush(begin, end);
+  if (!unlocated.empty()) {
+    ReadPlan rest = PlanReads(storages, unlocated, max_read, unlocated_pack_limit, max_gap);
+    const uint32_t shift = static_cast<uint32_t>(plan.pieces.size());
+    for (ReadItem item : rest.items) {
+      item.first_piece += shift;
+      plan.items.push_back(item);
+    }
+    plan.pieces.insert(plan.pieces.end(), rest.pieces.begin(), rest.pieces.end());
+    plan.max_item_bytes = std::max(plan.max_item_bytes, rest.max_item_bytes);
+  }
+  return plan;
+}
+
+Transfer::Transfer(const ByteSource& source, ReadEngine& engine, std::vector<StorageJob>* storages,
                    const LoadOptions& options, Clock::time_point start, uint64_t total_bytes)
     : source_(source),
+      engine_(engine),
       storages_(*storages),
       options_(options),
       start_(start),
@@ -158,16 +247,18 @@ absl::Status Transfer::Read(const ReadPlan& plan, const ReadItem& item, uint8_t*
   const auto span = absl::MakeSpan(dst, item.nbytes);
   absl::Status st;
   if (item.located) {
-    st = source_.ReadLocated(item.offset, span);
+    st = engine_.Read(item.offset, span);
   } else if (item.packed) {
     for (uint32_t k = 0; k < item.num_pieces && st.ok(); ++k) {
       const Piece& p = plan.pieces[item.first_piece + k];
       st = source_.ReadAt(storages_[p.storage].key, 0,
                           absl::MakeSpan(dst + p.src_offset, static_cast<size_t>(p.nbytes)));
+      engine_.CountUnlocated(p.nbytes);
     }
   } else {
     const Piece& p = plan.pieces[item.first_piece];
     st = source_.ReadAt(storages_[p.storage].key, item.offset, span);
+    engine_.CountUnlocated(item.nbytes);
   }
   if (!st.ok()) return Fail(plan, item, "read", st);
   return absl::OkStatus();
@@ -274,7 +365,9 @@ bool Transfer::DestinationsFollowSource(const ReadPlan& plan, const ReadItem& it
 }
 
 namespace {
-constexpr size_t kScratchAlignment = 64;
+// Cache-line alignment suffices for buffered reads; a direct read into
+// scratch wants the read engine's block alignment.
+constexpr size_t kScratchAlignment = ReadEngine::kAlignment;
 // A packed read whose destinations do not follow the file goes through
 // scratch this much at a time (whole pieces; a larger piece alone): a
 // reader thread holds 1 MiB of scratch, not a whole packed read (4 MiB by
@@ -299,8 +392,30 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
         nullptr, [](uint8_t* p) { ::operator delete[](p, std::align_val_t{kScratchAlignment}); });
     uint8_t* scratch = nullptr;
     size_t scratch_size = 0;
+    const auto ensure_scratch = [&](uint64_t n) {
+      if (scratch_size < n) {
+        scratch_block.reset();
+        scratch = static_cast<uint8_t*>(
+            ::operator new[](static_cast<size_t>(n), std::align_val_t{kScratchAlignment}));
+        scratch_block.reset(scratch);
+        scratch_size = static_cast<size_t>(n);
+      }
+    };
     const auto read = [&](const ReadItem& item) -> absl::Status {
       const Piece& first = plan.pieces[item.first_piece];
+      if (item.aligned) {
+        // Whole blocks, at once: into the aligned scratch, then to each
+        // destination (a direct read never lands in a destination that is
+        // not laid out as the file's blocks).
+        ensure_scratch(item.nbytes);
+        PTD_RETURN_IF_ERROR(Read(plan, item, scratch));
+        bytes_via_scratch_.fetch_add(item.nbytes, std::memory_order_relaxed);
+        for (uint32_t k = 0; k < item.num_pieces; ++k) {
+          const Piece& p = plan.pieces[item.first_piece + k];
+          std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch + p.src_offset, p.nbytes);
+        }
+        return absl::OkStatus();
+      }
       uint8_t* const first_dest = storages_[first.storage].dest + first.dst_offset;
       if (first.src_offset == 0 && DestinationsFollowSource(plan, item, first_dest)) {
         // One storage, or neighbours whose destinations lie back to back
@@ -321,13 +436,7 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
           if (end - lo > kScratchBytes) break;
           hi = end;
         }
-        if (scratch_size < hi - lo) {
-          scratch_block.reset();
-          scratch = static_cast<uint8_t*>(
-              ::operator new[](static_cast<size_t>(hi - lo), std::align_val_t{kScratchAlignment}));
-          scratch_block.reset(scratch);
-          scratch_size = static_cast<size_t>(hi - lo);
-        }
+        ensure_scratch(hi - lo);
         const ReadItem part{.located = item.located,
                             .offset = item.offset + lo,
                             .nbytes = hi - lo,
@@ -394,11 +503,17 @@ constexpr uint64_t kHostPackLimit = uint64_t{256} << 10;
 // kHostPackLimit bytes packed into reads of up to max_read_bytes; staged,
 // every read fits a ring slot.
 ReadPlan PlanReadsFor(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
-                      bool staged, const LoadOptions& options) {
+                      bool staged, const LoadOptions& options, const ReadEngine& engine) {
   const uint64_t slot = std::max<uint64_t>(1, options.ring_slot_bytes);
   const uint64_t max_read = staged ? slot : options.max_read_bytes;
   const uint64_t pack_limit =
       staged ? slot : std::min<uint64_t>(kHostPackLimit, options.max_read_bytes);
+  // Aligned ranges fit a ring slot: its size rounded down to the block
+  // (a slot below one block gets one block).
+  if (engine.aligned()) {
+    return PlanAlignedReads(storages, which, max_read, options.max_gap_bytes,
+                            ReadEngine::kAlignment, pack_limit);
+  }
   return PlanReads(storages, which, max_read, pack_limit, options.max_gap_bytes);
 }
 
@@ -410,10 +525,11 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
                               LoadStats* stats, LoadTimings* timings,
                               std::optional<double>* first_complete_s) {
   const auto read_t0 = Transfer::Clock::now();
-  Transfer transfer(source, storages, options, start, total_bytes);
+  ReadEngine engine(source, options.io, device.kind() == DeviceKind::kHost);
+  Transfer transfer(source, engine, storages, options, start, total_bytes);
   const auto run = [&](Device& dev, absl::Span<const uint32_t> which, bool staged) {
     if (which.empty()) return absl::OkStatus();
-    const ReadPlan plan = PlanReadsFor(*storages, which, staged, options);
+    const ReadPlan plan = PlanReadsFor(*storages, which, staged, options, engine);
     return staged ? transfer.RunStaged(dev, plan) : transfer.RunDirect(dev, plan);
   };
   absl::Status st = transfer.CompleteMapped(placed.file_mapped);
@@ -424,6 +540,7 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
   PTD_RETURN_IF_ERROR(st);
   timings->read_s = SecondsSince(read_t0);
   transfer.AddTo(stats, timings);
+  stats->io = engine.Report();
   *first_complete_s = transfer.first_complete_s();
   return absl::OkStatus();
 }

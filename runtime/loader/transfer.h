@@ -28,6 +28,7 @@
 #include "ptd/loader.h"
 #include "runtime/loader/place.h"
 #include "runtime/loader/plan.h"
+#include "runtime/loader/read_engine.h"
 
 namespace ptd::internal {
 
@@ -47,6 +48,9 @@ struct ReadItem {
   // by its key to its src_offset (StorageJob::packed_offset; staged only).
   bool located = false;
   bool packed = false;
+  // Located, and of PlanAlignedReads: [offset, offset + nbytes) is whole
+  // aligned blocks (its end may pass the end of the file), read at once.
+  bool aligned = false;
   uint64_t offset = 0;
   uint64_t nbytes = 0;
   uint32_t first_piece = 0;
@@ -66,14 +70,26 @@ struct ReadPlan {
 ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
                    uint64_t max_read, uint64_t pack_limit, uint64_t max_gap);
 
+// PlanReads for a read engine that wants `alignment` (ReadEngine): the
+// located storages are covered by ranges of whole `alignment` blocks, each
+// of at most `max_read` bytes (rounded down to a block multiple, one block
+// at least), read at once; storages whose blocks touch or lie within
+// `max_gap` of each other share ranges, so that no block is read twice.
+// Each range's pieces are the parts of the storages inside it (a storage
+// larger than a range is split across several). Storages without a
+// location are planned as PlanReads plans them.
+ReadPlan PlanAlignedReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
+                          uint64_t max_read, uint64_t max_gap, uint64_t alignment,
+                          uint64_t unlocated_pack_limit);
+
 // Carries out plans against one source, tracking progress, the first
 // complete storage, statistics and the phase timings of the options.
 class Transfer {
  public:
   using Clock = LoadClock;
 
-  Transfer(const ByteSource& source, std::vector<StorageJob>* storages, const LoadOptions& options,
-           Clock::time_point start, uint64_t total_bytes);
+  Transfer(const ByteSource& source, ReadEngine& engine, std::vector<StorageJob>* storages,
+           const LoadOptions& options, Clock::time_point start, uint64_t total_bytes);
 
   // Destinations `device` made, host-accessible: reads straight into them,
   // packed reads too when their destinations lie back to back as in the
@@ -122,6 +138,7 @@ class Transfer {
                     const absl::Status& cause) const;
 
   const ByteSource& source_;
+  ReadEngine& engine_;
   std::vector<StorageJob>& storages_;
   const LoadOptions& options_;
   Clock::time_point start_;
