@@ -5,13 +5,16 @@
 # ptd_cuda_bench (when CUDA was found; it skips without a GPU), then writes
 # bench/results/<machine>.md, its PNG plots, and the README's Benchmarks block.
 #
-# Usage: scripts/bench.sh [--quick] [--machine NAME] [--no-setup] [--report-only] [--help]
+# Usage: scripts/bench.sh [--quick] [--machine NAME] [--no-setup] [--report-only]
+#                         [--build-only] [--help]
 #   --quick        smaller sets and fewer repetitions: under 5 minutes on a
 #                  2-core machine once built (see below)
 #   --machine N    name of the results page (default: CPU model, cores, memory)
 #   --no-setup     skip scripts/setup.sh --deps (package check)
 #   --report-only  no build, no runs: re-render the page, the plots and the
 #                  README block from the last run's JSON (build/bench-results)
+#   --build-only   build the benchmarks (Release, warnings as errors) and stop:
+#                  CI's check that this configuration builds (scripts/test.sh)
 # Environment: PTD_BENCH_DIR   where the model sets are written once and
 #                              reused (default build/bench-data; never in git)
 #              BUILD_DIR       build directory (default build)
@@ -32,12 +35,14 @@ build=${BUILD_DIR:-$root/build}
 quick=0
 setup=1
 report_only=0
+build_only=0
 machine=""
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
     --no-setup) setup=0 ;;
     --report-only) report_only=1 ;;
+    --build-only) build_only=1 ;;
     --machine) machine=${2:?--machine needs a name}; shift ;;
     --machine=*) machine=${1#--machine=} ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -92,6 +97,10 @@ done
 build_args=()
 for t in "${targets[@]}"; do build_args+=(--target "$t"); done
 cmake --build "$build" --parallel "$(nproc)" "${build_args[@]}"
+if ((build_only)); then
+  echo "bench.sh: built ${targets[*]} (Release, -Werror) in $build" >&2
+  exit 0
+fi
 
 data=${PTD_BENCH_DIR:-$build/bench-data}
 mkdir -p "$data" "$out"

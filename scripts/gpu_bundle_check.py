@@ -45,6 +45,15 @@ def load_json(path):
         return None, f"{os.path.basename(path)}: {e}"
 
 
+def evict(path):
+    """Drops the file's pages from the page cache (a cold load follows)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def run_digests(args):
     conf = args.conformance or os.path.join(args.bundle, "data", "conformance")
     with open(os.path.join(conf, "cases.json")) as f:
@@ -63,10 +72,13 @@ def run_digests(args):
             runs.append(("container", []))
         for via, extra in runs:
             budget = [] if args.device_budget is None else ["--device-budget", args.device_budget]
-            cmd = [load, "--device", args.device, "--json", "--digest", *budget, *extra,
-                   os.path.join(conf, tc["ptd"])]
+            io = [] if args.io is None else ["--io", args.io]
+            ptd = os.path.join(conf, tc["ptd"])
+            cmd = [load, "--device", args.device, "--json", "--digest", *budget, *io, *extra, ptd]
             r = {"case": tc["name"], "via": via, "checked": 0, "problems": []}
             results.append(r)
+            if args.cold:
+                evict(ptd)
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
             except subprocess.TimeoutExpired:
@@ -80,6 +92,11 @@ def run_digests(args):
             except ValueError as e:
                 r["problems"].append(f"ptd-load printed no JSON: {e}")
                 continue
+            got_io = j.get("load", {}).get("io", {})
+            r["io"] = got_io
+            if args.io == "direct" and not got_io.get("fallbacks") and \
+                    got_io.get("engines", {}).get("direct", 0) == 0:
+                r["problems"].append(f"--io direct read nothing direct, and said no fallback: {got_io}")
             if j.get("device", {}).get("kind") != args.device:
                 r["problems"].append(f"loaded on {j.get('device')}, not {args.device}")
             if "weights" in tc:
@@ -383,6 +400,11 @@ def main():
     d.add_argument("--device", default="cuda", choices=["cuda", "host"])
     d.add_argument("--device-budget", help="ptd-load's --device-budget (0: all in mapped host memory)")
     d.add_argument("--name", default="digests", help="the result: LOGS/NAME.json")
+    d.add_argument("--io", choices=["auto", "buffered", "direct", "gds"],
+                   help="ptd-load's --io (direct: some bytes must be read direct, or a "
+                        "fallback said why not)")
+    d.add_argument("--cold", action="store_true",
+                   help="drop each file from the page cache before its load")
     s = sub.add_parser("summary")
     s.add_argument("--bundle", required=True)
     s.add_argument("--logs", required=True)

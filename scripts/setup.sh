@@ -26,6 +26,7 @@ packages=(
   gnuplot-nox                # scripts/bench.sh's plots
   patchelf                   # scripts/gpu_bundle.sh: $ORIGIN RUNPATHs in the GPU bundle
   clang-19                   # scripts/gpu_bundle.sh: the CUDA 12 build's kernels as PTX
+  liburing-dev               # the loader's direct reads queue through io_uring (LoadOptions::io)
 )
 # The executorch package goes into a venv (below). Debian's own python3 needs
 # python3-venv for that; another python3 on PATH (pyenv, ...) brings its own.

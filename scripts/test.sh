@@ -14,6 +14,9 @@
 #      run for FUZZ_SECONDS (default 30) from the checked-in corpus
 #      (build-fuzz/, scripts/fuzz.sh); any finding fails. Skip with
 #      PTD_SKIP_FUZZ=1.
+#   7. the benchmarks' own configuration builds: Release with warnings as
+#      errors (scripts/bench.sh --build-only, build-release/). Skip with
+#      PTD_SKIP_BENCH_BUILD=1.
 #
 # Every gpu test runs on the CUDA runtime simulator (label "cudasim") in
 # stages 2, 4 and 5 (in stage 2 twice: with cudaFree/cudaFreeHost
@@ -26,7 +29,7 @@ build=${BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
 
 if [[ ${PTD_SKIP_FORMAT:-0} != 1 ]]; then
-  echo "== 1/6 format (scripts/check_format.sh)"
+  echo "== 1/7 format (scripts/check_format.sh)"
   "$root/scripts/check_format.sh"
 fi
 
@@ -52,20 +55,20 @@ simulator_summary() {
   fi
 }
 
-echo "== 2/6 tests (build/)"
+echo "== 2/7 tests (build/)"
 ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" | tee "$logs/normal.log"
 simulator_summary "tests (build/)" "$logs/normal.log"
 # The simulator again with frees that do not synchronize (NVIDIA documents
 # none for cudaFreeHost): freeing memory a pending copy reads ends the test.
 # Not the self-test of free_sync itself, nor the large tests (nothing freed
 # differs there).
-echo "== 2/6 the simulator's tests with cudaFree/cudaFreeHost not synchronizing (PTD_CUDASIM_DISABLE=free_sync)"
+echo "== 2/7 the simulator's tests with cudaFree/cudaFreeHost not synchronizing (PTD_CUDASIM_DISABLE=free_sync)"
 PTD_CUDASIM_DISABLE=free_sync ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" \
   -L cudasim -LE cudasim-large -E 'FreeAndFreeHostSynchronize|cudasim\.without\.' | tee "$logs/nosync.log"
 simulator_summary "tests (build/), frees not synchronizing" "$logs/nosync.log"
 
 if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
-  echo "== 3/6 Python tests (python/tests, .venv)"
+  echo "== 3/7 Python tests (python/tests, .venv)"
   py=$root/.venv/bin/python
   if [[ -x $py ]] && "$py" -c "import pytest, numpy" 2>/dev/null; then
     # Exit code 5 (no tests collected) fails too.
@@ -77,18 +80,23 @@ if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
 fi
 
 if [[ ${PTD_SKIP_SANITIZE:-0} != 1 ]]; then
-  echo "== 4/6 tests under ASan + LSan + UBSan (build-asan/)"
+  echo "== 4/7 tests under ASan + LSan + UBSan (build-asan/)"
   "$root/scripts/sanitize.sh" | tee "$logs/asan.log"
   simulator_summary "ASan + UBSan" "$logs/asan.log"
 fi
 
 if [[ ${PTD_SKIP_TSAN:-0} != 1 ]]; then
-  echo "== 5/6 loader, device, data-map, CLI and simulator tests under TSan (build-tsan/)"
+  echo "== 5/7 loader, device, data-map, CLI and simulator tests under TSan (build-tsan/)"
   "$root/scripts/sanitize.sh" --thread | tee "$logs/tsan.log"
   simulator_summary "TSan" "$logs/tsan.log"
 fi
 
 if [[ ${PTD_SKIP_FUZZ:-0} != 1 ]]; then
-  echo "== 6/6 fuzz gate: libFuzzer + ASan + UBSan, ${FUZZ_SECONDS:-30}s per target (build-fuzz/)"
+  echo "== 6/7 fuzz gate: libFuzzer + ASan + UBSan, ${FUZZ_SECONDS:-30}s per target (build-fuzz/)"
   FUZZ_SECONDS=${FUZZ_SECONDS:-30} "$root/scripts/fuzz.sh"
+fi
+
+if [[ ${PTD_SKIP_BENCH_BUILD:-0} != 1 ]]; then
+  echo "== 7/7 the benchmarks' Release -Werror build (scripts/bench.sh --build-only, build-release/)"
+  BUILD_DIR="$root/build-release" "$root/scripts/bench.sh" --build-only --no-setup
 fi

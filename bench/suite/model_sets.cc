@@ -290,6 +290,8 @@ SuiteFlags ParseSuiteFlags(int* argc, char** argv) {
       f.reps = static_cast<int>(std::max<uint64_t>(ParseU64("reps", v), 1));
     else if (key == "--cold")
       f.cold = ParseU64("cold", v) != 0;
+    else if (key == "--io")
+      f.io = ParseU64("io", v) != 0;
     else if (key == "--upstream_max_keys")
       f.upstream_max_keys = ParseU64("upstream_max_keys", v);
     else if (key == "--sets")

@@ -53,6 +53,7 @@ struct SuiteFlags {
   uint64_t xfmr_mib = 1024;  // --xfmr_mib: target size of the transformer.
   int reps = 10;             // --reps: timed repetitions of each case.
   bool cold = true;          // --cold=0 skips the cold-cache cases.
+  bool io = true;            // --io=0 skips the cold-start page (read engines).
   std::vector<uint64_t> verify_weights = {1000, 10000, 100000};  // --verify=a,b,c
   uint64_t upstream_max_keys = 4096;  // --upstream_max_keys: sample cap (see upstream_bench.cc).
   std::string sets = "4MiB,64KiB,1KiB,xfmr";  // --sets: which sets to run.

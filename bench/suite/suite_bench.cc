@@ -65,6 +65,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -189,7 +190,7 @@ void BM_ReadFile(benchmark::State& state, const ModelSet& m, bool cold) {
 }
 
 void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mapped,
-               HugePages huge_pages) {
+               HugePages huge_pages, IoMode io = IoMode::kAuto) {
   const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false};
   auto device = std::make_shared<HostDevice>(HostMemoryOptions{.huge_pages = huge_pages});
   Samples samples;
@@ -198,6 +199,9 @@ void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mappe
   uint64_t huge_page_bytes = 0;
   LoadOptions options;
   options.map_file = mapped;
+  options.io = io;
+  uint64_t direct_bytes = 0, buffered_bytes = 0;
+  double resident_after = 0;
   options.progress = [&](uint64_t, uint64_t) {
     staging_peak = std::max(staging_peak, device->stats().live_staging_bytes);
     return true;
@@ -224,8 +228,16 @@ void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mappe
     reads = w->stats().reads;
     mapped_storages = w->stats().mapped;
     huge_page_bytes = device->stats().huge_page_bytes - huge_before;
+    direct_bytes = w->stats().io.direct_bytes;
+    buffered_bytes = w->stats().io.buffered_bytes;
+    if (cold) resident_after = std::max(resident_after, ResidentFraction(m.ptd));
     // The unload (w going out of scope) is not timed.
   }
+  // Which engines read the bytes, and what of the file the page cache held
+  // after a cold load (the hygiene of LoadOptions::io).
+  state.counters["direct_bytes"] = static_cast<double>(direct_bytes);
+  state.counters["buffered_bytes"] = static_cast<double>(buffered_bytes);
+  if (cold) state.counters["resident_after_load"] = resident_after;
   samples.Finish(state, bytes, cold);
   state.counters["verify_ms"] = Percentile(verify, 50) * 1e3;
   state.counters["plan_ms"] = Percentile(plan, 50) * 1e3;
@@ -244,6 +256,54 @@ void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mappe
   state.counters["reads"] = static_cast<double>(reads);
   // The last repetition's: bytes of its block advised for huge pages.
   state.counters["huge_page_bytes"] = static_cast<double>(huge_page_bytes);
+}
+
+// The cold ceiling: O_DIRECT reads of the segment region right after its
+// pages were dropped, by `streams` threads over equal parts of it, each
+// with `depth` 4 MiB requests in flight (threads of its own), into reused,
+// page-aligned buffers (no faults: the disk's speed). Counter
+// requests_in_flight = streams x depth.
+void BM_DirectCold(benchmark::State& state, const ModelSet& m, int streams, int depth) {
+  const int fd = ::open(m.ptd.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  if (fd < 0) {
+    state.SkipWithError(("O_DIRECT refused: " + m.ptd).c_str());
+    return;
+  }
+  const uint64_t begin = m.data_begin / 4096 * 4096;
+  const uint64_t len = (m.file_bytes - begin + 4095) / 4096 * 4096;
+  const int workers = streams * depth;
+  std::vector<Buffer> bufs;
+  for (int i = 0; i < workers; ++i) {
+    bufs.push_back(AlignedBuffer(kChunk));
+    std::memset(bufs.back().get(), 0, kChunk);
+  }
+  Samples samples;
+  for (auto _ : state) {
+    Prepare(m, true, &samples);
+    const auto t0 = Clock::now();
+    // Stream s reads requests s, s + streams, ... of its part in order; its
+    // `depth` threads take the part's requests in turn.
+    const uint64_t part = (len / streams + kChunk - 1) / kChunk * kChunk;
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        const int s = w / depth;
+        const uint64_t lo = begin + s * part;
+        const uint64_t hi = std::min(begin + len, lo + part);
+        for (uint64_t at = lo + (w % depth) * kChunk; at < hi; at += depth * kChunk) {
+          const size_t n = static_cast<size_t>(std::min(kChunk, hi - at));
+          const ssize_t got =
+              ::pread(fd, bufs[w].get(), (n + 4095) / 4096 * 4096, static_cast<off_t>(at));
+          Check(got >= 0, "O_DIRECT pread");
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    samples.Add(state, Since(t0));
+  }
+  ::close(fd);
+  samples.Finish(state, m.file_bytes - m.data_begin, true);
+  state.counters["requests_in_flight"] = workers;
 }
 
 // The timed figure is WeightBundle::Open. Its parts are then timed once more
@@ -402,6 +462,26 @@ int main(int argc, char** argv) {
       Tune(benchmark::RegisterBenchmark(("Loader/host_cold/" + m.name).c_str(), BM_Loader, m, true,
                                         false, ptd::HugePages::kAuto),
            r);
+    }
+    // The cold-start page (issue 42): each read engine cold and warm, the
+    // cold ceiling at three queue depths, alternating with the loads.
+    if (flags.cold && flags.io) {
+      for (const int depth : {1, 2, 4}) {
+        Tune(benchmark::RegisterBenchmark(
+                 absl::StrCat("Ceiling/direct_cold/", m.name, "/qd", 4 * depth).c_str(),
+                 BM_DirectCold, m, 4, depth),
+             r);
+      }
+      for (const ptd::IoMode io :
+           {ptd::IoMode::kBuffered, ptd::IoMode::kDirect, ptd::IoMode::kAuto}) {
+        for (const bool cold : {true, false}) {
+          const std::string name = absl::StrCat("ColdStart/", std::string(ptd::IoModeName(io)),
+                                                cold ? "_cold/" : "_warm/", m.name);
+          Tune(benchmark::RegisterBenchmark(name.c_str(), BM_Loader, m, cold, false,
+                                            ptd::HugePages::kAuto, io),
+               r);
+        }
+      }
     }
   }
   for (const bool keep_heap : {false, true}) {

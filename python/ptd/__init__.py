@@ -161,6 +161,12 @@ def _bool(x: Any, what: str) -> bool:
     return x
 
 
+def _str(x: Any, what: str) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"{what} must be a str, not {type(x).__name__}")
+    return x
+
+
 def _opt_sm(sm: Any) -> Optional[int]:
     return None if sm is None else _int(sm, "sm", 1, 2**32 - 1)
 
@@ -359,6 +365,15 @@ class Weights(Mapping):
         return self._w.placement
 
     @property
+    def io(self) -> "dict[str, Any]":
+        """How the file's bytes were read, as `ptd-load --json`'s load.io:
+        {"requested", "engines": {"buffered", "direct", "gds"} (bytes each read),
+        "gds_mode", "fallbacks": [{"from", "to", "reason"}], "cached_bytes" (of the
+        file, in the page cache when the load began), "file_bytes", "queue",
+        "choice" (why `io="auto"` chose as it did)}."""
+        return self._w.io
+
+    @property
     def runtime_owned(self) -> "tuple[RuntimeOwnedWeight, ...]":
         """Entries whose storage the runtime provides (not loaded from the file)."""
         return self._runtime_owned
@@ -380,6 +395,7 @@ def load(
     progress: Optional[Callable[[int, int], Optional[bool]]] = None,
     device_budget: Optional[Union[int, str]] = None,
     host_fqns: Optional[Iterable[str]] = None,
+    io: str = "auto",
 ) -> Weights:
     """Opens, verifies and loads weights onto `device` ("host", "cuda", "cuda:N"
     or "auto": cuda:0 when there is one, else the host; "cpu" is an alias of
@@ -413,7 +429,14 @@ def load(
     whose weights' storages go to mapped host memory before the budget is
     counted (without a manifest they match keys; a pattern matching nothing is
     no error). Either one on the host device raises ValueError. `placement`
-    and each Tensor's `residency` say where the storages went."""
+    and each Tensor's `residency` say where the storages went.
+
+    `io` picks how the file is read: "direct" past the page cache (O_DIRECT,
+    several requests in flight; the page cache is left as it was), "buffered"
+    through it, "auto" (the default) per range by what the page cache already
+    holds, or "gds" (GPUDirect Storage: not in this release, read direct). An
+    engine that cannot run falls back, never fails, and `io` on the result
+    says which ran and why (ValueError for another name)."""
     if not isinstance(device, str):
         raise TypeError(f"device must be a str, not {type(device).__name__}")
     fqn_list = None if fqns is None else _strs(fqns, "fqns")
@@ -433,6 +456,7 @@ def load(
         progress,
         budget,
         host_list,
+        _str(io, "io"),
     )
     if isinstance(r, dict):
         raise VerifyError(Report(r))

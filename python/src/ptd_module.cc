@@ -40,6 +40,7 @@
 #include "ptd/verify.h"
 #include "ptd/weight_bundle.h"
 #include "ptd/weight_writer.h"
+#include "runtime/loader/io_report_json.h"
 #include "runtime/verify/verify_json.h"
 
 namespace nb = nanobind;
@@ -381,6 +382,9 @@ class Weights {
     d["mappings"] = s.mappings;
     return d;
   }
+  // How the bytes were read, as `ptd-load --json`'s load.io (one renderer:
+  // runtime/loader/io_report_json.h).
+  nb::object io() const { return ToPython(ptd::internal::IoReportJson(w_->stats().io)); }
   // Where the storages went, as `ptd-load --json`'s "placement":
   // {"device": {"storages": n, "bytes": n}, "mapped_host": ..., "host": ...}.
   nb::dict placement() const {
@@ -485,8 +489,16 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
                 std::optional<std::string> pte, std::string device_spec,
                 std::optional<std::vector<std::string>> fqns, std::optional<uint32_t> sm,
                 std::optional<size_t> threads, bool map_file, nb::object progress,
-                std::optional<uint64_t> device_budget, std::vector<std::string> host_fqns) {
+                std::optional<uint64_t> device_budget, std::vector<std::string> host_fqns,
+                std::string io) {
   ptd::LoadOptions lo;
+  const std::optional<ptd::IoMode> io_mode = ptd::ParseIoMode(io);
+  if (!io_mode) {
+    throw nb::value_error(
+        absl::StrCat("io must be \"auto\", \"buffered\", \"direct\" or \"gds\", not \"", io, "\"")
+            .c_str());
+  }
+  lo.io = *io_mode;
   lo.map_file = map_file;
   lo.device_budget_bytes = device_budget;
   lo.host_fqns = host_fqns;
@@ -861,7 +873,7 @@ NB_MODULE(_ptd, m) {
   m.def("load", &Load, nb::arg("ptd"), nb::arg("manifest").none(), nb::arg("pte").none(),
         nb::arg("device"), nb::arg("fqns").none(), nb::arg("sm").none(), nb::arg("threads").none(),
         nb::arg("map_file"), nb::arg("progress").none(), nb::arg("device_budget").none(),
-        nb::arg("host_fqns"),
+        nb::arg("host_fqns"), nb::arg("io"),
         "Opens, verifies and loads: a _Weights, or the verification dict when a rule is broken.");
   m.def("write", &Write, nb::arg("ptd_path"), nb::arg("manifest_path").none(), nb::arg("specs"),
         nb::arg("format"), nb::arg("variants"), nb::arg("so_blob_key"),
@@ -928,5 +940,6 @@ NB_MODULE(_ptd, m) {
       .def_prop_ro("timings", &Weights::timings)
       .def_prop_ro("stats", &Weights::stats)
       .def_prop_ro("placement", &Weights::placement)
+      .def_prop_ro("io", &Weights::io)
       .def_prop_ro("runtime_owned", &Weights::runtime_owned);
 }

@@ -3,6 +3,7 @@ lifetime, the mapping, VerifyError."""
 import ctypes
 import gc
 import hashlib
+import os
 
 import numpy as np
 import pytest
@@ -94,6 +95,41 @@ def test_storages_off_the_host_alignment_are_read_not_mapped(tmp_path):
     assert stats["reads"] > 0
     for name, want in arrays.items():
         np.testing.assert_array_equal(np.from_dlpack(weights[name]), want)
+
+
+def _evict(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_io_engines_give_the_same_bytes_and_say_which_ran(tmp_path):
+    ptd_path, manifest = str(tmp_path / "m.ptd"), str(tmp_path / "m.manifest")
+    arrays = {f"w{i}": np.arange(i * 1000, i * 1000 + 3000 + i, dtype=np.float32)
+              for i in range(40)}
+    ptd.write(ptd_path, manifest, arrays)
+    for io in ("buffered", "direct", "auto", "gds"):
+        _evict(ptd_path)
+        weights = ptd.load(ptd_path, manifest=manifest, device="host", io=io)
+        rep = weights.io
+        assert rep["requested"] == io
+        assert set(rep["engines"]) == {"buffered", "direct", "gds"}
+        assert sum(rep["engines"].values()) >= weights.stats["bytes"]
+        if io == "buffered":
+            assert rep["engines"]["direct"] == 0 and rep["fallbacks"] == []
+        if io == "gds":  # Not in this release, and the host has no GPU: direct.
+            assert rep["fallbacks"][0]["from"] == "gds"
+            assert rep["fallbacks"][0]["to"] == "direct"
+        if io == "direct" and not rep["fallbacks"]:
+            assert rep["engines"]["direct"] > 0 and rep["engines"]["buffered"] == 0
+        for name, want in arrays.items():
+            np.testing.assert_array_equal(np.from_dlpack(weights[name]), want)
+    with pytest.raises(ValueError, match="io must be"):
+        ptd.load(ptd_path, manifest=manifest, device="host", io="fast")
+    with pytest.raises(TypeError, match="io must be a str"):
+        ptd.load(ptd_path, manifest=manifest, device="host", io=1)
 
 
 @pytest.mark.parametrize("case", [c for c in OK_CUDA if c.get("pte")],

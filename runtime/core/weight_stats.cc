@@ -84,13 +84,17 @@ void WeightStatsAccumulator::Add(absl::Span<const uint8_t> bytes) {
   };
   size_t i = 0;
   if (carried_ > 0) {  // Complete the element split by the previous chunk.
-    while (carried_ < element_size_ && i < bytes.size()) carry_[carried_++] = bytes[i++];
+    // (carried_ < sizeof(carry_) always holds, element_size_ being at most
+    // 8; saying so spares GCC 12's -Wstringop-overflow at -O2.)
+    while (carried_ < element_size_ && carried_ < sizeof(carry_) && i < bytes.size()) {
+      carry_[carried_++] = bytes[i++];
+    }
     if (carried_ < element_size_) return;
     take(carry_);
     carried_ = 0;
   }
   for (; i + element_size_ <= bytes.size(); i += element_size_) take(bytes.data() + i);
-  while (i < bytes.size()) carry_[carried_++] = bytes[i++];
+  while (i < bytes.size() && carried_ < sizeof(carry_)) carry_[carried_++] = bytes[i++];
 }
 
 void ReportWeightStats(const WeightStats& stats, const Where& where, Report* report) {

@@ -1,6 +1,7 @@
 // ptd-load end to end: every ok conformance case loads onto the host with
 // digests (from the loaded memory) equal to cases.json; exit codes for a
 // broken rule, usage errors, unreadable input and an absent CUDA device.
+#include <filesystem>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -205,6 +206,45 @@ TEST(LoadCliTest, MapSaysWhatItMapped) {
   EXPECT_THAT(r.out, HasSubstr("0 reads of 0 bytes, 0 copies, 1 mapped from the file (192 bytes, "
                                "1 mapping)"));
   EXPECT_THAT(r.out, HasSubstr(", map "));
+}
+
+// --io picks the read engine; load.io says what ran, and a fallback says why
+// (a copy in /dev/shm, tmpfs: direct falls back to buffered).
+TEST(LoadCliTest, IoSaysWhichEngineReadAndWhy) {
+  ::ptd::testing::TempDir dir;
+  const auto m = ::ptd::testing::WriteTestModel(dir.path(), {uint64_t{1} << 20, 1000, 1000});
+  auto r =
+      RunCommand(Load("--device host --json --io buffered --manifest " + m.manifest + " " + m.ptd));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  json io = json::parse(r.out)["load"]["io"];
+  EXPECT_EQ(io["requested"], "buffered");
+  EXPECT_EQ(io["engines"]["direct"], 0);
+  EXPECT_GE(io["engines"]["buffered"].get<uint64_t>(), m.data_bytes);
+  EXPECT_TRUE(io["fallbacks"].empty());
+  EXPECT_TRUE(io["gds_mode"].is_null());
+  EXPECT_EQ(io["file_bytes"].get<uint64_t>(), std::filesystem::file_size(m.ptd));
+
+  r = RunCommand(Load("--device host --io direct --manifest " + m.manifest + " " + m.ptd));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("  io (direct): "));
+
+  if (std::filesystem::is_directory("/dev/shm")) {
+    const std::string shm =
+        "/dev/shm/" + std::filesystem::path(dir.path()).filename().string() + ".ptd";
+    std::filesystem::copy_file(m.ptd, shm);
+    r = RunCommand(Load("--device host --json --io direct --manifest " + m.manifest + " " + shm));
+    std::filesystem::remove(shm);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    io = json::parse(r.out)["load"]["io"];
+    ASSERT_EQ(io["fallbacks"].size(), 1u) << io.dump();
+    EXPECT_EQ(io["fallbacks"][0]["from"], "direct");
+    EXPECT_EQ(io["fallbacks"][0]["to"], "buffered");
+    EXPECT_THAT(io["fallbacks"][0]["reason"].get<std::string>(), HasSubstr("tmpfs"));
+    EXPECT_EQ(io["engines"]["direct"], 0);
+  }
+  r = RunCommand(Load("--io fast " + m.ptd + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--io"));
 }
 
 TEST(LoadCliTest, ABrokenRuleIsExitOneAndLoadsNothing) {
