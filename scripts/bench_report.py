@@ -185,6 +185,46 @@ def family_rows(r, prefix):
     return sorted((n for n in r.rows if n.startswith(prefix)), key=lambda n: int(n.split("/")[1]))
 
 
+def cold_start_section(r):
+    """The cold-start page (issue 42): each read engine, cold and warm, against the cold ceiling
+    (parallel O_DIRECT, the best of the queue depths measured) and the warm one (pread_warm)."""
+    rows = [n for n in r.rows if n.startswith("ColdStart/")]
+    if not rows:
+        return []
+    out = ["## Cold starts: read engines (`LoadOptions::io`)", "",
+           "`ColdStart/<engine>_<cold|warm>/<set>`: `LoadWeights` on `HostDevice` (open, verify, plan, "
+           "allocate fresh memory, read) with `LoadOptions::io`. Cold runs drop the file's pages with "
+           "`posix_fadvise(POSIX_FADV_DONTNEED)` right before each repetition and check it with `mincore` "
+           "(`resident_after_drop`); `resident after` is the share of the file in the page cache after the "
+           "load. The cold ceiling is `Ceiling/direct_cold/<set>/qdN`: 4 streams over quarters of the "
+           "segment region, N 4 MiB O_DIRECT requests in flight in all, into reused page-aligned buffers "
+           "(no page faults: the disk alone); the best N is the ceiling. The warm ceiling is "
+           "`Ceiling/pread_warm` (4 MiB preads into fresh memory, faults included, as for the loads).", "",
+           "| set | case | GB/s (p50) | p50 ms | x ceiling | direct bytes | buffered bytes | resident after |",
+           "|---|---|---|---|---|---|---|---|"]
+    for s in r.sets:
+        qds = [n for n in r.rows if n.startswith(f"Ceiling/direct_cold/{s}/")]
+        best = max(qds, key=lambda n: r.get(n) or 0, default=None)
+        for n in sorted(qds):
+            b = r.rows[n]
+            out.append(f"| {s} | `{n.split('/', 2)[2]}`{' (best)' if n == best else ''} | {fmt(b.get('GBps'))} | "
+                       f"{fmt(b.get('p50_ms'))} | - | - | - | - |")
+        for engine in ("buffered", "direct", "auto"):
+            for state in ("cold", "warm"):
+                n = f"ColdStart/{engine}_{state}/{s}"
+                b = r.rows.get(n)
+                if b is None:
+                    continue
+                ceil = best if state == "cold" else f"Ceiling/pread_warm/{s}"
+                ratio = r.ratio(n, ceil) if ceil else None
+                res = b.get("resident_after_load")
+                out.append(f"| {s} | `{engine}_{state}` | {fmt(b.get('GBps'))} | {fmt(b.get('p50_ms'))} | "
+                           f"{fmt(ratio) + 'x' if ratio else '-'} | {human_bytes(b.get('direct_bytes') or 0)} | "
+                           f"{human_bytes(b.get('buffered_bytes') or 0)} | "
+                           f"{'-' if res is None else f'{res * 100:.1f}%'} |")
+    return out + [""]
+
+
 def verify_table(r):
     """Both families of Verify rows; returns the table and the rows the targets are judged on:
     VerifyKeptHeap (repetitions reuse warm memory) when the run has it, else Verify."""
@@ -582,6 +622,7 @@ def main():
                  "`mallopt` told glibc to keep freed memory (as tcmalloc and jemalloc do by default): the "
                  "verification's own work, which the targets are judged on.", "",
                  vt, ""]
+    page += cold_start_section(r)
     page += ["## CUDA device", "", f"`ptd_cuda_bench` (pinned H2D ceiling, upstream-style cudaMalloc per storage, the loader's device path): {cstat}.", ""]
     page += ctable + ([""] if ctable else [])
     page += ["## Plots", ""]

@@ -102,7 +102,9 @@ inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
 //   kGds       GPUDirect Storage (cuFile) into device memory. Not built into
 //              this release: it falls back to kDirect, and says so.
 //   kAuto      per file and range: ranges mostly in the page cache are read
-//              buffered, the others direct (cachestat(2), else mincore(2)).
+//              buffered, the others direct (cachestat(2), else mincore(2),
+//              looked at when the load begins). Files under 8 MiB are read
+//              buffered.
 enum class IoMode : uint8_t { kAuto = 0, kBuffered = 1, kDirect = 2, kGds = 3 };
 // "auto", "buffered", "direct", "gds".
 std::string_view IoModeName(IoMode mode);

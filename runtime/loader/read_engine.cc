@@ -16,6 +16,9 @@ namespace {
 // direct when at most kColdShare is; in between it asks per range.
 constexpr double kWarmShare = 0.9;
 constexpr double kColdShare = 0.1;
+// kAuto reads a file smaller than this buffered whatever the page cache
+// holds: a direct read of it saves little, and its pages are worth keeping.
+constexpr uint64_t kAutoMinDirectBytes = uint64_t{8} << 20;
 // kPerRange looks at the page cache in chunks of at least this size, and
 // at most this many chunks a file.
 constexpr uint64_t kMinChunkBytes = uint64_t{4} << 20;
@@ -71,6 +74,11 @@ ReadEngine::ReadEngine(const ByteSource& source, IoMode requested, bool device_i
   }
   const uint64_t size = file_->size();
   if (wanted == IoMode::kAuto) {
+    if (size < kAutoMinDirectBytes) {
+      choice_text_ = absl::StrCat("buffered: a small file (", size, " bytes, under ",
+                                  kAutoMinDirectBytes, ")");
+      return;
+    }
     if (!cached_bytes_) {
       choice_text_ = "direct: the page cache cannot be asked about the file";
       choice_ = Choice::kDirect;

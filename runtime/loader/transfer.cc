@@ -12,13 +12,12 @@
 #include "runtime/internal/strings.h"
 
 namespace ptd::internal {
-ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
-                   uint64_t max_read, uint64_t pack_limit, uint64_t max_gap) {
-  max_read = std::max<uint64_t>(max_read, 1);
-  ReadPlan plan;
-  // A piece per storage, more only for storages read in several chunks: no
-  // growth by doubling (at 65,536 storages a third of the plan's memory).
-  plan.pieces.reserve(which.size());
+namespace {
+
+// The non-empty storages of `which`: those with a file location, in file
+// order, and those without, in `which`'s order.
+std::pair<std::vector<uint32_t>, std::vector<uint32_t>> SplitByLocation(
+    const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which) {
   std::vector<uint32_t> located, unlocated;
   located.reserve(which.size());
   for (uint32_t s : which) {
@@ -28,6 +27,19 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uin
   std::stable_sort(located.begin(), located.end(), [&](uint32_t a, uint32_t b) {
     return storages[a].location->offset < storages[b].location->offset;
   });
+  return {std::move(located), std::move(unlocated)};
+}
+
+}  // namespace
+
+ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
+                   uint64_t max_read, uint64_t pack_limit, uint64_t max_gap) {
+  max_read = std::max<uint64_t>(max_read, 1);
+  ReadPlan plan;
+  // A piece per storage, more only for storages read in several chunks: no
+  // growth by doubling (at 65,536 storages a third of the plan's memory).
+  plan.pieces.reserve(which.size());
+  auto [located, unlocated] = SplitByLocation(storages, which);
 
   const auto add_chunks = [&](uint32_t s) {
     const StorageJob& j = storages[s];
@@ -134,15 +146,7 @@ ReadPlan PlanAlignedReads(const std::vector<StorageJob>& storages, absl::Span<co
                           uint64_t unlocated_pack_limit) {
   alignment = std::max<uint64_t>(alignment, 1);
   max_read = std::max(alignment, max_read / alignment * alignment);
-  std::vector<uint32_t> located, unlocated;
-  located.reserve(which.size());
-  for (uint32_t s : which) {
-    if (storages[s].nbytes == 0) continue;
-    (storages[s].location ? located : unlocated).push_back(s);
-  }
-  std::stable_sort(located.begin(), located.end(), [&](uint32_t a, uint32_t b) {
-    return storages[a].location->offset < storages[b].location->offset;
-  });
+  auto [located, unlocated] = SplitByLocation(storages, which);
   ReadPlan plan;
   plan.pieces.reserve(located.size());
   const auto down = [&](uint64_t v) { return v / alignment * alignment; };

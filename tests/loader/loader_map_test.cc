@@ -26,6 +26,7 @@
 namespace ptd {
 namespace {
 
+using ::ptd::testing::ExpectSameBytes;
 using ::ptd::testing::FakeCudaDevice;
 using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::TempDir;
@@ -34,17 +35,6 @@ using ::ptd::testing::WriteTestModel;
 using ::testing::HasSubstr;
 
 LoadOptions Mapped() { return LoadOptions{.map_file = true}; }
-
-// Every weight of `w` has the bytes of the same weight in `reference`.
-void ExpectSameBytes(const LoadedWeights& w, const LoadedWeights& reference,
-                     const std::vector<std::string>& fqns) {
-  for (const std::string& f : fqns) {
-    const LoadedWeight* a = w.Find(f);
-    const LoadedWeight* b = reference.Find(f);
-    ASSERT_TRUE(a && b) << f;
-    EXPECT_EQ(DigestLoadedWeight(w, *a).value(), DigestLoadedWeight(reference, *b).value()) << f;
-  }
-}
 
 TEST(LoaderMapTest, MapsEveryAlignedStorageAndReadsNothing) {
   TempDir dir;

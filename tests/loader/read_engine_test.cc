@@ -32,6 +32,7 @@ using ::ptd::internal::DropCachedRange;
 using ::ptd::internal::PlanAlignedReads;
 using ::ptd::internal::ReadPlan;
 using ::ptd::internal::StorageJob;
+using ::ptd::testing::ExpectSameBytes;
 using ::ptd::testing::FakeCudaDevice;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::TestModel;
@@ -127,16 +128,6 @@ TEST(PlanAlignedReadsTest, ASubsetFarApartIsReadAsSeparateRanges) {
 
 LoadOptions Io(IoMode io) { return LoadOptions{.io = io}; }
 
-void ExpectSameBytes(const LoadedWeights& w, const LoadedWeights& reference,
-                     const std::vector<std::string>& fqns) {
-  for (const std::string& f : fqns) {
-    const LoadedWeight* a = w.Find(f);
-    const LoadedWeight* b = reference.Find(f);
-    ASSERT_TRUE(a && b) << f;
-    EXPECT_EQ(DigestLoadedWeight(w, *a).value(), DigestLoadedWeight(reference, *b).value()) << f;
-  }
-}
-
 // Evicts `path` from the page cache; false when this machine keeps it.
 bool Evict(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -165,7 +156,8 @@ class ReadEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::vector<uint64_t> sizes(300, 1000);
-    for (int i = 0; i < 6; ++i) sizes.push_back((1u << 20) + 4 * i);
+    // Over 8 MiB: auto reads smaller files buffered whatever their state.
+    for (int i = 0; i < 9; ++i) sizes.push_back((1u << 20) + 4 * i);
     m_ = WriteTestModel(dir_.path(), sizes, /*with_cpu_weight=*/true);
     paths_ = BundlePaths{.ptd = m_.ptd, .manifest = m_.manifest};
     auto ref = LoadWeights(paths_, std::make_shared<HostDevice>(), Io(IoMode::kBuffered));
@@ -222,6 +214,17 @@ TEST_F(ReadEngineTest, AutoReadsAWarmFileBufferedAndAColdOneDirect) {
   ASSERT_TRUE(io.cached_bytes.has_value());
   EXPECT_LT(*io.cached_bytes, io.file_bytes);
   ExpectSameBytes(*cold, *reference_, m_.fqns);
+}
+
+TEST(ReadEngineSmallTest, AutoReadsASmallFileBufferedEvenCold) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(100, 4000));
+  (void)Evict(m.ptd);
+  auto w = LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = m.manifest},
+                       std::make_shared<HostDevice>(), Io(IoMode::kAuto));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->stats().io.direct_bytes, 0u);
+  EXPECT_THAT(w->stats().io.choice, StartsWith("buffered: a small file"));
 }
 
 TEST_F(ReadEngineTest, DirectOnTmpfsFallsBackToBufferedAndSaysWhy) {

@@ -107,4 +107,14 @@ std::vector<std::string> ExpectLoadedAsCase(const nlohmann::json& tc, const Load
   return checked;
 }
 
+void ExpectSameBytes(const LoadedWeights& w, const LoadedWeights& reference,
+                     const std::vector<std::string>& fqns) {
+  for (const std::string& f : fqns) {
+    const LoadedWeight* a = w.Find(f);
+    const LoadedWeight* b = reference.Find(f);
+    ASSERT_TRUE(a && b) << f;
+    EXPECT_EQ(DigestLoadedWeight(w, *a).value(), DigestLoadedWeight(reference, *b).value()) << f;
+  }
+}
+
 }  // namespace ptd::testing

@@ -157,6 +157,11 @@ TestModel WriteTestModel(const std::string& dir, const std::vector<uint64_t>& si
                          bool with_cpu_weight = false,
                          uint64_t segment_alignment = kDefaultSegmentAlignment);
 
+// Every weight `fqns` names has in `w` the bytes of the same weight in
+// `reference` (digests of the loaded memory); gtest failures otherwise.
+void ExpectSameBytes(const LoadedWeights& w, const LoadedWeights& reference,
+                     const std::vector<std::string>& fqns);
+
 // The routes a conformance case (an entry of cases.json) is loaded by: the
 // container alone, its manifest, its .pte.
 std::vector<BundlePaths> ConformanceRoutes(const nlohmann::json& tc);
