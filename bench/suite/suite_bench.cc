@@ -19,7 +19,8 @@
 //                             the gap to pread_warm is what faults cost.
 //   Ceiling/read_cold/<set>   as pread_warm, right after the file's pages were
 //                             dropped: the cold read of the file.
-//   Loader/host_warm/<set>    LoadWeights(paths, HostDevice): open, verify,
+//   Loader/host_warm/<set>    LoadWeights(paths, HostDevice) (LoadOptions::io
+//                             kAuto, the default): open, verify,
 //                             plan, allocate (fresh memory), read; warm cache.
 //   Loader/host_warm_thp/<set> as host_warm with HugePages::kOn: fresh
 //                             memory in transparent huge pages wherever THP
@@ -190,7 +191,7 @@ void BM_ReadFile(benchmark::State& state, const ModelSet& m, bool cold) {
 }
 
 void BM_Loader(benchmark::State& state, const ModelSet& m, bool cold, bool mapped,
-               HugePages huge_pages, IoMode io = IoMode::kAuto) {
+               HugePages huge_pages, IoMode io) {
   const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest, .use_mmap = false};
   auto device = std::make_shared<HostDevice>(HostMemoryOptions{.huge_pages = huge_pages});
   Samples samples;
@@ -450,17 +451,17 @@ int main(int argc, char** argv) {
            r);
     }
     Tune(benchmark::RegisterBenchmark(("Loader/host_warm/" + m.name).c_str(), BM_Loader, m, false,
-                                      false, ptd::HugePages::kAuto),
+                                      false, ptd::HugePages::kAuto, ptd::IoMode::kAuto),
          r);
     Tune(benchmark::RegisterBenchmark(("Loader/host_warm_thp/" + m.name).c_str(), BM_Loader, m,
-                                      false, false, ptd::HugePages::kOn),
+                                      false, false, ptd::HugePages::kOn, ptd::IoMode::kAuto),
          r);
     Tune(benchmark::RegisterBenchmark(("Loader/host_mapped/" + m.name).c_str(), BM_Loader, m, false,
-                                      true, ptd::HugePages::kAuto),
+                                      true, ptd::HugePages::kAuto, ptd::IoMode::kAuto),
          r);
     if (flags.cold) {
       Tune(benchmark::RegisterBenchmark(("Loader/host_cold/" + m.name).c_str(), BM_Loader, m, true,
-                                        false, ptd::HugePages::kAuto),
+                                        false, ptd::HugePages::kAuto, ptd::IoMode::kAuto),
            r);
     }
     // The cold-start page (issue 42): each read engine cold and warm, the
