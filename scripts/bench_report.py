@@ -202,7 +202,8 @@ def cold_start_section(r):
            "`Ceiling/pread_warm` (4 MiB preads into fresh memory, faults included, as for the loads).", "",
            "| set | case | GB/s (p50) | p50 ms | x ceiling | direct bytes | buffered bytes | resident after |",
            "|---|---|---|---|---|---|---|---|"]
-    for s in r.sets:
+    sets = r.sets or [s for s in SET_ORDER if any(n.endswith(f"/{s}") for n in rows)]
+    for s in sets:
         qds = [n for n in r.rows if n.startswith(f"Ceiling/direct_cold/{s}/")]
         best = max(qds, key=lambda n: r.get(n) or 0, default=None)
         for n in sorted(qds):
