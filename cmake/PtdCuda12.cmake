@@ -106,6 +106,7 @@ function(ptd_add_cuda12_library)
   add_library(ptd_cuda12 STATIC
     ${PROJECT_SOURCE_DIR}/runtime/cuda/cuda_device.cc
     ${PROJECT_SOURCE_DIR}/runtime/cuda/cuda_status.cc
+    ${PROJECT_SOURCE_DIR}/runtime/cuda/cufile.cc
     ${PROJECT_SOURCE_DIR}/runtime/cuda/prebuilt_kernels.cc
     ${PROJECT_SOURCE_DIR}/runtime/cuda/prebuilt_gather_launch.cc
     ${out}/prebuilt_images.cc
@@ -118,7 +119,7 @@ function(ptd_add_cuda12_library)
   # Public: the twins' tests of the prebuilt kernels compile only with it
   # (tests/cuda/prebuilt_kernels_test.cc), and include the CUDA 12 headers.
   target_compile_definitions(ptd_cuda12 PUBLIC PTD_CUDA_PREBUILT_KERNELS=1)
-  target_link_libraries(ptd_cuda12 PUBLIC ptd_format ptd_device ptd_cudart12)
+  target_link_libraries(ptd_cuda12 PUBLIC ptd_format ptd_device ptd_cudart12 ${CMAKE_DL_LIBS})
   target_compile_definitions(ptd_cuda12 PUBLIC PTD_HAVE_CUDA=1)
 endfunction()
 

@@ -94,9 +94,18 @@ def run_digests(args):
                 continue
             got_io = j.get("load", {}).get("io", {})
             r["io"] = got_io
-            if args.io == "direct" and not got_io.get("fallbacks") and \
-                    got_io.get("engines", {}).get("direct", 0) == 0:
-                r["problems"].append(f"--io direct read nothing direct, and said no fallback: {got_io}")
+            load_info = j.get("load", {})
+            # The bytes the engine should have read: every storage (direct),
+            # the device's (gds).
+            owed = load_info.get("bytes", 0) if args.io == "direct" else \
+                load_info.get("placement", {}).get("device", {}).get("bytes", 0)
+            if args.io in ("direct", "gds") and owed > 0 and not got_io.get("fallbacks") and \
+                    got_io.get("engines", {}).get(args.io, 0) < owed:
+                r["problems"].append(f"--io {args.io} read less than {owed} bytes {args.io}, and "
+                                     f"said no fallback: {got_io}")
+            if args.io == "gds" and got_io.get("engines", {}).get("gds", 0) > 0 and \
+                    got_io.get("gds_mode") != "p2p":
+                r["problems"].append(f"gds read bytes in mode {got_io.get('gds_mode')}, not p2p")
             if j.get("device", {}).get("kind") != args.device:
                 r["problems"].append(f"loaded on {j.get('device')}, not {args.device}")
             if "weights" in tc:
@@ -401,8 +410,8 @@ def main():
     d.add_argument("--device-budget", help="ptd-load's --device-budget (0: all in mapped host memory)")
     d.add_argument("--name", default="digests", help="the result: LOGS/NAME.json")
     d.add_argument("--io", choices=["auto", "buffered", "direct", "gds"],
-                   help="ptd-load's --io (direct: some bytes must be read direct, or a "
-                        "fallback said why not)")
+                   help="ptd-load's --io (direct, gds: some bytes must be read by that "
+                        "engine, or a fallback said why not)")
     d.add_argument("--cold", action="store_true",
                    help="drop each file from the page cache before its load")
     s = sub.add_parser("summary")

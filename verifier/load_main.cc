@@ -139,7 +139,8 @@ void AddLoadFlags(CLI::App& app, Args* a, std::string* budget_text) {
   app.add_option("--io", a->io,
                  "how the file is read: past the page cache with O_DIRECT, several requests "
                  "in flight (direct), through it (buffered), per range by what it already "
-                 "holds (auto), or GPUDirect Storage (gds: not in this release, read direct); "
+                 "holds (auto), or GPUDirect Storage into GPU memory (gds: cuFile, loaded at run "
+                 "time from PTD_CUFILE_LIBRARY or libcufile.so.0); "
                  "an engine that cannot run falls back and says why (load.io)")
       ->check(CLI::IsMember({"auto", "buffered", "direct", "gds"}))
       ->type_name("ENGINE")

@@ -129,6 +129,13 @@ class CudaDevice final : public Device {
   absl::Status Synchronize() override;
   absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) override;
   DeviceStats stats() const override;
+  // GPUDirect Storage through cuFile, loaded at run time (never linked):
+  // PTD_CUFILE_LIBRARY names the library, else "libcufile.so.0" on the
+  // loader's search path (the nvidia-cufile wheel's lib/ folder, or the CUDA
+  // toolkit's GDS package). FailedPrecondition, saying why, where it cannot
+  // be loaded or its driver opened.
+  absl::StatusOr<std::unique_ptr<DeviceFileReader>> OpenFileReader(
+      int fd, const std::string& name) override;
 
   // A dense, row-major copy of `view` over the device storage `storage`
   // (element 0 at storage.data()), made on the GPU into a new buffer: a

@@ -186,6 +186,23 @@ struct DeviceStats {
   uint64_t huge_page_bytes = 0;
 };
 
+// Reads a file straight into one device's memory: GPUDirect Storage through
+// cuFile (Device::OpenFileReader; LoadOptions::io kGds). One per open file;
+// Read may be called from several threads at once.
+class DeviceFileReader {
+ public:
+  virtual ~DeviceFileReader() = default;
+  // How cuFile moves the bytes: "p2p" (the storage's DMA writes device
+  // memory: the nvidia-fs driver is loaded) or "compat" (cuFile's
+  // compatibility mode: through host bounce buffers, as a direct read and a
+  // copy would).
+  virtual std::string_view mode() const = 0;
+  // Reads `n` bytes at `file_offset` into `dst`, device memory of this
+  // device. Returns the bytes read: `n`, or fewer where the file ends.
+  // Errors name the file and what cuFile said.
+  virtual absl::StatusOr<size_t> Read(void* dst, size_t n, uint64_t file_offset) = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -266,6 +283,12 @@ class Device {
   virtual absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) = 0;
 
   virtual DeviceStats stats() const = 0;
+
+  // A reader from the file open as `fd` (named `name` in messages) straight
+  // into this device's memory, where the device has one (CudaDevice: cuFile,
+  // loaded at run time). Default: Unimplemented, saying why.
+  virtual absl::StatusOr<std::unique_ptr<DeviceFileReader>> OpenFileReader(int fd,
+                                                                           const std::string& name);
 };
 
 }  // namespace ptd

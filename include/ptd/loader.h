@@ -99,12 +99,19 @@ inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
 //              threads). The page cache is left as the load found it. A
 //              filesystem that refuses O_DIRECT, or keeps files in memory
 //              (tmpfs), falls back to kBuffered, and says so.
-//   kGds       GPUDirect Storage (cuFile) into device memory. Not built into
-//              this release: it falls back to kDirect, and says so.
+//   kGds       GPUDirect Storage: cuFile reads the device's storages straight
+//              into device memory (Device::OpenFileReader; libcufile is
+//              loaded at run time, never linked: PTD_CUFILE_LIBRARY, else
+//              libcufile.so.0). Where cuFile cannot load, runs in its
+//              compatibility mode (no nvidia-fs driver) or fails a read, the
+//              device's storages go through the staging ring, read by
+//              kDirect, and the report says why. Other storages (host and
+//              mapped memory) are read kDirect.
 //   kAuto      per file and range: ranges mostly in the page cache are read
 //              buffered, the others direct (cachestat(2), else mincore(2),
-//              looked at when the load begins). Files under 8 MiB are read
-//              buffered.
+//              looked at when the load begins); a cold file's device
+//              storages go by GPUDirect Storage where cuFile offers its P2P
+//              mode. Files under 8 MiB are read buffered.
 enum class IoMode : uint8_t { kAuto = 0, kBuffered = 1, kDirect = 2, kGds = 3 };
 // "auto", "buffered", "direct", "gds".
 std::string_view IoModeName(IoMode mode);

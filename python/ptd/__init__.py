@@ -434,7 +434,9 @@ def load(
     `io` picks how the file is read: "direct" past the page cache (O_DIRECT,
     several requests in flight; the page cache is left as it was), "buffered"
     through it, "auto" (the default) per range by what the page cache already
-    holds, or "gds" (GPUDirect Storage: not in this release, read direct). An
+    holds, or "gds" (GPUDirect Storage into GPU memory: cuFile, loaded at run
+    time; without it, or in its compatibility mode, the GPU's storages are read
+    direct). An
     engine that cannot run falls back, never fails, and `io` on the result
     says which ran and why (ValueError for another name)."""
     if not isinstance(device, str):

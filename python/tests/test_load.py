@@ -119,7 +119,7 @@ def test_io_engines_give_the_same_bytes_and_say_which_ran(tmp_path):
         assert sum(rep["engines"].values()) >= weights.stats["bytes"]
         if io == "buffered":
             assert rep["engines"]["direct"] == 0 and rep["fallbacks"] == []
-        if io == "gds":  # Not in this release, and the host has no GPU: direct.
+        if io == "gds":  # The host device has no GPU memory: direct.
             assert rep["fallbacks"][0]["from"] == "gds"
             assert rep["fallbacks"][0]["to"] == "direct"
         if io == "direct" and not rep["fallbacks"]:

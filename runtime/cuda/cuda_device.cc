@@ -23,6 +23,7 @@
 #include "ptd/open_device.h"
 #include "ptd/view_materialize.h"
 #include "runtime/cuda/internal/cuda_status.h"
+#include "runtime/cuda/internal/cufile.h"
 #include "runtime/cuda/internal/gather_kernels.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/collapsed_view.h"
@@ -693,6 +694,11 @@ absl::StatusOr<std::vector<DeviceBuffer>> CudaDevice::AllocateMappedMany(
       std::shared_ptr<void>(p, [impl, block_bytes](void* q) { impl->FreeMapped(q, block_bytes); }),
       p, static_cast<size_t>(end));
   return SliceArena(arena, sizes, offsets);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceFileReader>> CudaDevice::OpenFileReader(
+    int fd, const std::string& name) {
+  return internal::OpenCuFileReader(impl_->index, fd, name);
 }
 
 absl::StatusOr<DeviceMemoryInfo> CudaDevice::MemoryInfo() {

@@ -57,6 +57,12 @@ absl::StatusOr<DeviceMemoryInfo> Device::MemoryInfo() {
 
 absl::Status Device::PrepareWrite(void* /*p*/, size_t /*n*/) { return absl::OkStatus(); }
 
+absl::StatusOr<std::unique_ptr<DeviceFileReader>> Device::OpenFileReader(int /*fd*/,
+                                                                         const std::string& name) {
+  return absl::UnimplementedError(absl::StrCat(
+      name, ": ", this->name(), " has no path from files into its memory (GPUDirect Storage)"));
+}
+
 absl::StatusOr<std::vector<CopyTicket>> Device::CopyManyToDeviceAsync(
     absl::Span<const CopyRequest> requests) {
   std::vector<CopyTicket> tickets;

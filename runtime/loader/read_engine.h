@@ -31,6 +31,7 @@
 #include "absl/types/span.h"
 
 #include "ptd/byte_source.h"
+#include "ptd/device.h"
 #include "ptd/loader.h"
 #include "runtime/io/direct_file.h"
 
@@ -38,11 +39,25 @@ namespace ptd::internal {
 
 class ReadEngine {
  public:
-  // The engines for `source` as `requested` asks, for a load to a device
-  // that `device_is_host` says is the host (kGds needs a GPU). Opens the
-  // direct engine and looks at the page cache now: IoReport::cached_bytes
-  // is what it held when the load began.
-  ReadEngine(const ByteSource& source, IoMode requested, bool device_is_host);
+  // The engines for `source` as `requested` asks, for a load to `device`.
+  // Opens the direct engine (and, for kGds, or kAuto on a cold file, the
+  // device's file reader: Device::OpenFileReader) and looks at the page
+  // cache now: IoReport::cached_bytes is what it held when the load began.
+  ReadEngine(const ByteSource& source, IoMode requested, Device& device);
+  ~ReadEngine();
+
+  // The reader straight into the device's memory (GPUDirect Storage in its
+  // P2P mode), while it serves; null when it does not (never opened, cuFile
+  // in compatibility mode, or failed).
+  DeviceFileReader* gds() const {
+    return gds_failed_.load(std::memory_order_relaxed) ? nullptr : gds_.get();
+  }
+  // Reads [offset, offset + n) of the file into device memory at dst
+  // through gds(), counting the bytes. REQUIRES: gds() != nullptr.
+  absl::Status ReadToDevice(uint64_t offset, void* dst, size_t n);
+  // Records that the device reader failed with `why` (a fallback to the
+  // direct engine, through the staging ring); gds() is null from now on.
+  void GdsFailed(const absl::Status& why);
 
   // Whether the transfer stage should plan aligned reads (the direct engine
   // may serve some ranges), and their alignment.
@@ -79,7 +94,10 @@ class ReadEngine {
   std::unique_ptr<DirectFile> direct_;
   std::atomic<bool> direct_failed_{false};
   std::atomic<bool> used_direct_{false};
-  std::atomic<uint64_t> buffered_{0}, direct_bytes_{0};
+  std::atomic<uint64_t> buffered_{0}, direct_bytes_{0}, gds_bytes_{0};
+  std::unique_ptr<DeviceFileReader> gds_;
+  std::atomic<bool> gds_failed_{false};
+  std::string gds_mode_;
 
   mutable std::mutex mu_;
   std::vector<IoFallback> fallbacks_;  // Guarded by mu_.

@@ -481,6 +481,74 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   return error;
 }
 
+absl::Status Transfer::RunGds(Device& device, const ReadPlan& plan) {
+  if (plan.items.empty()) return absl::OkStatus();
+  std::vector<uint8_t> done(plan.items.size(), 0);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex error_mu;
+  absl::Status error;  // A cancellation or a file that shrank: the load fails.
+  const auto read_item = [&](const ReadItem& item) -> absl::Status {
+    if (!item.located) return absl::FailedPreconditionError("a storage without a file location");
+    // Runs of pieces that lie in device memory as in the file: one read each.
+    for (uint32_t a = 0; a < item.num_pieces;) {
+      const Piece& pa = plan.pieces[item.first_piece + a];
+      uint8_t* const dst = storages_[pa.storage].dest + pa.dst_offset;
+      uint64_t end = pa.src_offset + pa.nbytes;
+      uint32_t b = a + 1;
+      for (; b < item.num_pieces; ++b) {
+        const Piece& pb = plan.pieces[item.first_piece + b];
+        const StorageJob& j = storages_[pb.storage];
+        if (j.run == StorageJob::kNoRun || j.run != storages_[pa.storage].run ||
+            pb.src_offset < end ||
+            j.dest + pb.dst_offset != dst + (pb.src_offset - pa.src_offset)) {
+          break;
+        }
+        end = pb.src_offset + pb.nbytes;
+      }
+      reads_.fetch_add(1, std::memory_order_relaxed);
+      bytes_read_.fetch_add(end - pa.src_offset, std::memory_order_relaxed);
+      PTD_RETURN_IF_ERROR(engine_.ReadToDevice(item.offset + pa.src_offset, dst,
+                                               static_cast<size_t>(end - pa.src_offset)));
+      a = b;
+    }
+    return absl::OkStatus();
+  };
+  const auto work = [&] {
+    while (!stop.load(std::memory_order_relaxed) && engine_.gds() != nullptr) {
+      const size_t i = next.fetch_add(1);
+      if (i >= plan.items.size()) return;
+      const ReadItem& item = plan.items[i];
+      absl::Status st = read_item(item);
+      if (!st.ok() && !absl::IsDataLoss(st)) {
+        // The device reader failed: this item and the rest go staged.
+        engine_.GdsFailed(st);
+        return;
+      }
+      if (st.ok()) st = Complete(plan, item);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (error.ok()) error = absl::IsDataLoss(st) ? Fail(plan, item, "read", st) : st;
+        stop = true;
+        return;
+      }
+      done[i] = 1;
+    }
+  };
+  const size_t n = std::max<size_t>(1, std::min(options_.threads, plan.items.size()));
+  std::vector<std::thread> threads;
+  threads.reserve(n - 1);
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  PTD_RETURN_IF_ERROR(error);
+  ReadPlan rest{.pieces = plan.pieces, .max_item_bytes = plan.max_item_bytes};
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (!done[i]) rest.items.push_back(plan.items[i]);
+  }
+  return RunStaged(device, rest);
+}
+
 void Transfer::AddTo(LoadStats* stats, LoadTimings* timings) const {
   stats->reads += reads_.load();
   stats->bytes_read += bytes_read_.load();
@@ -529,7 +597,7 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
                               LoadStats* stats, LoadTimings* timings,
                               std::optional<double>* first_complete_s) {
   const auto read_t0 = Transfer::Clock::now();
-  ReadEngine engine(source, options.io, device.kind() == DeviceKind::kHost);
+  ReadEngine engine(source, options.io, device);
   Transfer transfer(source, engine, storages, options, start, total_bytes);
   const auto run = [&](Device& dev, absl::Span<const uint32_t> which, bool staged) {
     if (which.empty()) return absl::OkStatus();
@@ -537,7 +605,12 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
     return staged ? transfer.RunStaged(dev, plan) : transfer.RunDirect(dev, plan);
   };
   absl::Status st = transfer.CompleteMapped(placed.file_mapped);
-  if (st.ok()) st = run(device, placed.to_device, !device.host_accessible());
+  if (st.ok() && engine.gds() != nullptr && !placed.to_device.empty()) {
+    // GPUDirect Storage: the device's storages straight from the file.
+    st = transfer.RunGds(device, PlanReadsFor(*storages, placed.to_device, true, options, engine));
+  } else if (st.ok()) {
+    st = run(device, placed.to_device, !device.host_accessible());
+  }
   // Mapped host memory: straight into it, as into host memory.
   if (st.ok()) st = run(device, placed.to_mapped_host, false);
   if (st.ok() && !placed.to_host.empty()) st = run(*placed.host_device, placed.to_host, false);

@@ -103,6 +103,13 @@ class Transfer {
   // tickets before the slot is reused.
   absl::Status RunStaged(Device& device, const ReadPlan& plan);
 
+  // Straight from the file into device memory through the read engine's
+  // device reader (GPUDirect Storage: ReadEngine::gds()), `threads` at once:
+  // each item's pieces, one read per run of pieces that lie as the file
+  // does. When a read fails, the engine records the fallback and the items
+  // not yet read go through the staging ring (RunStaged).
+  absl::Status RunGds(Device& device, const ReadPlan& plan);
+
   // Records storages that are complete without a read (mapped from the
   // file: LoadOptions::map_file) as Complete records a read: the first
   // weight, and progress, whose callback may cancel.
