@@ -51,7 +51,7 @@ if [[ $mode == address ]]; then
   cmake --build "$build" --parallel "$(nproc)"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  select=(-LE 'package|cudasim-large')
+  select=(-LE 'package|cudasim-large|cudasim-no-ubsan')
 else
   targets=(ptd_tests ptd-verify ptd-load ptd-extract ptd-reweight)
   labels=unit

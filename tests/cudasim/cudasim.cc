@@ -90,7 +90,7 @@ uint64_t ParseBytes(const char* name, const char* text) {
 const char* kCheckNames[] = {"protect",      "async",         "wait_event",  "legacy_sync",
                              "free_sync",    "launch_config", "ordinal",     "capacity",
                              "sticky",       "barrier",       "kernel_host", "pageable_d2h",
-                             "pending_free", "pin",           "context"};
+                             "pending_free", "pin",           "context",     "misaligned"};
 constexpr int kNumChecks = sizeof(kCheckNames) / sizeof(kCheckNames[0]);
 std::atomic<bool> g_disabled[kNumChecks];
 
@@ -1393,4 +1393,17 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn,
   }
   if (status != nullptr) *status = cudaDriverEntryPointSymbolNotFound;
   return cs::SetLast(cudaErrorSymbolNotFound);
+}
+
+// Check::kMisaligned: the simulated kernels are compiled with UBSan's
+// alignment check (tests/cudasim/CMakeLists.txt), which ends the process at
+// the first misaligned word unless PTD_CUDASIM_DISABLE names "misaligned".
+// (UBSAN_OPTIONS in the environment overrides this; a build with UBSan's
+// checks unrecoverable, the ASan stage's, always ends it.)
+extern "C" const char* __ubsan_default_options() {
+  const char* disabled = std::getenv("PTD_CUDASIM_DISABLE");
+  if (disabled != nullptr && std::strstr(disabled, "misaligned") != nullptr) {
+    return "halt_on_error=0:print_stacktrace=1";
+  }
+  return "halt_on_error=1:print_stacktrace=1";
 }

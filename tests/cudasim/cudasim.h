@@ -85,6 +85,11 @@ enum class Check {
   kPin,                     // "pin": cudaHostAlloc pins (populates) every page when
                             // called, and fails past Config::pinned_limit.
   kContextReserve,          // "context": the context holds Config::context_reserve.
+  kMisaligned,              // "misaligned": a kernel's load or store of a word at an
+                            // address that is not a multiple of its size ends the
+                            // process, as cudaErrorMisalignedAddress ends a kernel on
+                            // the GPU (UBSan's alignment check, compiled into every
+                            // simulated kernel; off, it reports and goes on).
 };
 const char* CheckName(Check check);
 bool Enabled(Check check);

@@ -459,6 +459,25 @@ TEST_F(SimDeathTest, AKernelTouchingPageableMemoryDies) {
       "");
 }
 
+// Check "misaligned": an 8-byte load one byte off its alignment, as a
+// gather of words from a sliced buffer would make.
+__global__ void LoadWord(const uint8_t* in, uint64_t* out) {
+  if (threadIdx.x == 0) *out = *reinterpret_cast<const uint64_t*>(in + 1);
+}
+
+TEST_F(SimDeathTest, AMisalignedWordInAKernelDies) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        uint64_t* out = reinterpret_cast<uint64_t*>(pinned2());
+        PTD_CUDASIM_LAUNCH(LoadWord, dim3(1), dim3(1), 0, stream_)(pinned(), out);
+        (void)cudaStreamSynchronize(stream_);
+        std::fprintf(stderr, "a kernel loaded a misaligned word: %llu\n",
+                     static_cast<unsigned long long>(*out));
+      },
+      "misaligned address");
+}
+
 // Check "pending_free": with free_sync off, nothing waits for the copy, and
 // the free is caught rather than left to corrupt what the copy reads.
 TEST_F(SimDeathTest, FreeingPinnedMemoryAPendingCopyReadsDies) {
