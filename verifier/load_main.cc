@@ -112,7 +112,7 @@ struct Args {
   std::optional<uint64_t> device_budget;
   size_t threads = ptd::kDefaultLoadThreads;
   int repeat = 1;
-  bool json_out = false, digest = false, map_file = false, all_rows = false;
+  bool json_out = false, digest = false, map_file = false, all_rows = false, share_segments = false;
 
   bool has_manifest() const { return manifest || pte; }
   // --device-budget or --host-fqn: a placed load.
@@ -145,6 +145,11 @@ void AddLoadFlags(CLI::App& app, Args* a, std::string* budget_text) {
       ->check(CLI::IsMember({"auto", "buffered", "direct", "gds"}))
       ->type_name("ENGINE")
       ->capture_default_str();
+  app.add_flag("--share-segments", a->share_segments,
+               "keys whose bytes the file stores once share one storage (one allocation, one "
+               "read), as tied weights may; only for weights no program writes: an AOTInductor "
+               "program writes the buffers it mutates (KV caches) in place, and the exporter "
+               "stores every layer's zero-filled cache once");
   app.add_option("--huge-pages", a->huge_pages,
                  "how --device host backs fresh memory: transparent huge pages where they "
                  "cost no compaction and no hypervisor takes back free huge-page blocks "
@@ -327,6 +332,7 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
                       .device_budget_bytes = a.device_budget,
                       .host_fqns = a.host_fqns,
                       .verify_s = verify_s,
+                      .share_segments = a.share_segments,
                       .io = *ptd::ParseIoMode(a.io)};
   ptd::cli::ProgressBar bar;
   if (::isatty(STDERR_FILENO) != 0) {

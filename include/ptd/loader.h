@@ -12,8 +12,9 @@
 //             file that breaks a rule allocates nothing;
 //   plan      the weights wanted (a subset by fqn; library-local constants
 //             of the variant chosen for the device), one storage per
-//             distinct stored segment (keys and entries naming one segment
-//             share it), and the reads: neighbouring small storages
+//             storage key (entries naming one key share it; keys naming one
+//             stored segment too with LoadOptions::share_segments), and the
+//             reads: neighbouring small storages
 //             coalesced into one read, large ones split into chunks;
 //   place     where each storage goes: on a device that is not the host,
 //             with LoadOptions::device_budget_bytes or host_fqns, device
@@ -218,6 +219,19 @@ struct LoadOptions {
   // total_s and first_weight_s, as LoadWeights(paths) counts the
   // verification it runs itself. InvalidArgument unless >= 0.
   double verify_s = 0;
+  // Keys whose bytes sit in one stored segment share one storage (one
+  // allocation, one read) instead of one storage each. The exporter stores
+  // identical bytes once (its named-data store deduplicates by content), so
+  // keys share a segment whenever their initial bytes are equal: tied
+  // weights, but also every layer's zero-filled KV cache. An AOTInductor
+  // program writes the buffers it mutates (KV caches, running statistics)
+  // in place, into the memory it was handed: shared, one layer's write
+  // would be every layer's. So by default each key gets its own storage, as
+  // upstream's runtime allocates one per key; turn this on only for weights
+  // that no program writes (it saves the memory and reads of the
+  // duplicates). Entries (fqns) naming one key always share its storage:
+  // they are views into one constant, as in upstream.
+  bool share_segments = false;
   // How the file's bytes are read (IoMode): kAuto by default. Storages
   // mapped from the file (map_file) and sources that are no file (an
   // ExecuTorch NamedDataMap) are read as they always are; kDirect or kGds
@@ -426,7 +440,8 @@ class LoadedWeights {
 // is FailedPrecondition). The result shares `bundle` (it keeps it alive): its
 // weights' names and dims and its storages' keys are views into the bundle's
 // manifests and container. Without manifests, every key's bytes are loaded
-// (one storage per distinct segment), found with FindStorage, their keys
+// (one storage per key, or per segment with share_segments), found with
+// FindStorage, their keys
 // copied. Reads go through a pread source: the bundle's own when it has no
 // mapping, else the file reopened by path (DataLoss when its size changed
 // since verification). InvalidArgument for a null bundle.

@@ -396,6 +396,7 @@ def load(
     device_budget: Optional[Union[int, str]] = None,
     host_fqns: Optional[Iterable[str]] = None,
     io: str = "auto",
+    share_segments: bool = False,
 ) -> Weights:
     """Opens, verifies and loads weights onto `device` ("host", "cuda", "cuda:N"
     or "auto": cuda:0 when there is one, else the host; "cpu" is an alias of
@@ -438,7 +439,13 @@ def load(
     time; without it, or in its compatibility mode, the GPU's storages are read
     direct). An
     engine that cannot run falls back, never fails, and `io` on the result
-    says which ran and why (ValueError for another name)."""
+    says which ran and why (ValueError for another name).
+
+    Each storage key gets its own memory, as upstream's runtime gives it: an
+    AOTInductor program writes the buffers it mutates (KV caches) in place,
+    and the exporter stores keys with equal bytes (every layer's zero-filled
+    cache) once. `share_segments=True` gives keys that share stored bytes one
+    copy, for weights no program writes."""
     if not isinstance(device, str):
         raise TypeError(f"device must be a str, not {type(device).__name__}")
     fqn_list = None if fqns is None else _strs(fqns, "fqns")
@@ -459,6 +466,7 @@ def load(
         budget,
         host_list,
         _str(io, "io"),
+        _bool(share_segments, "share_segments"),
     )
     if isinstance(r, dict):
         raise VerifyError(Report(r))

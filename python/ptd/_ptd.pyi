@@ -12,7 +12,8 @@ def verify(ptd: str, manifest: Optional[str], pte: Optional[str], sm: Optional[i
 def load(ptd: str, manifest: Optional[str], pte: Optional[str], device: str,
          fqns: Optional[list[str]], sm: Optional[int], threads: Optional[int],
          map_file: bool, progress: Optional[Callable[[int, int], Optional[bool]]],
-         device_budget: Optional[int], host_fqns: list[str], io: str) -> "_Weights | dict[str, Any]": ...
+         device_budget: Optional[int], host_fqns: list[str], io: str,
+         share_segments: bool) -> "_Weights | dict[str, Any]": ...
 def write(ptd_path: str, manifest_path: Optional[str], specs: list[tuple[Any, ...]],
           format: str, variants: list[tuple[int, int, int, str]], so_blob_key: str,
           segment_alignment: int) -> None: ...

@@ -490,7 +490,7 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
                 std::optional<std::vector<std::string>> fqns, std::optional<uint32_t> sm,
                 std::optional<size_t> threads, bool map_file, nb::object progress,
                 std::optional<uint64_t> device_budget, std::vector<std::string> host_fqns,
-                std::string io) {
+                std::string io, bool share_segments) {
   ptd::LoadOptions lo;
   const std::optional<ptd::IoMode> io_mode = ptd::ParseIoMode(io);
   if (!io_mode) {
@@ -499,6 +499,7 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
             .c_str());
   }
   lo.io = *io_mode;
+  lo.share_segments = share_segments;
   lo.map_file = map_file;
   lo.device_budget_bytes = device_budget;
   lo.host_fqns = host_fqns;
@@ -873,7 +874,7 @@ NB_MODULE(_ptd, m) {
   m.def("load", &Load, nb::arg("ptd"), nb::arg("manifest").none(), nb::arg("pte").none(),
         nb::arg("device"), nb::arg("fqns").none(), nb::arg("sm").none(), nb::arg("threads").none(),
         nb::arg("map_file"), nb::arg("progress").none(), nb::arg("device_budget").none(),
-        nb::arg("host_fqns"), nb::arg("io"),
+        nb::arg("host_fqns"), nb::arg("io"), nb::arg("share_segments"),
         "Opens, verifies and loads: a _Weights, or the verification dict when a rule is broken.");
   m.def("write", &Write, nb::arg("ptd_path"), nb::arg("manifest_path").none(), nb::arg("specs"),
         nb::arg("format"), nb::arg("variants"), nb::arg("so_blob_key"),

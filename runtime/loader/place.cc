@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -100,9 +101,14 @@ absl::Status SplitByBudget(const LoadPlan& plan, bool all_keys, Device& device,
 absl::Status MapList(const ByteSource& source, size_t threads, std::vector<StorageJob>& jobs,
                      std::vector<uint32_t>* list, PlacedStorages* placed, LoadStats* stats) {
   std::vector<uint32_t> candidates, rest;
+  // A segment maps once: a second storage of it (another key on the same
+  // bytes, without LoadOptions::share_segments) is read into memory of its
+  // own, since a mapping's pages would be shared between them.
+  absl::flat_hash_set<uint64_t> segments;
   for (uint32_t s : *list) {
     const StorageJob& j = jobs[s];
-    const bool mappable = j.location && j.nbytes > 0 && j.location->offset % kHostAlignment == 0;
+    const bool mappable = j.location && j.nbytes > 0 && j.location->offset % kHostAlignment == 0 &&
+                          segments.insert(j.location->segment).second;
     (mappable ? candidates : rest).push_back(s);
   }
   if (candidates.empty()) return absl::OkStatus();

@@ -65,7 +65,8 @@ absl::StatusOr<uint32_t> CheckedElementSize(const WeightEntry& e) {
   return *elem;
 }
 
-// The plan's storages, deduplicated per (segment or key, placement). Keys
+// The plan's storages, one per (key, placement), or with `share_segments`
+// (LoadOptions::share_segments) one per (segment, placement). Keys
 // are views into strings that outlive the load (the manifests, the plan's
 // copy of the source's key list, the container).
 //
@@ -75,8 +76,9 @@ absl::StatusOr<uint32_t> CheckedElementSize(const WeightEntry& e) {
 // source's Locate and Size, with hash maps.
 class StorageTable {
  public:
-  StorageTable(const ByteSource& source, const Container* container, LoadPlan* plan)
-      : source_(source), container_(container), plan_(*plan) {}
+  StorageTable(const ByteSource& source, const Container* container, bool share_segments,
+               LoadPlan* plan)
+      : source_(source), container_(container), share_segments_(share_segments), plan_(*plan) {}
 
   // The storage for `key` with placement `p`; adds it on first use.
   absl::StatusOr<uint32_t> Add(std::string_view key, Placement p) {
@@ -88,7 +90,7 @@ class StorageTable {
     const std::optional<ByteSource::Location> loc = source_.Locate(key);
     uint32_t index = static_cast<uint32_t>(plan_.storages.size());
     bool fresh = true;
-    if (loc) {
+    if (loc && share_segments_) {
       auto [it, inserted] = by_segment_[IndexOf(p)].try_emplace(loc->segment, index);
       index = it->second;
       fresh = inserted;
@@ -120,7 +122,8 @@ class StorageTable {
     }
     const size_t entry = static_cast<size_t>(&named - container_->named_data().data());
     if (by_entry[entry] != kNone) return by_entry[entry];
-    uint32_t& index = by_segment[named.segment_index];
+    uint32_t fresh_index = kNone;
+    uint32_t& index = share_segments_ ? by_segment[named.segment_index] : fresh_index;
     if (index == kNone) {
       index = static_cast<uint32_t>(plan_.storages.size());
       AddStorage(StorageJob{.key = named.key,
@@ -153,6 +156,7 @@ class StorageTable {
 
   const ByteSource& source_;
   const Container* container_;
+  const bool share_segments_;
   LoadPlan& plan_;
   std::array<absl::flat_hash_map<std::string_view, uint32_t>, kNumPlacements> by_key_;
   std::array<absl::flat_hash_map<uint64_t, uint32_t>, kNumPlacements> by_segment_;
@@ -170,7 +174,7 @@ class WeightPlanner {
         sm_(options.sm ? options.sm : device.compute_capability()),
         wanted_(options.fqns.begin(), options.fqns.end()),
         plan_(*plan),
-        table_(source, container, plan) {}
+        table_(source, container, options.share_segments, plan) {}
 
   absl::Status PlanManifest(uint32_t mi, const ResolvedManifest& m) {
     PTD_ASSIGN_OR_RETURN(const std::optional<size_t> chosen, ChooseVariant(m, sm_));
@@ -266,7 +270,7 @@ absl::StatusOr<LoadPlan> PlanLoad(absl::Span<const ResolvedManifest> manifests, 
   LoadPlan plan;
   if (all_keys) {
     plan.source_keys = source.Keys();
-    StorageTable table(source, container, &plan);
+    StorageTable table(source, container, options.share_segments, &plan);
     table.Reserve(plan.source_keys.size());
     for (const std::string& key : plan.source_keys) {
       PTD_RETURN_IF_ERROR(table.Add(key, Placement::kDevice).status());

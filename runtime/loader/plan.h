@@ -1,7 +1,8 @@
 // The first stage of a load, private to ptd::loader: the plan. Which weights
 // are loaded (a subset by fqn; library-local constants of the variant chosen
-// for the device), one storage per distinct stored segment and placement
-// (keys and entries naming one segment share it), and the runtime-owned
+// for the device), one storage per storage key and placement (entries naming
+// one key share it; with LoadOptions::share_segments, keys naming one stored
+// segment too), and the runtime-owned
 // entries that are listed rather than loaded. Nothing is allocated or read.
 //
 // A load runs plan (here) -> place (place.h: where each storage goes, file

@@ -123,7 +123,10 @@ void ExpectLoadsCase(const json& tc, Target target) {
       SCOPED_TRACE(paths.pte ? "pte" : paths.manifest ? "manifest" : "container");
       SCOPED_TRACE(shared ? "shared bundle" : "by paths");
       std::shared_ptr<Device> device = MakeDevice(target);
-      const LoadOptions options{.map_file = target == Target::kHostMapped};
+      // By paths, each key gets its own storage (the default); from a shared
+      // bundle, keys on one segment share one (LoadOptions::share_segments).
+      const LoadOptions options{.map_file = target == Target::kHostMapped,
+                                .share_segments = shared};
       std::weak_ptr<const WeightBundle> kept;
       {
         absl::StatusOr<LoadedWeights> w = absl::UnknownError("not loaded");
@@ -184,8 +187,10 @@ void ExpectLoadsCase(const json& tc, Target target) {
           }
           EXPECT_EQ(loaded.size(), w->weights().size());
         }
-        // One allocation per distinct segment, one AllocateMany per device.
-        const size_t distinct = DistinctSegments(ptd, keys);
+        // One allocation per distinct key (with share_segments, per distinct
+        // segment), one AllocateMany per device.
+        const size_t distinct = shared ? DistinctSegments(ptd, keys)
+                                       : std::set<std::string>(keys.begin(), keys.end()).size();
         EXPECT_EQ(w->stats().storages, distinct);
         if (target == Target::kHost) {
           EXPECT_EQ(device->stats().allocations, distinct);
@@ -201,7 +206,11 @@ void ExpectLoadsCase(const json& tc, Target target) {
             EXPECT_EQ(reinterpret_cast<uintptr_t>(s.buffer.data()) % kHostAlignment, 0u);
           }
           EXPECT_EQ(w->stats().mapped_bytes, mapped_bytes);
-          EXPECT_EQ(w->stats().bytes_read + mapped_bytes >= w->stats().bytes, true);
+          // Every byte is mapped or read (without share_segments, keys on one
+          // segment are read once for all of them: no byte twice).
+          if (shared) {
+            EXPECT_GE(w->stats().bytes_read + mapped_bytes, w->stats().bytes);
+          }
         }
       }
       // Gone with the result.
@@ -335,28 +344,40 @@ TEST(LoaderTest, ViewsOfOneStorageKeyShareOneCopy) {
   EXPECT_EQ(w->Find("nope"), nullptr);
 }
 
-TEST(LoaderTest, KeysOnOneSegmentShareOneBufferWithoutAManifest) {
-  auto device = std::make_shared<HostDevice>();
+// Keys whose bytes the file stores once (one segment): each gets its own
+// buffer by default, since a program may write one of them in place (an
+// AOTInductor program writes the buffers it mutates, and the exporter
+// stores every layer's zero-filled KV cache once); with share_segments,
+// one buffer serves them all.
+TEST(LoaderTest, KeysOnOneSegmentGetABufferEachUnlessSharingIsAskedFor) {
   const std::string ptd = ConformancePath("files/c01_layouts_and_shared_segment.ptd");
-  auto w = LoadWeights(BundlePaths{.ptd = ptd}, device);
-  ASSERT_TRUE(w.ok()) << w.status();
   auto b = WeightBundle::Open(BundlePaths{.ptd = ptd});
   ASSERT_TRUE(b.ok());
+  const std::vector<NamedDataEntry>& named = b->container()->named_data();
   std::set<uint32_t> segs;
-  for (const NamedDataEntry& e : b->container()->named_data()) {
-    segs.insert(e.segment_index);
-    const LoadedStorage* s = w->FindStorage(e.key);
-    ASSERT_NE(s, nullptr);
-    for (const NamedDataEntry& o : b->container()->named_data()) {
-      if (o.segment_index == e.segment_index) {
-        EXPECT_EQ(w->FindStorage(o.key)->buffer.data(), s->buffer.data());
+  for (const NamedDataEntry& e : named) segs.insert(e.segment_index);
+  ASSERT_LT(segs.size(), named.size()) << "the case has keys on one segment";
+  for (const bool share : {false, true}) {
+    SCOPED_TRACE(share ? "share_segments" : "default");
+    auto device = std::make_shared<HostDevice>();
+    auto w = LoadWeights(BundlePaths{.ptd = ptd}, device, {.share_segments = share});
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (const NamedDataEntry& e : named) {
+      const LoadedStorage* s = w->FindStorage(e.key);
+      ASSERT_NE(s, nullptr);
+      for (const NamedDataEntry& o : named) {
+        if (o.segment_index != e.segment_index) continue;
+        const LoadedStorage* t = w->FindStorage(o.key);
+        // The same bytes either way; the same memory only when shared.
+        EXPECT_EQ(DigestLoadedStorage(*w, *t).value(), DigestLoadedStorage(*w, *s).value());
+        EXPECT_EQ(t->buffer.data() == s->buffer.data(), share || o.key == e.key) << o.key;
       }
     }
+    const size_t want = share ? segs.size() : named.size();
+    EXPECT_EQ(w->storages().size(), want);
+    EXPECT_EQ(device->stats().allocations, want);
+    EXPECT_EQ(w->stats().allocations, 1u);
   }
-  EXPECT_LT(segs.size(), b->container()->named_data().size());
-  EXPECT_EQ(w->storages().size(), segs.size());
-  EXPECT_EQ(device->stats().allocations, segs.size());
-  EXPECT_EQ(w->stats().allocations, 1u);
 }
 
 TEST(LoaderTest, SubsetReadsOnlyItsStorages) {
