@@ -197,12 +197,18 @@ def test_broadcast_view(k01):
 
 
 def test_offset_views_share_one_storage(k01):
-    q, k, v = (np.from_dlpack(k01[f"layers.0.attn.{n}"]) for n in "qkv")
+    # q, k and v have keys of their own, which name one stored segment: each
+    # key gets its own memory unless share_segments asks for one copy.
+    ptd_path, manifest, _ = case_args(K01)
+    q, k = (np.from_dlpack(k01[f"layers.0.attn.{n}"]) for n in "qk")
+    assert not np.shares_memory(q, k)
+    shared = ptd.load(ptd_path, manifest=manifest, device="host", share_segments=True)
+    q, k, v = (np.from_dlpack(shared[f"layers.0.attn.{n}"]) for n in "qkv")
     base = q.__array_interface__["data"][0]
     assert k.__array_interface__["data"][0] - base == 16 * 4
     assert v.__array_interface__["data"][0] - base == 32 * 4
     assert k01["layers.0.attn.k"].storage_key == "cuda_fqn_weight:cuda:layers.0.attn.k"
-    assert np.shares_memory(q, np.from_dlpack(k01["layers.0.attn.q"]))
+    assert np.shares_memory(q, np.from_dlpack(shared["layers.0.attn.q"]))
 
 
 def test_zero_dim_and_empty(k01):
@@ -262,12 +268,13 @@ def test_timings_and_stats(k01):
     assert t["verify_s"] <= t["first_weight_s"] <= t["total_s"]
     s = k01.stats
     assert s["weights"] == len(K01["weights"])
-    # One storage per distinct segment (q, k and v's keys name one segment).
+    # One storage per storage key (q, k and v's keys name one segment, and
+    # still get one each: share_segments is off).
     named = ptd.verify(case_args(K01)[0]).to_dict()["ptd"]["named_data"]
-    keys = {w["storage_key"] for w in K01["weights"]}
-    segments = {n["segment_index"]: n["size"] for n in named if n["key"] in keys}
-    assert s["storages"] == len(segments)
-    assert s["bytes"] == sum(segments.values())
+    keys = {w["storage_key"] for w in K01["weights"] if w["sha256"] is not None}
+    sizes = {n["key"]: n["size"] for n in named if n["key"] in keys}
+    assert s["storages"] == len(sizes) == len(keys)
+    assert s["bytes"] == sum(sizes.values())
     assert k01.device == "host"
     assert k01.device_description == "host"
     assert repr(k01) == f"ptd.Weights({len(k01)} entries on host)"
@@ -358,3 +365,17 @@ def test_fqns_naming_a_runtime_owned_entry_is_an_error():
         ptd.load(ptd_path, manifest=manifest, device="host",
                  fqns=["__et_offgraph_kv_layer_0_k"])
     assert "runtime-owned" in str(e.value)
+
+
+def test_keys_on_one_segment_get_their_own_memory_unless_shared():
+    case = next(c for c in CASES if c["name"] == "c01_layouts_and_shared_segment")
+    ptd_path, _, _ = case_args(case)
+    keys = [nd["key"] for nd in case["named_data"]]
+    own = ptd.load(ptd_path, device="host")
+    shared = ptd.load(ptd_path, device="host", share_segments=True)
+    assert own.stats["storages"] == len(keys)
+    assert shared.stats["storages"] < len(keys)
+    for k in keys:
+        assert bytes(own[k]) == bytes(shared[k])
+    with pytest.raises(TypeError, match="share_segments must be a bool"):
+        ptd.load(ptd_path, device="host", share_segments=1)
