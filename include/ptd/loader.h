@@ -213,6 +213,14 @@ struct LoadOptions {
   // stay in plain host memory. A pattern that matches nothing is no error.
   // InvalidArgument on the host device.
   std::vector<std::string> host_fqns;
+  // The mapped share (device_budget_bytes, host_fqns) is pinned in blocks of
+  // at most this many bytes (a storage larger than it gets a block of its
+  // own; none spans two): one pinned region of hundreds of GiB fails where
+  // several smaller ones succeed, and pinning takes about 0.1 s per GB, so
+  // the load reads into block k while block k + 1 is pinned. The first
+  // block is pinned with the device's allocation (LoadTimings::allocate_s);
+  // the rest during the reads (read_s).
+  uint64_t mapped_block_bytes = uint64_t{64} << 30;
   // Seconds the caller spent verifying the bundle just before this call
   // (RunVerify, then LoadWeights(outcome.bundle, ...), as ptd-load and
   // Python's ptd.load do). LoadTimings counts them as verify_s and in

@@ -94,13 +94,13 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests,
     timings.map_s = SecondsSince(map_t0);
   }
   const auto alloc_t0 = Clock::now();
-  PTD_RETURN_IF_ERROR(
-      internal::Allocate(*device, &plan.storages, plan.placements, &placed, &result.stats()));
+  PTD_RETURN_IF_ERROR(internal::Allocate(*device, &plan.storages, plan.placements,
+                                         options.mapped_block_bytes, &placed, &result.stats()));
   timings.allocate_s = SecondsSince(alloc_t0);
 
   std::optional<double> first_complete_s;
   PTD_RETURN_IF_ERROR(internal::TransferStorages(source, *device, options, start, plan.total_bytes,
-                                                 &plan.storages, placed, &result.stats(), &timings,
+                                                 &plan.storages, &placed, &result.stats(), &timings,
                                                  &first_complete_s));
 
   result.Assemble(manifests, all_keys, std::move(plan), std::move(placed), std::move(keep));

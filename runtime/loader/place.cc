@@ -325,8 +325,8 @@ absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, c
 }
 
 absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
-                      const std::vector<Placement>& placements, PlacedStorages* placed,
-                      LoadStats* stats) {
+                      const std::vector<Placement>& placements, uint64_t mapped_block_bytes,
+                      PlacedStorages* placed, LoadStats* stats) {
   const bool file_mapped_host =
       std::any_of(placed->file_mapped.begin(), placed->file_mapped.end(),
                   [&](uint32_t s) { return placements[s] == Placement::kHost; });
@@ -338,11 +338,43 @@ absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
     PTD_RETURN_IF_ERROR(
         AllocateList(*placed->host_device, false, *storages, &placed->to_host, placed, stats));
   }
-  const absl::Status mapped =
-      AllocateList(device, true, *storages, &placed->to_mapped_host, placed, stats);
-  // Allocated (pinned) or not, the host now shows it: the hold ends.
-  placed->mapped_reservation.reset();
-  return mapped;
+  // The mapped share in blocks, in file order (the unlocated after), each
+  // at most mapped_block_bytes counted as the arena will (kDeviceAlignment
+  // rounding); a larger storage alone.
+  std::vector<uint32_t>& mapped = placed->to_mapped_host;
+  std::stable_sort(mapped.begin(), mapped.end(), [&](uint32_t a, uint32_t b) {
+    const auto& la = (*storages)[a].location;
+    const auto& lb = (*storages)[b].location;
+    if (!la || !lb) return la.has_value() && !lb.has_value();
+    return la->offset < lb->offset;
+  });
+  placed->mapped_blocks.clear();
+  uint64_t block_bytes = 0;
+  for (uint32_t s : mapped) {
+    const uint64_t n = (*storages)[s].nbytes + RunSlack((*storages)[s].nbytes);
+    if (placed->mapped_blocks.empty() ||
+        block_bytes + n > std::max<uint64_t>(mapped_block_bytes, 1)) {
+      placed->mapped_blocks.emplace_back();
+      block_bytes = 0;
+    }
+    placed->mapped_blocks.back().push_back(s);
+    block_bytes += n;
+  }
+  if (placed->mapped_blocks.empty()) {
+    placed->mapped_reservation.reset();
+    return absl::OkStatus();
+  }
+  return AllocateMappedBlock(device, 0, storages, placed, stats);
+}
+
+absl::Status AllocateMappedBlock(Device& device, size_t k, std::vector<StorageJob>* storages,
+                                 PlacedStorages* placed, LoadStats* stats) {
+  const absl::Status st =
+      AllocateList(device, true, *storages, &placed->mapped_blocks[k], placed, stats);
+  // Allocated (pinned) or not, the host now shows the last block: the hold
+  // ends.
+  if (k + 1 == placed->mapped_blocks.size() || !st.ok()) placed->mapped_reservation.reset();
+  return st;
 }
 
 }  // namespace ptd::internal

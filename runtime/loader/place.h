@@ -43,6 +43,10 @@ struct PlacedStorages {
   // The mapped share held against the process's pinnable memory from the
   // check until it is allocated (ReserveMappedHost); null without one.
   std::shared_ptr<void> mapped_reservation;
+  // The mapped share in blocks of at most LoadOptions::mapped_block_bytes,
+  // in file order (Allocate splits to_mapped_host so and allocates the
+  // first; AllocateMappedBlock the others, during the transfer).
+  std::vector<std::vector<uint32_t>> mapped_blocks;
   // Runs given out so far (StorageJob::run), unique across allocations.
   uint32_t runs = 0;
 };
@@ -68,12 +72,20 @@ absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, c
                          std::vector<StorageJob>* storages, PlacedStorages* placed,
                          LoadStats* stats);
 
-// One allocation per destination (the device, the host device, mapped host
-// memory, in that order), each storage's buffer in file order; sets each
-// StorageJob::dest. Errors name the storage and the device.
+// One allocation per destination (the device, the host device), each
+// storage's buffer in file order; the mapped share split into blocks
+// (PlacedStorages::mapped_blocks) of which the first is allocated. Sets each
+// allocated StorageJob::dest. Errors name the storage and the device.
 absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
-                      const std::vector<Placement>& placements, PlacedStorages* placed,
-                      LoadStats* stats);
+                      const std::vector<Placement>& placements, uint64_t mapped_block_bytes,
+                      PlacedStorages* placed, LoadStats* stats);
+
+// Allocates mapped block `k` (one AllocateMappedMany); the last one ends
+// the mapped reservation. Only touches the block's own storages, buffers
+// and StorageJob::dest, the run counter and stats->allocations: it may run
+// while another block's storages are read.
+absl::Status AllocateMappedBlock(Device& device, size_t k, std::vector<StorageJob>* storages,
+                                 PlacedStorages* placed, LoadStats* stats);
 
 }  // namespace ptd::internal
 

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <new>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -593,7 +595,7 @@ ReadPlan PlanReadsFor(const std::vector<StorageJob>& storages, absl::Span<const 
 
 absl::Status TransferStorages(const ByteSource& source, Device& device, const LoadOptions& options,
                               Transfer::Clock::time_point start, uint64_t total_bytes,
-                              std::vector<StorageJob>* storages, const PlacedStorages& placed,
+                              std::vector<StorageJob>* storages, PlacedStorages* placed,
                               LoadStats* stats, LoadTimings* timings,
                               std::optional<double>* first_complete_s) {
   const auto read_t0 = Transfer::Clock::now();
@@ -604,16 +606,60 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
     const ReadPlan plan = PlanReadsFor(*storages, which, staged, options, engine);
     return staged ? transfer.RunStaged(dev, plan) : transfer.RunDirect(dev, plan);
   };
-  absl::Status st = transfer.CompleteMapped(placed.file_mapped);
-  if (st.ok() && engine.gds() != nullptr && !placed.to_device.empty()) {
-    // GPUDirect Storage: the device's storages straight from the file.
-    st = transfer.RunGds(device, PlanReadsFor(*storages, placed.to_device, true, options, engine));
-  } else if (st.ok()) {
-    st = run(device, placed.to_device, !device.host_accessible());
+  const auto device_part = [&]() -> absl::Status {
+    if (engine.gds() != nullptr && !placed->to_device.empty()) {
+      // GPUDirect Storage: the device's storages straight from the file.
+      return transfer.RunGds(device,
+                             PlanReadsFor(*storages, placed->to_device, true, options, engine));
+    }
+    return run(device, placed->to_device, !device.host_accessible());
+  };
+  // Mapped host memory, block by block, straight into it as into host
+  // memory: block k + 1 is allocated (pinned) while block k is read.
+  const auto mapped_part = [&]() -> absl::Status {
+    const size_t n = placed->mapped_blocks.size();
+    for (size_t k = 0; k < n; ++k) {
+      std::future<absl::Status> next;
+      if (k + 1 < n) {
+        try {
+          next = std::async(std::launch::async, [&, k] {
+            return AllocateMappedBlock(device, k + 1, storages, placed, stats);
+          });
+        } catch (const std::system_error&) {
+          // No thread: pinned after this block's reads instead.
+        }
+      }
+      const absl::Status read = run(device, placed->mapped_blocks[k], false);
+      absl::Status pinned;
+      if (next.valid()) {
+        pinned = next.get();
+      } else if (k + 1 < n && read.ok()) {
+        pinned = AllocateMappedBlock(device, k + 1, storages, placed, stats);
+      }
+      PTD_RETURN_IF_ERROR(read);
+      PTD_RETURN_IF_ERROR(pinned);
+    }
+    return absl::OkStatus();
+  };
+  absl::Status st = transfer.CompleteMapped(placed->file_mapped);
+  if (st.ok() && !placed->to_device.empty() && !placed->mapped_blocks.empty()) {
+    // A budgeted load: the device's part (reads and copies) and the mapped
+    // part (reads into pinned memory) at once; each has its own threads.
+    absl::Status device_st;
+    std::thread device_thread;
+    try {
+      device_thread = std::thread([&] { device_st = device_part(); });
+    } catch (const std::system_error&) {
+      device_st = device_part();
+    }
+    const absl::Status mapped_st = mapped_part();
+    if (device_thread.joinable()) device_thread.join();
+    st = !device_st.ok() ? device_st : mapped_st;
+  } else {
+    if (st.ok()) st = device_part();
+    if (st.ok()) st = mapped_part();
   }
-  // Mapped host memory: straight into it, as into host memory.
-  if (st.ok()) st = run(device, placed.to_mapped_host, false);
-  if (st.ok() && !placed.to_host.empty()) st = run(*placed.host_device, placed.to_host, false);
+  if (st.ok() && !placed->to_host.empty()) st = run(*placed->host_device, placed->to_host, false);
   PTD_RETURN_IF_ERROR(st);
   timings->read_s = SecondsSince(read_t0);
   transfer.AddTo(stats, timings);

@@ -168,13 +168,16 @@ class Transfer {
 // The transfer stage over what Place, MapFromFile and Allocate left: the
 // storages complete without a read (file mappings) first, then the reads
 // of the device's storages (straight into them on a host-accessible device,
-// else through the staging ring), of those in mapped host memory, and of
-// the host device's. Adds to `stats` and `timings` (read, copy, wait);
+// by GPUDirect Storage where the read engine has it, else through the
+// staging ring) and of those in mapped host memory, at once when there are
+// both (the mapped blocks after the first are allocated here, each while
+// the one before is read: AllocateMappedBlock), then the host device's. Adds to `stats` and
+// `timings` (read, copy, wait);
 // `*first_complete_s` as Transfer::first_complete_s. On error, waits for
 // copies in flight and names the storage and the phase.
 absl::Status TransferStorages(const ByteSource& source, Device& device, const LoadOptions& options,
                               Transfer::Clock::time_point start, uint64_t total_bytes,
-                              std::vector<StorageJob>* storages, const PlacedStorages& placed,
+                              std::vector<StorageJob>* storages, PlacedStorages* placed,
                               LoadStats* stats, LoadTimings* timings,
                               std::optional<double>* first_complete_s);
 

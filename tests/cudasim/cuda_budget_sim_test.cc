@@ -157,6 +157,70 @@ TEST_F(CudaBudgetSimTest, A48MiBBudgetLoads200MiBOnA64MiBDevice) {
   EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
 }
 
+// The mapped share in blocks of LoadOptions::mapped_block_bytes: 152 MiB
+// of mapped storages in blocks of at most 16 MiB (four 4 MiB storages
+// each) is ten pinned blocks, none holding part of a storage, each pinned
+// while the one before is read; and the device's part runs beside it.
+TEST_F(CudaBudgetSimTest, TheMappedSharePinsInBlocksWhileTheBlockBeforeIsRead) {
+  cudasim::SimDevices sim(1, kCapacity);
+  ASSERT_TRUE(sim.ok());
+  {
+    auto gpu = CudaDevice::Open(0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const uint64_t host_allocs = cudasim::CallCount("cudaHostAlloc");
+    LoadOptions o{.device_budget_bytes = 48 * kMiB};
+    o.mapped_block_bytes = 16 * kMiB;
+    auto w = LoadWeights(paths(), *gpu, o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->stats().placed_mapped_host.storages, 38u);
+    // 38 storages, four to a block: ten blocks, ten cudaHostAlloc calls
+    // (beside the staging ring's).
+    EXPECT_EQ((*gpu)->stats().mapped_allocations, 10u);
+    EXPECT_GE(cudasim::CallCount("cudaHostAlloc") - host_allocs, 10u);
+    // Each storage's first and last byte are pinned host memory (the
+    // simulator knows every pinned allocation).
+    for (size_t i = 12; i < kStorages; ++i) {
+      const LoadedStorage& s = w->storage(*w->Find(model_->fqns[i]));
+      ASSERT_EQ(s.residency, Residency::kMappedHost);
+      cudaPointerAttributes first{}, last{};
+      ASSERT_EQ(cudaPointerGetAttributes(&first, s.buffer.data()), cudaSuccess);
+      ASSERT_EQ(cudaPointerGetAttributes(
+                    &last, static_cast<const uint8_t*>(s.buffer.data()) + s.nbytes - 1),
+                cudaSuccess);
+      EXPECT_EQ(first.type, cudaMemoryTypeHost);
+      EXPECT_EQ(last.type, cudaMemoryTypeHost);
+    }
+    for (size_t i = 0; i < kStorages; ++i) {
+      auto d = DigestLoadedWeight(*w, *w->Find(model_->fqns[i]));
+      ASSERT_TRUE(d.ok()) << d.status();
+      EXPECT_EQ(*d, (*want_)[i]) << model_->fqns[i];
+    }
+  }
+  EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
+}
+
+// A block that cannot be pinned fails the load, naming its storage, and
+// frees every block pinned before it and the device's part.
+TEST_F(CudaBudgetSimTest, ABlockThatCannotBePinnedFailsTheLoadAndFreesTheRest) {
+  cudasim::SimDevices sim(1, kCapacity);
+  ASSERT_TRUE(sim.ok());
+  {
+    auto gpu = CudaDevice::Open(0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    LoadOptions o{.device_budget_bytes = 0};
+    o.mapped_block_bytes = 64 * kMiB;
+    o.ring_slots = 2;
+    // The third block's cudaHostAlloc fails (the first two pinned fine).
+    cudasim::FailNthCall("cudaHostAlloc", 3, cudaErrorMemoryAllocation);
+    auto w = LoadWeights(paths(), *gpu, o);
+    cudasim::ClearFaults();
+    ASSERT_FALSE(w.ok());
+    EXPECT_THAT(std::string(w.status().message()), HasSubstr("allocate mapped host memory for"));
+  }
+  EXPECT_EQ(cudasim::PinnedBytesInUse(), 0u);
+  EXPECT_EQ(cudasim::DeviceBytesInUse(0), 0u);
+}
+
 TEST_F(CudaBudgetSimTest, ABudgetOverTheFreeMemoryFailsBeforeAnyAllocation) {
   cudasim::SimDevices sim(1, kCapacity);
   ASSERT_TRUE(sim.ok());
