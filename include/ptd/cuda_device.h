@@ -129,6 +129,11 @@ class CudaDevice final : public Device {
   absl::Status Synchronize() override;
   absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) override;
   DeviceStats stats() const override;
+  bool supports_scatter() const override { return true; }
+  absl::StatusOr<std::vector<CopyTicket>> ScatterToDeviceAsync(void* scratch, const void* src,
+                                                               size_t nbytes, size_t table_offset,
+                                                               size_t count,
+                                                               void* dst_base) override;
   // GPUDirect Storage through cuFile, loaded at run time (never linked):
   // PTD_CUFILE_LIBRARY names the library, else "libcufile.so.0" on the
   // loader's search path (the nvidia-cufile wheel's lib/ folder, or the CUDA

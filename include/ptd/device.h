@@ -169,6 +169,15 @@ struct CopyRequest {
   size_t nbytes = 0;
 };
 
+// One piece of ScatterToDeviceAsync's table: `nbytes` at `src_offset` of
+// the copied block go to `dst_offset` past the destination base. The table
+// lies in the staging block as an array of these (8-byte aligned).
+struct ScatterPiece {
+  uint64_t src_offset = 0;
+  uint64_t dst_offset = 0;
+  uint64_t nbytes = 0;
+};
+
 // Counters, for tests and reports. Monotonic except the live_* ones.
 struct DeviceStats {
   uint64_t allocations = 0;  // Device blocks allocated (cudaMalloc calls).
@@ -283,6 +292,22 @@ class Device {
   virtual absl::Status CopyToHost(void* dst, const void* src, size_t nbytes) = 0;
 
   virtual DeviceStats stats() const = 0;
+
+  // Whether ScatterToDeviceAsync works here (CudaDevice: a copy and a
+  // kernel). Default: false.
+  virtual bool supports_scatter() const { return false; }
+  // Copies `nbytes` of staging memory `src` (AllocateStaging's) into
+  // `scratch` (device memory of this device, at least `nbytes`) with one
+  // copy, then moves each of the `count` pieces of the table at
+  // `table_offset` in that block (ScatterPiece, 8-byte aligned) from the
+  // scratch to `dst_base` + its dst_offset, on the device: one copy call
+  // for pieces that lie apart in device memory (storages at 64-byte
+  // alignment from a file packed at 16). The tickets cover the copy and the
+  // moves; `src` and `scratch` stay in use until they are waited on.
+  // Default: Unimplemented.
+  virtual absl::StatusOr<std::vector<CopyTicket>> ScatterToDeviceAsync(
+      void* scratch, const void* src, size_t nbytes, size_t table_offset, size_t count,
+      void* dst_base);
 
   // A reader from the file open as `fd` (named `name` in messages) straight
   // into this device's memory, where the device has one (CudaDevice: cuFile,

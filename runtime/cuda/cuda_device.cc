@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -841,6 +842,61 @@ absl::StatusOr<std::vector<CopyTicket>> CudaDevice::CopyManyToDeviceAsync(
   impl_->memcpy_calls += calls;
   tickets.push_back(
       CopyTicket{.id = id, .stream = stream_index, .runtime_calls = static_cast<uint32_t>(calls)});
+  return tickets;
+}
+
+static_assert(sizeof(ScatterPiece) == sizeof(internal::ScatterEntry) &&
+                  offsetof(ScatterPiece, dst_offset) ==
+                      offsetof(internal::ScatterEntry, dst_offset) &&
+                  offsetof(ScatterPiece, nbytes) == offsetof(internal::ScatterEntry, nbytes),
+              "the scatter kernel reads the table as ScatterPiece lays it out");
+
+absl::StatusOr<std::vector<CopyTicket>> CudaDevice::ScatterToDeviceAsync(
+    void* scratch, const void* src, size_t nbytes, size_t table_offset, size_t count,
+    void* dst_base) {
+  std::vector<CopyTicket> tickets;
+  if (nbytes == 0) return tickets;
+  if (table_offset % alignof(ScatterPiece) != 0 ||
+      table_offset + count * sizeof(ScatterPiece) > nbytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ScatterToDeviceAsync on cuda:", impl_->index, ": a table of ", count, " pieces at offset ",
+        table_offset, " does not fit an aligned ", nbytes, "-byte block"));
+  }
+  PTD_RETURN_IF_ERROR(
+      impl_->CheckDeviceMemory(scratch, "ScatterToDeviceAsync", "the scratch").status());
+  PTD_RETURN_IF_ERROR(
+      impl_->CheckDeviceMemory(dst_base, "ScatterToDeviceAsync", "the destination").status());
+  DeviceScope scope(impl_->index);
+  PTD_RETURN_IF_ERROR(scope.status());
+  PTD_ASSIGN_OR_RETURN(cudaEvent_t event, impl_->AcquireEvent());
+  const auto stream_index = static_cast<uint32_t>(
+      impl_->next_stream.fetch_add(1, std::memory_order_relaxed) % impl_->copy_streams.size());
+  cudaStream_t stream = impl_->copy_streams[stream_index];
+  const auto fail = [&](cudaError_t error, const char* call) {
+    (void)cudaStreamSynchronize(stream);  // Nothing of it stays in flight.
+    (void)cudaGetLastError();
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->free_events.push_back(event);
+    return internal::CudaStatus(error, call, impl_->index);
+  };
+  // One copy of the block (the bytes and the table), then the kernel that
+  // moves each piece, in stream order, then the event.
+  cudaError_t error = cudaMemcpyAsync(scratch, src, nbytes, cudaMemcpyDefault, stream);
+  if (error != cudaSuccess) return fail(error, "cudaMemcpyAsync");
+  auto* block = static_cast<uint8_t*>(scratch);
+  error = internal::LaunchScatter(
+      block, reinterpret_cast<const internal::ScatterEntry*>(block + table_offset), count, dst_base,
+      stream);
+  if (error != cudaSuccess) return fail(error, "ptd_scatter");
+  error = cudaEventRecord(event, stream);
+  if (error != cudaSuccess) return fail(error, "cudaEventRecord");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const uint64_t id = impl_->next_ticket++;
+  impl_->pending.emplace(id, Impl::PendingCopy{event, stream_index, 0, false});
+  impl_->stats.copies += count;
+  impl_->stats.copied_bytes += table_offset;
+  impl_->memcpy_calls += 1;
+  tickets.push_back(CopyTicket{.id = id, .stream = stream_index, .runtime_calls = 1});
   return tickets;
 }
 

@@ -96,6 +96,9 @@ __device__ __forceinline__ void TransposeBody(const W* __restrict__ src, W* __re
 
 #endif  // !PTD_CUDA_PREBUILT_KERNELS
 
+constexpr int kScatterThreads = 256;
+constexpr uint64_t kMaxScatterBlocks = 65535;  // Then grid-stride over the entries.
+
 }  // namespace
 
 // The entry points: one gather and one transpose per word type W, named
@@ -122,6 +125,20 @@ PTD_DEFINE_WORD_KERNELS(uint16_t, 2)
 PTD_DEFINE_WORD_KERNELS(uint32_t, 4)
 PTD_DEFINE_WORD_KERNELS(uint64_t, 8)
 #undef PTD_DEFINE_WORD_KERNELS
+
+// The scatter of a staged block: a block of threads per entry (grid-stride),
+// its bytes copied one a thread. Destinations are offsets from one base (a
+// pointer parameter) rather than pointers in the table.
+extern "C" __global__ void ptd_scatter(const uint8_t* __restrict__ src,
+                                       const ScatterEntry* __restrict__ table, uint64_t count,
+                                       uint8_t* __restrict__ dst_base) PTD_KERNEL_BODY({
+  for (uint64_t i = blockIdx.x; i < count; i += gridDim.x) {
+    const ScatterEntry e = table[i];
+    const uint8_t* s = src + e.src_offset;
+    uint8_t* d = dst_base + e.dst_offset;
+    for (uint64_t j = threadIdx.x; j < e.nbytes; j += blockDim.x) d[j] = s[j];
+  }
+})
 #undef PTD_KERNEL_BODY
 
 // A launch sets the last error only when it fails: each launcher clears what
@@ -137,8 +154,8 @@ PTD_DEFINE_WORD_KERNELS(uint64_t, 8)
     (static_cast<const W*>(src), static_cast<W*>(dst), rows, cols, ld);     \
     break;
 
-cudaError_t LaunchGather(const void* src, void* dst, uint64_t numel, uint32_t word_size,
-                         const GatherGeometry& geometry, cudaStream_t stream) {
+    cudaError_t LaunchGather(const void* src, void* dst, uint64_t numel, uint32_t word_size,
+                             const GatherGeometry& geometry, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(
       std::min<uint64_t>((numel + kGatherThreads - 1) / kGatherThreads, kMaxGatherBlocks));
@@ -168,6 +185,16 @@ cudaError_t LaunchTranspose(const void* src, void* dst, int64_t rows, int64_t co
     default:
       return cudaErrorInvalidValue;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScatter(const void* src, const ScatterEntry* table, uint64_t count,
+                          void* dst_base, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(std::min(count, kMaxScatterBlocks));
+  (void)cudaGetLastError();
+  PTD_LAUNCH(ptd_scatter, blocks, kScatterThreads, 0, stream)
+  (static_cast<const uint8_t*>(src), table, count, static_cast<uint8_t*>(dst_base));
   return cudaGetLastError();
 }
 

@@ -57,6 +57,12 @@ absl::StatusOr<DeviceMemoryInfo> Device::MemoryInfo() {
 
 absl::Status Device::PrepareWrite(void* /*p*/, size_t /*n*/) { return absl::OkStatus(); }
 
+absl::StatusOr<std::vector<CopyTicket>> Device::ScatterToDeviceAsync(
+    void* /*scratch*/, const void* /*src*/, size_t /*nbytes*/, size_t /*table_offset*/,
+    size_t /*count*/, void* /*dst_base*/) {
+  return absl::UnimplementedError(absl::StrCat(name(), " has no scatter copy"));
+}
+
 absl::StatusOr<std::unique_ptr<DeviceFileReader>> Device::OpenFileReader(int /*fd*/,
                                                                          const std::string& name) {
   return absl::UnimplementedError(absl::StrCat(

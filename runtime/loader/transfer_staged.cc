@@ -24,7 +24,14 @@ namespace ptd::internal {
 class Transfer::StagedRun {
  public:
   StagedRun(Transfer& transfer, Device& device, const ReadPlan& plan)
-      : t_(transfer), device_(device), plan_(plan) {}
+      : t_(transfer), device_(device), plan_(plan), scatter_(device.supports_scatter()) {
+    if (scatter_) {
+      // Room after a slot's bytes for the table of its pieces (ScatterPiece).
+      uint32_t max_pieces = 0;
+      for (const ReadItem& item : plan_.items) max_pieces = std::max(max_pieces, item.num_pieces);
+      table_room_ = alignof(ScatterPiece) + size_t{max_pieces} * sizeof(ScatterPiece);
+    }
+  }
 
   absl::Status Run() {
     const size_t num_readers_wanted = std::max<size_t>(1, t_.options_.threads);
@@ -56,6 +63,9 @@ class Transfer::StagedRun {
     HostBuffer buffer;
     size_t item = 0;
     std::vector<CopyTicket> tickets;
+    // Device memory the slot's block is copied to when its pieces are
+    // scattered (allocated at the first scatter; freed after the waits).
+    DeviceBuffer scratch;
   };
 
   // Two slots beyond the readers (unless LoadOptions::ring_slots says):
@@ -66,7 +76,7 @@ class Transfer::StagedRun {
     const size_t num_slots = std::max<size_t>(1, std::min(ring_slots, plan_.items.size()));
     slots_.resize(num_slots);
     for (size_t i = 0; i < num_slots; ++i) {
-      auto b = device_.AllocateStaging(plan_.max_item_bytes);
+      auto b = device_.AllocateStaging(plan_.max_item_bytes + table_room_);
       if (!b.ok()) {
         return t_.Fail(plan_, plan_.items[0], "stage",
                        absl::Status(b.status().code(),
@@ -159,7 +169,9 @@ class Transfer::StagedRun {
       requests_.push_back(CopyRequest{.dst = dst, .src = src, .nbytes = p.nbytes});
       last_run = job.run;
     }
-    auto tickets = device_.CopyManyToDeviceAsync(requests_);
+    auto tickets = requests_.size() >= kScatterMinCopies && scatter_
+                       ? Scatter(slot, item)
+                       : device_.CopyManyToDeviceAsync(requests_);
     absl::Status st = tickets.status();
     if (st.ok()) {
       t_.copies_.fetch_add(item.num_pieces, std::memory_order_relaxed);
@@ -177,6 +189,41 @@ class Transfer::StagedRun {
       return false;
     }
     return true;
+  }
+
+  // The slot's block copied to the device at once and its pieces moved
+  // there by a kernel (Device::ScatterToDeviceAsync): one copy call where
+  // requests_ would take several (storages 64-byte aligned in device
+  // memory from a file packed at 16). Without device memory for the
+  // scratch, the load goes on with a copy per request.
+  absl::StatusOr<std::vector<CopyTicket>> Scatter(size_t slot, const ReadItem& item) {
+    Slot& s = slots_[slot];
+    const size_t block_bytes = plan_.max_item_bytes + table_room_;
+    if (s.scratch.data() == nullptr) {
+      auto scratch = device_.Allocate(block_bytes);
+      if (!scratch.ok()) {
+        scatter_ = false;
+        return device_.CopyManyToDeviceAsync(requests_);
+      }
+      s.scratch = *std::move(scratch);
+    }
+    auto* base = static_cast<uint8_t*>(s.buffer.data());
+    uint8_t* dst_base = static_cast<uint8_t*>(requests_[0].dst);
+    for (const CopyRequest& r : requests_)
+      dst_base = std::min(dst_base, static_cast<uint8_t*>(r.dst));
+    const size_t table_offset = (static_cast<size_t>(item.nbytes) + alignof(ScatterPiece) - 1) /
+                                alignof(ScatterPiece) * alignof(ScatterPiece);
+    auto* table = reinterpret_cast<ScatterPiece*>(base + table_offset);
+    for (size_t k = 0; k < requests_.size(); ++k) {
+      const CopyRequest& r = requests_[k];
+      table[k] = ScatterPiece{
+          .src_offset = static_cast<uint64_t>(static_cast<const uint8_t*>(r.src) - base),
+          .dst_offset = static_cast<uint64_t>(static_cast<uint8_t*>(r.dst) - dst_base),
+          .nbytes = r.nbytes};
+    }
+    return device_.ScatterToDeviceAsync(s.scratch.data(), base,
+                                        table_offset + requests_.size() * sizeof(ScatterPiece),
+                                        table_offset, requests_.size(), dst_base);
   }
 
   // Waits on the oldest copy, records its item complete and hands its slot
@@ -223,9 +270,16 @@ class Transfer::StagedRun {
     filled_cv_.notify_all();
   }
 
+  // A slot whose pieces take at least this many copies is scattered
+  // instead (when the device can): below it, the copies cost less than the
+  // slot's device scratch (allocated once a slot, for the whole load).
+  static constexpr size_t kScatterMinCopies = 16;
+
   Transfer& t_;
   Device& device_;
   const ReadPlan& plan_;
+  bool scatter_;           // The device scatters (the calling thread's).
+  size_t table_room_ = 0;  // Bytes a slot keeps for its table when scatter_.
   std::vector<Slot> slots_;
 
   std::mutex mu_;

@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kEntryPoints[] = {"ptd_gather_w1",    "ptd_gather_w2",    "ptd_gather_w4",
                                         "ptd_gather_w8",    "ptd_transpose_w1", "ptd_transpose_w2",
-                                        "ptd_transpose_w4", "ptd_transpose_w8"};
+                                        "ptd_transpose_w4", "ptd_transpose_w8", "ptd_scatter"};
 
 std::string_view Bytes(const PrebuiltImage& image) {
   return std::string_view(static_cast<const char*>(image.data), image.size);

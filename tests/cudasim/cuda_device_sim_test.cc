@@ -373,8 +373,10 @@ TEST(CudaSimTest, SmallStoragesOfAnySizeAreOneCopyPerSlot) {
       {"65,536 x 1,000 B, 128 B file alignment", std::vector<uint64_t>(65536, 1000), 128, true},
       {"20,000 mixed sizes, 128 B file alignment", mixed, 128, true},
       // Legacy 16 B files: a storage at a file offset that is not 64 B
-      // aligned starts a run of its own (one copy each, for now).
-      {"20,000 mixed sizes, 16 B file alignment", mixed, 16, false},
+      // aligned from its run's first cannot keep its file distance, so a
+      // slot's pieces are scattered on the device: one copy of the slot and
+      // one kernel (ptd_scatter) that moves each piece.
+      {"20,000 mixed sizes, 16 B file alignment", mixed, 16, true},
   };
   for (const Set& set : sets) {
     SCOPED_TRACE(set.name);
@@ -384,12 +386,21 @@ TEST(CudaSimTest, SmallStoragesOfAnySizeAreOneCopyPerSlot) {
     auto gpu = CudaDevice::Open(0);
     ASSERT_TRUE(gpu.ok());
     const uint64_t memcpys = cudasim::CallCount("cudaMemcpyAsync");
+    const uint64_t scatters = cudasim::CallCount("kernel:ptd_scatter");
     auto w = LoadWeights(paths, *gpu);
     ASSERT_TRUE(w.ok()) << w.status();
     const uint64_t issued = cudasim::CallCount("cudaMemcpyAsync") - memcpys;
+    const uint64_t scattered = cudasim::CallCount("kernel:ptd_scatter") - scatters;
+    // Files whose runs keep their distances need no scatter.
+    if (set.alignment == 128) {
+      EXPECT_EQ(scattered, 0u);
+    } else {
+      EXPECT_GT(scattered, 0u);
+    }
     EXPECT_EQ(w->stats().copy_calls, issued);
-    std::printf("[          ] %s: %llu copy calls for %llu bytes\n", set.name,
-                static_cast<unsigned long long>(issued),
+    std::printf("[          ] %s: %llu copy calls (%llu scatter kernels) for %llu bytes\n",
+                set.name, static_cast<unsigned long long>(issued),
+                static_cast<unsigned long long>(scattered),
                 static_cast<unsigned long long>(w->stats().bytes));
     if (set.one_copy_per_slot) {
       EXPECT_LE(issued, 1 + w->stats().bytes / (1 << 20));
@@ -406,6 +417,34 @@ TEST(CudaSimTest, SmallStoragesOfAnySizeAreOneCopyPerSlot) {
             << model.fqns[i];
       }
     }
+  }
+}
+
+// A staging slot's device scratch that cannot be allocated: the load goes on
+// with a copy per piece, and every byte is right.
+TEST(CudaSimTest, ScatterWithoutScratchFallsBackToCopies) {
+  std::vector<uint64_t> mixed;
+  for (uint64_t i = 0; i < 3000; ++i) mixed.push_back(4 + (i * 7919) % 3000 / 4 * 4);
+  TempDir dir;
+  const TestModel model = WriteTestModel(dir.path(), mixed, false, 16);
+  const BundlePaths paths{.ptd = model.ptd, .manifest = model.manifest};
+  auto gpu = CudaDevice::Open(0);
+  ASSERT_TRUE(gpu.ok());
+  const uint64_t scatters = cudasim::CallCount("kernel:ptd_scatter");
+  const uint64_t memcpys = cudasim::CallCount("cudaMemcpyAsync");
+  // The arena is the load's first cudaMalloc; the scratch its second.
+  cudasim::FailNthCall("cudaMalloc", 2, cudaErrorMemoryAllocation);
+  auto w = LoadWeights(paths, *gpu);
+  cudasim::ClearFaults();
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(cudasim::CallCount("kernel:ptd_scatter"), scatters);
+  EXPECT_GT(cudasim::CallCount("cudaMemcpyAsync") - memcpys, 16u);
+  auto host = LoadWeights(paths, std::make_shared<HostDevice>());
+  ASSERT_TRUE(host.ok());
+  for (size_t i = 0; i < model.fqns.size(); i += 7) {
+    const std::string& fqn = model.fqns[i];
+    EXPECT_EQ(*DigestLoadedWeight(*w, *w->Find(fqn)), *DigestLoadedWeight(*host, *host->Find(fqn)))
+        << fqn;
   }
 }
 

@@ -34,6 +34,20 @@ cudaError_t LaunchGather(const void* src, void* dst, uint64_t numel, uint32_t wo
 cudaError_t LaunchTranspose(const void* src, void* dst, int64_t rows, int64_t cols, int64_t ld,
                             uint32_t word_size, cudaStream_t stream);
 
+// One piece of a scatter: `nbytes` at `src_offset` of the copied block go
+// to `dst_offset` past the destination base (Device::ScatterToDeviceAsync's
+// table, laid out as ScatterPiece).
+struct ScatterEntry {
+  uint64_t src_offset;
+  uint64_t dst_offset;
+  uint64_t nbytes;
+};
+
+// dst_base[e.dst_offset + j] = src[e.src_offset + j] for each of the
+// `count` entries of `table` (device memory) and j < e.nbytes.
+cudaError_t LaunchScatter(const void* src, const ScatterEntry* table, uint64_t count,
+                          void* dst_base, cudaStream_t stream);
+
 }  // namespace ptd::internal
 
 #endif  // PTD_CUDA_INTERNAL_GATHER_KERNELS_H_
