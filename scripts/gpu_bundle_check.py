@@ -16,7 +16,8 @@
   check.py summary --bundle DIR --logs DIR --out DIR --seconds N
       Reads LOGS/steps.tsv, driver.json (the driver and CUDA versions that
       run.sh recorded), build.json (the build it picked), bench_1g.json,
-      pin_1g.json, digests_mapped.json, small_*.json, gpu_tests.json,
+      pin_1g.json, cold_direct_1g.json, cold_gds_1g.json, digests_mapped.json, small_*.json,
+      gpu_tests.json,
       digests.json and bench_4g.json; writes
       OUT/summary.json and OUT/summary.md, prints the latter; exit 0 only when
       every check ran and passed (a check that run.sh did not run for want of
@@ -298,6 +299,36 @@ def pinning_check(logs, step):
     return c
 
 
+def cold_start_check(logs, steps):
+    """The 1 GiB file dropped from the page cache, loaded with --io direct and
+    --io gds: GB/s, the bytes each engine read, the mode cuFile ran in (or why
+    the load fell back). A fallback is a finding, not a failure."""
+    c = {"name": "cold_start", "log": "logs/cold_direct_1g.log, logs/cold_gds_1g.log"}
+    rows, problems, not_run = {}, [], 0
+    for io in ("direct", "gds"):
+        step = steps.get(f"cold_{io}_1g")
+        if step is None or step["rc"] == "not_run":
+            problems.append(f"{io}: not run")
+            not_run += 1
+            continue
+        j, err = load_json(os.path.join(logs, f"cold_{io}_1g.json"))
+        if j is None or step["rc"] != "0":
+            problems.append(f"{io}: {rc_text(step)}; {err or 'no JSON'}")
+            continue
+        rep = j.get("load", {}).get("io", {})
+        rows[io] = {"GBps": j.get("timings", {}).get("gbps"), "engines": rep.get("engines"),
+                    "gds_mode": rep.get("gds_mode"), "fallbacks": rep.get("fallbacks"),
+                    "cached_bytes": rep.get("cached_bytes"), "queue": rep.get("queue")}
+
+    def said(io, r):
+        fb = "; ".join(f"{f['from']}->{f['to']}: {f['reason']}" for f in r["fallbacks"] or [])
+        return (f"{io}: {fmt(r['GBps'])} GB/s, engines {r['engines']}"
+                f"{', cuFile ' + r['gds_mode'] if r['gds_mode'] else ''}{', ' + fb if fb else ''}")
+    c.update(ok=not problems, not_run=not_run == 2, metrics=rows, problems=problems,
+             detail="; ".join(problems + [said(io, r) for io, r in rows.items()]))
+    return c
+
+
 def small_storages_check(logs, steps):
     """The loader on 65,536 storages of 1,000 B and of 1,024 B."""
     c = {"name": "small_storages", "log": "logs/small_1000.log, logs/small_1024.log"}
@@ -344,11 +375,13 @@ def run_summary(args):
         pinning_check(args.logs, steps.get("pin_1g")),
         digests_check(args.logs, steps.get("digests_mapped"), "digests_mapped"),
         small_storages_check(args.logs, steps),
+        cold_start_check(args.logs, steps),
         gpu_tests_check(args.logs, steps.get("gpu_tests")),
         digests_check(args.logs, steps.get("digests")),
         bench_check(args.logs, "bench_4g", steps.get("bench_4g")),
     ]
-    step_of = {"pinning": ["pin_1g"], "small_storages": ["small_1000", "small_1024"]}
+    step_of = {"pinning": ["pin_1g"], "small_storages": ["small_1000", "small_1024"],
+               "cold_start": ["cold_direct_1g", "cold_gds_1g"]}
     for c in checks:
         names = step_of.get(c["name"], [c["name"].replace("load_", "")])
         c["seconds"] = sum(steps[n]["seconds"] for n in names if n in steps)

@@ -272,6 +272,28 @@ if [[ -n $gib_ptd ]] && (( limit >= 10 )); then
 else
   not_run pin_1g "pinning, 1 GiB"
 fi
+# 2b'. cold starts into device memory: the same 1 GiB dropped from the page
+# cache, read with --io direct (O_DIRECT through the staging ring) and with
+# --io gds (cuFile straight into device memory; the load reports the mode
+# cuFile runs in, or why it fell back). libcufile comes from PyTorch's
+# nvidia-cufile wheel when no PTD_CUFILE_LIBRARY is set.
+if [[ -z ${PTD_CUFILE_LIBRARY:-} ]]; then
+  cufile=$(python3 -c 'import glob, os, nvidia.cufile as m
+print((glob.glob(os.path.join(list(m.__path__)[0], "lib", "libcufile.so*")) or [""])[0])' 2>/dev/null || true)
+  if [[ -n $cufile ]]; then export PTD_CUFILE_LIBRARY=$cufile; fi
+fi
+for io in direct gds; do
+  limit=$(limit_for 25 150)
+  if [[ -n $gib_ptd ]] && (( limit >= 10 )); then
+    say "cold start: ptd-load --io $io on the 1 GiB file, dropped from the page cache (${limit}s at most)"
+    python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$gib_ptd"
+    step "cold_${io}_1g" "$limit" sh -c '"$1" --device "$2" --io "$3" --json --manifest "$4" "$5" >"$6"' \
+      sh "$bin/ptd-load" "$dev" "$io" "${gib_ptd%.ptd}.manifest" "$gib_ptd" "$logs/cold_${io}_1g.json"
+  else
+    not_run "cold_${io}_1g" "cold start with --io $io, 1 GiB"
+  fi
+done
 rm -f "$bench_dir"/*
 # 2c. kernels reading mapped host memory: every conformance case with
 # --device-budget 0 --digest.
