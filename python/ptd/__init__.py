@@ -118,11 +118,13 @@ class Report:
 
 class VerifyError(ValueError):
     """A file breaks a rule: raised by `load`, `extract` and `reweight`.
-    `.report` is the full Report (for extract and reweight, the one error
-    of the rule broken, e.g. `.report.errors[0].rule == "S8"`)."""
+    `.rule` is the rule ID of the first error (e.g. "G2"; None when the report
+    has none), `.report` the full Report (for extract and reweight, the one
+    error of the rule broken)."""
 
     def __init__(self, report: Report) -> None:
         self.report = report
+        self.rule: Optional[str] = report.errors[0].rule if report.errors else None
         first = str(report.errors[0]) if report.errors else "verification failed"
         more = len(report.errors) - 1
         super().__init__(first + (f" (and {more} more error(s))" if more > 0 else ""))

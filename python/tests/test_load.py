@@ -317,6 +317,8 @@ def test_rule_broken_raises_verify_error(case):
     report = info.value.report
     assert not report.ok
     assert {e.rule for e in report.errors} & set(case["rule_ids"])
+    # The first error's rule, without parsing "(X1)" out of the message.
+    assert info.value.rule == report.errors[0].rule
     assert report.to_dict() == ptd.verify(ptd_path, manifest=manifest).to_dict()
     assert report.errors[0].message in str(info.value)
 
