@@ -26,11 +26,15 @@ inline int ReportFailure(const char* program, const absl::Status& status, bool j
   const std::optional<std::string_view> rule = RuleOfMessage(message);
   const int code = rule && *rule != kInputRule ? 1 : 2;
   if (json_out) {
+    // The shape every tool's failure has: {"ok", "errors", "warnings"}, one
+    // error here (its rule null when it names none).
     nlohmann::ordered_json error{
         {"rule", rule ? nlohmann::ordered_json(std::string(*rule)) : nullptr},
         {"message", message},
         {"code", absl::StatusCodeToString(status.code())}};
-    nlohmann::ordered_json j{{"ok", false}, {"error", std::move(error)}};
+    nlohmann::ordered_json j{{"ok", false},
+                             {"errors", nlohmann::ordered_json::array({std::move(error)})},
+                             {"warnings", nlohmann::ordered_json::array()}};
     WriteOut(DumpJson(j));
   }
   std::cerr << program << ": " << message << "\n";

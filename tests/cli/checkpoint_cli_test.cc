@@ -149,7 +149,11 @@ TEST(CheckpointCliTest, BrokenRuleExitsOneAndWritesNothing) {
   EXPECT_EQ(js.exit_code, 1);
   const json j = json::parse(js.out);
   EXPECT_FALSE(j["ok"].get<bool>());
-  EXPECT_EQ(j["error"]["rule"], "S8");
+  // The shape of every tool's failure.
+  ASSERT_EQ(j["errors"].size(), 1u);
+  EXPECT_EQ(j["errors"][0]["rule"], "S8");
+  EXPECT_TRUE(j["warnings"].empty());
+  EXPECT_FALSE(j.contains("error"));
   // An input that cannot be read is exit 2.
   auto missing =
       RunCommand(Extract(dir.File("none.ptd") + " -o " + dir.File("x.safetensors") + " 2>&1"));
@@ -177,7 +181,7 @@ TEST(CheckpointCliTest, JsonOfPathsThatAreNotUtf8HasReplacementsNotACrash) {
   auto missing =
       RunCommand(Extract("'" + dir.File("none\xff.ptd") + "' -o '" + st + "' --json 2>/dev/null"));
   EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_THAT(json::parse(missing.out)["error"]["message"].get<std::string>(),
+  EXPECT_THAT(json::parse(missing.out)["errors"][0]["message"].get<std::string>(),
               HasSubstr("none" + kReplacement + ".ptd"));
 }
 
