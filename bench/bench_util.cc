@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "ptd/container.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/weight_writer.h"
 

@@ -39,6 +39,7 @@
 
 #include "ptd/file_source.h"
 #include "ptd/report.h"
+#include "ptd/tensor_layout.h"
 
 namespace ptd {
 
@@ -60,12 +61,6 @@ struct Segment {
   uint64_t offset = 0;  // Relative to segment_base_offset.
   uint64_t size = 0;
   bool in_bounds = true;  // False when C4 failed: no data access.
-};
-
-struct TensorLayout {
-  int32_t scalar_type = 0;
-  std::vector<int32_t> sizes;
-  std::vector<uint8_t> dim_order;
 };
 
 struct NamedDataEntry {

@@ -23,7 +23,7 @@
 #include "absl/types/span.h"
 
 #include "ptd/atomic_file.h"
-#include "ptd/container.h"
+#include "ptd/tensor_layout.h"
 
 namespace ptd {
 namespace internal {

@@ -23,11 +23,11 @@
 
 #include "ptd/open_device.h"
 #include "ptd/view_materialize.h"
+#include "runtime/cuda/internal/collapsed_view.h"
 #include "runtime/cuda/internal/cuda_status.h"
 #include "runtime/cuda/internal/cufile.h"
 #include "runtime/cuda/internal/gather_kernels.h"
 #include "runtime/internal/checked_math.h"
-#include "runtime/internal/collapsed_view.h"
 #include "runtime/internal/status_macros.h"
 
 namespace ptd {

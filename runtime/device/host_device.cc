@@ -21,7 +21,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
-#include "runtime/internal/buddyinfo.h"
+#include "runtime/device/buddyinfo.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/status_macros.h"
 

@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "runtime/internal/file_ops.h"
 #include "runtime/internal/strings.h"
+#include "runtime/io/file_ops.h"
 
 namespace ptd {
 namespace internal {

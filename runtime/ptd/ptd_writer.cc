@@ -10,10 +10,10 @@
 
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
-#include "runtime/internal/ext_header.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
+#include "runtime/ptd/ext_header.h"
 #include "runtime/ptd/ptd_layout.h"
 #include "runtime/ptd/tensor_layout_check.h"
 #include "schema/flat_tensor_generated.h"

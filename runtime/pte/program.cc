@@ -13,8 +13,8 @@
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/check.h"
 #include "runtime/internal/checked_math.h"
-#include "runtime/internal/ext_header.h"
 #include "runtime/internal/strings.h"
+#include "runtime/ptd/ext_header.h"
 #include "schema/program_generated.h"
 
 namespace ptd {

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 
 #include "ptd/checkpoint.h"
+#include "ptd/container.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/safetensors.h"
 #include "ptd/scalar_type.h"

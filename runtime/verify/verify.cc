@@ -17,8 +17,8 @@
 
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
-#include "runtime/internal/ext_header.h"
 #include "runtime/internal/strings.h"
+#include "runtime/ptd/ext_header.h"
 #include "runtime/verify/digest_pass.h"
 #include "runtime/verify/input_text.h"
 

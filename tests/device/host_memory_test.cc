@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 
 #include "ptd/host_device.h"
-#include "runtime/internal/buddyinfo.h"
+#include "runtime/device/buddyinfo.h"
 
 namespace ptd {
 namespace {

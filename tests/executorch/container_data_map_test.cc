@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 
+#include "ptd/container.h"
 #include "ptd/ptd_writer.h"
 #include "tests/executorch/et_testing.h"
 #include "tests/testing/test_util.h"

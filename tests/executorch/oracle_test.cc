@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
+#include "ptd/container.h"
 #include "ptd/executorch/container_data_map.h"
 #include "ptd/ptd_writer.h"
 #include "tests/executorch/et_testing.h"

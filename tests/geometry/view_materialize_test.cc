@@ -1,6 +1,6 @@
 // Tests of the host reference for materializing views (ptd/view_materialize.h)
 // and of the dimension collapsing the CUDA device relies on
-// (runtime/internal/collapsed_view.h). Both run without a GPU.
+// (runtime/cuda/internal/collapsed_view.h). Both run without a GPU.
 #include "ptd/view_materialize.h"
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-#include "runtime/internal/collapsed_view.h"
+#include "runtime/cuda/internal/collapsed_view.h"
 
 namespace ptd {
 namespace {

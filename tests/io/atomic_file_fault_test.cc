@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 
 #include "ptd/atomic_file.h"
-#include "runtime/internal/file_ops.h"
+#include "runtime/io/file_ops.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {

@@ -23,6 +23,7 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/byte_source.h"
+#include "ptd/container.h"
 #include "ptd/host_device.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/testing/async_device.h"

@@ -1,7 +1,7 @@
-// The extended-header codecs (runtime/internal/ext_header.h): the .ptd "FH01"
+// The extended-header codecs (runtime/ptd/ext_header.h): the .ptd "FH01"
 // header (SPEC section 1) and the .pte "eh00" header (SPEC section 4), at the
 // file offsets the SPEC gives.
-#include "runtime/internal/ext_header.h"
+#include "runtime/ptd/ext_header.h"
 
 #include <cstdint>
 #include <string>

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "ptd/container.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {

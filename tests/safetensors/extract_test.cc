@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/checkpoint.h"
+#include "ptd/container.h"
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/safetensors.h"

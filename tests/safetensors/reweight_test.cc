@@ -20,6 +20,7 @@
 
 #include "ptd/atomic_file.h"
 #include "ptd/checkpoint.h"
+#include "ptd/container.h"
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/safetensors.h"

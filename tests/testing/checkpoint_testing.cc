@@ -2,6 +2,7 @@
 
 #include "gtest/gtest.h"
 
+#include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"

@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/byte_source.h"
+#include "ptd/container.h"
 #include "ptd/device.h"
 #include "ptd/file_source.h"
 #include "ptd/host_device.h"

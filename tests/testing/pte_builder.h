@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/internal/ext_header.h"
+#include "runtime/ptd/ext_header.h"
 #include "tests/testing/patch.h"
 
 namespace ptd::testing {

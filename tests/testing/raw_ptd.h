@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/internal/ext_header.h"
+#include "runtime/ptd/ext_header.h"
 #include "tests/testing/patch.h"
 
 namespace ptd::testing {

@@ -14,8 +14,8 @@
 //
 // Each method has its system call's contract (return value, errno).
 // Thread-safety: DefaultFileOps() is stateless; a test's ops are its own.
-#ifndef PTD_RUNTIME_INTERNAL_FILE_OPS_H_
-#define PTD_RUNTIME_INTERNAL_FILE_OPS_H_
+#ifndef PTD_RUNTIME_IO_FILE_OPS_H_
+#define PTD_RUNTIME_IO_FILE_OPS_H_
 
 #include <sys/types.h>
 
@@ -49,4 +49,4 @@ absl::Status WriteFileAtomically(const FileOps& ops, const std::string& path,
 
 }  // namespace ptd::internal
 
-#endif  // PTD_RUNTIME_INTERNAL_FILE_OPS_H_
+#endif  // PTD_RUNTIME_IO_FILE_OPS_H_

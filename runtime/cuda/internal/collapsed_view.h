@@ -5,8 +5,8 @@
 // 0-dim or all-ones view becomes rank 0. Used by the CUDA device to pick a
 // fast path and to keep the gather kernel's index arithmetic short; the host
 // reference deliberately does not use it.
-#ifndef PTD_INTERNAL_COLLAPSED_VIEW_H_
-#define PTD_INTERNAL_COLLAPSED_VIEW_H_
+#ifndef PTD_RUNTIME_CUDA_INTERNAL_COLLAPSED_VIEW_H_
+#define PTD_RUNTIME_CUDA_INTERNAL_COLLAPSED_VIEW_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -47,4 +47,4 @@ inline CollapsedView CollapseView(absl::Span<const int64_t> sizes,
 
 }  // namespace ptd::internal
 
-#endif  // PTD_INTERNAL_COLLAPSED_VIEW_H_
+#endif  // PTD_RUNTIME_CUDA_INTERNAL_COLLAPSED_VIEW_H_

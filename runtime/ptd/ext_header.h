@@ -6,8 +6,8 @@
 // 8 bytes (root offset and file identifier), so the fields below are file
 // offsets. The codecs convert bytes and fields only; the readers check the
 // values (H2-H4, P1) and word the diagnostics.
-#ifndef PTD_INTERNAL_EXT_HEADER_H_
-#define PTD_INTERNAL_EXT_HEADER_H_
+#ifndef PTD_RUNTIME_PTD_EXT_HEADER_H_
+#define PTD_RUNTIME_PTD_EXT_HEADER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -79,4 +79,4 @@ void SpliceFlatBuffer(absl::Span<const uint8_t> fb, uint32_t block, absl::Span<u
 
 }  // namespace ptd::internal
 
-#endif  // PTD_INTERNAL_EXT_HEADER_H_
+#endif  // PTD_RUNTIME_PTD_EXT_HEADER_H_

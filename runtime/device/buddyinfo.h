@@ -2,8 +2,8 @@
 // it lies in blocks of at least a given order, the question HostDevice asks
 // before it advises transparent huge pages (a huge-page fault served from a
 // free block of that order never compacts).
-#ifndef PTD_RUNTIME_INTERNAL_BUDDYINFO_H_
-#define PTD_RUNTIME_INTERNAL_BUDDYINFO_H_
+#ifndef PTD_RUNTIME_DEVICE_BUDDYINFO_H_
+#define PTD_RUNTIME_DEVICE_BUDDYINFO_H_
 
 #include <cstdint>
 #include <optional>
@@ -53,4 +53,4 @@ inline std::optional<uint64_t> FreeBlocksOfOrder(std::string_view buddyinfo, int
 
 }  // namespace ptd::internal
 
-#endif  // PTD_RUNTIME_INTERNAL_BUDDYINFO_H_
+#endif  // PTD_RUNTIME_DEVICE_BUDDYINFO_H_

@@ -1,4 +1,4 @@
-#include "runtime/internal/ext_header.h"
+#include "runtime/ptd/ext_header.h"
 
 #include <cstring>
 
