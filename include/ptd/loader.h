@@ -322,6 +322,10 @@ struct LoadedStorage {
   absl::Span<const std::string_view> keys;  // Every loaded key that names it.
   uint64_t nbytes = 0;
   DeviceKind device = DeviceKind::kHost;
+  // Which device of that kind holds it (Device::index(): cuda:N's N; 0 for
+  // the host), so that a result can say where each storage lives when
+  // several GPUs load one model.
+  int device_index = 0;
   // Device memory, host memory mapped for the device (its kernels read it;
   // LoadOptions::device_budget_bytes, host_fqns) or plain host memory (the
   // host device, CPU weights). `device` is the device's kind for the first

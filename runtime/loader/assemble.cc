@@ -114,9 +114,10 @@ void LoadedWeightsAssembler::BuildStorages(const Device& device, LoadPlan& plan,
   out.storages.resize(num_storages);
   for (uint32_t i = 0; i < num_storages; ++i) {
     LoadedStorage& s = out.storages[i];
-    const bool on_host = plan.placements[i] == Placement::kHost;
+    const bool on_host = plan.residency[i] == Residency::kHost;
     s.nbytes = plan.storages[i].nbytes;
     s.device = on_host ? DeviceKind::kHost : device.kind();
+    s.device_index = on_host ? 0 : device.index();
     s.residency = placed.residency[i];
     s.host_accessible =
         on_host || s.residency == Residency::kMappedHost || device.host_accessible();

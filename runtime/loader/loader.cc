@@ -94,7 +94,7 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests,
     timings.map_s = SecondsSince(map_t0);
   }
   const auto alloc_t0 = Clock::now();
-  PTD_RETURN_IF_ERROR(internal::Allocate(*device, &plan.storages, plan.placements,
+  PTD_RETURN_IF_ERROR(internal::Allocate(*device, &plan.storages, plan.residency,
                                          options.mapped_block_bytes, &placed, &result.stats()));
   timings.allocate_s = SecondsSince(alloc_t0);
 

@@ -11,7 +11,7 @@
 #include "ptd/host_device.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
-#include "runtime/loader/placement.h"
+#include "runtime/loader/budget_split.h"
 
 namespace ptd::internal {
 namespace {
@@ -47,7 +47,7 @@ std::vector<bool> HostFirst(const LoadPlan& plan, bool all_keys, const LoadOptio
     return host_first;
   }
   for (const PlannedWeight& w : plan.weights) {
-    if (plan.placements[w.storage] == Placement::kDevice && !host_first[w.storage] &&
+    if (plan.residency[w.storage] == Residency::kDevice && !host_first[w.storage] &&
         MatchesAny(options.host_fqns, w.entry->fqn)) {
       host_first[w.storage] = true;
     }
@@ -296,12 +296,12 @@ absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device
   PlacedStorages placed;
   const size_t n = plan.storages.size();
   const size_t num_host = static_cast<size_t>(
-      std::count(plan.placements.begin(), plan.placements.end(), Placement::kHost));
+      std::count(plan.residency.begin(), plan.residency.end(), Residency::kHost));
   placed.residency.assign(n, device_is_host ? Residency::kHost : Residency::kDevice);
   placed.to_device.reserve(n - num_host);
   placed.to_host.reserve(num_host);
   for (uint32_t s = 0; s < n; ++s) {
-    if (plan.placements[s] == Placement::kHost) {
+    if (plan.residency[s] == Residency::kHost) {
       placed.residency[s] = Residency::kHost;
       placed.to_host.push_back(s);
     } else {
@@ -325,11 +325,11 @@ absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, c
 }
 
 absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
-                      const std::vector<Placement>& placements, uint64_t mapped_block_bytes,
+                      const std::vector<Residency>& bound, uint64_t mapped_block_bytes,
                       PlacedStorages* placed, LoadStats* stats) {
   const bool file_mapped_host =
       std::any_of(placed->file_mapped.begin(), placed->file_mapped.end(),
-                  [&](uint32_t s) { return placements[s] == Placement::kHost; });
+                  [&](uint32_t s) { return bound[s] == Residency::kHost; });
   if (!placed->to_host.empty() || file_mapped_host) {
     placed->host_device = std::make_shared<HostDevice>();
   }

@@ -23,7 +23,7 @@ namespace ptd::internal {
 
 // Where the storages of a plan go, and their buffers once there.
 struct PlacedStorages {
-  // Holds the Placement::kHost storages (created by Allocate when there
+  // Holds the Residency::kHost storages (created by Allocate when there
   // are some). First, so that it outlives `buffers`, whose deleters use it.
   std::shared_ptr<Device> host_device;
   // Per storage: the memory it ends up in.
@@ -31,7 +31,7 @@ struct PlacedStorages {
   // The storages still to be allocated and read, per allocation: the
   // load's device (AllocateMany; on the host device, host memory), host
   // memory mapped for it (AllocateMappedMany), and the host device
-  // (Placement::kHost). Allocate sorts each in file order.
+  // (Residency::kHost). Allocate sorts each in file order.
   std::vector<uint32_t> to_device;
   std::vector<uint32_t> to_mapped_host;
   std::vector<uint32_t> to_host;
@@ -65,7 +65,7 @@ absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device
                                      const LoadOptions& options);
 
 // LoadOptions::map_file: the host storages (the host device's, and
-// Placement::kHost) that `source` can map become views of private file
+// Residency::kHost) that `source` can map become views of private file
 // mappings, one per run of neighbours in the file; they leave the lists to
 // allocate for `file_mapped`. A source that cannot map leaves them all.
 absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, const Device& device,
@@ -77,7 +77,7 @@ absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, c
 // (PlacedStorages::mapped_blocks) of which the first is allocated. Sets each
 // allocated StorageJob::dest. Errors name the storage and the device.
 absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,
-                      const std::vector<Placement>& placements, uint64_t mapped_block_bytes,
+                      const std::vector<Residency>& bound, uint64_t mapped_block_bytes,
                       PlacedStorages* placed, LoadStats* stats);
 
 // Allocates mapped block `k` (one AllocateMappedMany); the last one ends

@@ -81,7 +81,7 @@ class StorageTable {
       : source_(source), container_(container), share_segments_(share_segments), plan_(*plan) {}
 
   // The storage for `key` with placement `p`; adds it on first use.
-  absl::StatusOr<uint32_t> Add(std::string_view key, Placement p) {
+  absl::StatusOr<uint32_t> Add(std::string_view key, Residency p) {
     if (container_ != nullptr) {
       if (const NamedDataEntry* e = container_->Find(key)) return Add(*e, p);
     }
@@ -106,7 +106,7 @@ class StorageTable {
 
   // The storage behind `named`, an entry of the container given at
   // construction (REQUIRES: one was).
-  absl::StatusOr<uint32_t> Add(const NamedDataEntry& named, Placement p) {
+  absl::StatusOr<uint32_t> Add(const NamedDataEntry& named, Residency p) {
     const std::vector<Segment>& segments = container_->segments();
     if (named.segment_index >= segments.size() || !segments[named.segment_index].in_bounds) {
       // Not readable; the source's own lookup reports why.
@@ -141,27 +141,27 @@ class StorageTable {
 
   void Reserve(size_t n) {
     plan_.storages.reserve(n);
-    plan_.placements.reserve(n);
+    plan_.residency.reserve(n);
     plan_.keys.reserve(n);
   }
 
  private:
   static constexpr uint32_t kNone = ~uint32_t{0};
 
-  void AddStorage(StorageJob job, Placement p) {
+  void AddStorage(StorageJob job, Residency p) {
     plan_.total_bytes += job.nbytes;
     plan_.storages.push_back(job);
-    plan_.placements.push_back(p);
+    plan_.residency.push_back(p);
   }
 
   const ByteSource& source_;
   const Container* container_;
   const bool share_segments_;
   LoadPlan& plan_;
-  std::array<absl::flat_hash_map<std::string_view, uint32_t>, kNumPlacements> by_key_;
-  std::array<absl::flat_hash_map<uint64_t, uint32_t>, kNumPlacements> by_segment_;
-  std::array<std::vector<uint32_t>, kNumPlacements> by_entry_;          // Entry -> storage.
-  std::array<std::vector<uint32_t>, kNumPlacements> by_segment_index_;  // Segment -> storage.
+  std::array<absl::flat_hash_map<std::string_view, uint32_t>, kNumResidencies> by_key_;
+  std::array<absl::flat_hash_map<uint64_t, uint32_t>, kNumResidencies> by_segment_;
+  std::array<std::vector<uint32_t>, kNumResidencies> by_entry_;          // Entry -> storage.
+  std::array<std::vector<uint32_t>, kNumResidencies> by_segment_index_;  // Segment -> storage.
 };
 
 // Plans the weights of the manifests, one entry at a time.
@@ -228,8 +228,8 @@ class WeightPlanner {
       return absl::OkStatus();
     }
     if (!wanted_.empty()) found_.insert(e.fqn);
-    const Placement p =
-        e.device_type == kDeviceTypeCpu && !device_is_host_ ? Placement::kHost : Placement::kDevice;
+    const Residency p =
+        e.device_type == kDeviceTypeCpu && !device_is_host_ ? Residency::kHost : Residency::kDevice;
     const NamedDataEntry* named =
         container_ != nullptr && resolved != nullptr ? resolved->named : nullptr;
     PTD_ASSIGN_OR_RETURN(const uint32_t s,
@@ -273,7 +273,7 @@ absl::StatusOr<LoadPlan> PlanLoad(absl::Span<const ResolvedManifest> manifests, 
     StorageTable table(source, container, options.share_segments, &plan);
     table.Reserve(plan.source_keys.size());
     for (const std::string& key : plan.source_keys) {
-      PTD_RETURN_IF_ERROR(table.Add(key, Placement::kDevice).status());
+      PTD_RETURN_IF_ERROR(table.Add(key, Residency::kDevice).status());
     }
     return plan;
   }

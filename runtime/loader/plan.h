@@ -38,16 +38,15 @@ inline double SecondsSince(LoadClock::time_point t) {
   return std::chrono::duration<double>(LoadClock::now() - t).count();
 }
 
-// Where the plan binds a storage: to the load's device, or to plain host
-// memory (the storage of a CPU weight, device_type 0, on a device that is
-// not the host). Storages are kept apart per placement: a segment that a
-// CPU weight and a device weight share is loaded twice. The place stage
-// then decides each storage's Residency (the memory it ends up in): a
-// kDevice storage goes to device memory or, by a budget, to host memory
-// mapped for the device; on the host device it is plain host memory.
-enum class Placement : uint8_t { kDevice = 0, kHost = 1 };
-inline constexpr size_t kNumPlacements = 2;
-inline constexpr size_t IndexOf(Placement p) { return static_cast<size_t>(p); }
+// Where the plan binds a storage, as a Residency (ptd/device.h): kDevice,
+// the load's device, or kHost, plain host memory (the storage of a CPU
+// weight, device_type 0, on a device that is not the host). Storages are
+// kept apart per residency: a segment that a CPU weight and a device weight
+// share is loaded twice. The place stage then settles each kDevice storage:
+// device memory or, by a budget, kMappedHost (host memory mapped for the
+// device); on the host device every storage is kHost.
+inline constexpr size_t kNumResidencies = 3;
+inline constexpr size_t IndexOf(Residency r) { return static_cast<size_t>(r); }
 
 // One distinct storage to load.
 struct StorageJob {
@@ -96,7 +95,7 @@ struct PlannedKey {
 struct LoadPlan {
   // The storages, in first-use (manifest) order, and each one's placement.
   std::vector<StorageJob> storages;
-  std::vector<Placement> placements;
+  std::vector<Residency> residency;
   std::vector<PlannedKey> keys;
   std::vector<PlannedWeight> weights;
   std::vector<PlannedRuntimeOwned> runtime_owned;

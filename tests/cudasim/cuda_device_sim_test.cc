@@ -92,6 +92,11 @@ TEST(CudaSimTest, ALoadOnCuda1NeverTouchesCuda0) {
     auto w = LoadWeights(paths, *gpu);
     ASSERT_TRUE(w.ok()) << w.status();
     got = Digests(*w, model);
+    // Each storage says which GPU holds it.
+    for (const LoadedStorage& s : w->storages()) {
+      EXPECT_EQ(s.device, DeviceKind::kCuda);
+      EXPECT_EQ(s.device_index, 1);
+    }
     for (const std::string& fqn : model.fqns) {
       const LoadedWeight* lw = w->Find(fqn);
       auto dense = (*gpu)->Materialize(w->storage(*lw).buffer, lw->view());

@@ -1,7 +1,7 @@
-// Placement by a device budget and fqn patterns (runtime/loader/placement.h),
+// Placement by a device budget and fqn patterns (runtime/loader/budget_split.h),
 // the byte sizes ptd-load parses for --device-budget, and the loader's
 // refusals that need no GPU.
-#include "runtime/loader/placement.h"
+#include "runtime/loader/budget_split.h"
 
 #include <cstdint>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "runtime/loader/placement.h"
+#include "runtime/loader/budget_split.h"
 
 #include <fnmatch.h>
 

@@ -3,8 +3,8 @@
 // (LoadOptions::device_budget_bytes, LoadOptions::host_fqns). Private to
 // ptd::loader; pure functions, so that the rules are tested without a
 // device.
-#ifndef PTD_RUNTIME_LOADER_PLACEMENT_H_
-#define PTD_RUNTIME_LOADER_PLACEMENT_H_
+#ifndef PTD_RUNTIME_LOADER_BUDGET_SPLIT_H_
+#define PTD_RUNTIME_LOADER_BUDGET_SPLIT_H_
 
 #include <cstdint>
 #include <memory>
@@ -25,7 +25,7 @@ namespace ptd::internal {
 // `*` and `?` match any characters, `/` and `.` included; `[...]` a set).
 bool MatchesAny(absl::Span<const std::string> patterns, std::string_view name);
 
-// The split of the storages bound for the device (Placement::kDevice, plan.h)
+// The split of the storages bound for the device (Residency::kDevice, plan.h)
 // between device memory and host memory mapped for it.
 struct BudgetPlacement {
   std::vector<bool> mapped;  // Per storage: to mapped host memory.
@@ -79,4 +79,4 @@ std::string DescribeBytes(uint64_t n);
 
 }  // namespace ptd::internal
 
-#endif  // PTD_RUNTIME_LOADER_PLACEMENT_H_
+#endif  // PTD_RUNTIME_LOADER_BUDGET_SPLIT_H_
