@@ -18,6 +18,7 @@
 # Environment: PTD_BENCH_DIR   where the model sets are written once and
 #                              reused (default build/bench-data; never in git)
 #              BUILD_DIR       build directory (default build)
+#              CMAKE_ARGS      extra configure flags (e.g. -DPTD_CUDA_ARCHITECTURES=90-real)
 #              PTD_BENCH_ARGS  extra flags for both suite binaries
 #                              (--big_mib=, --mid_mib=, --small_mib=,
 #                              --xfmr_mib=, --reps=, --cold=0, --verify=a,b,c,
@@ -88,7 +89,8 @@ if ((setup)); then
   "$root/scripts/setup.sh" --deps
 fi
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPTD_WERROR=ON >/dev/null
+# shellcheck disable=SC2086
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPTD_WERROR=ON ${CMAKE_ARGS:-} >/dev/null
 targets=(ptd_suite_bench ptd_pread_ceiling ptd-load ptd-verify)
 help=$(cmake --build "$build" --target help)
 for t in ptd_upstream_bench ptd_cuda_bench; do

@@ -94,6 +94,13 @@ __device__ __forceinline__ void TransposeBody(const W* __restrict__ src, W* __re
   }
 }
 
+// The threads of a block copy `n` words from `s` to `d`.
+template <typename W>
+__device__ __forceinline__ void ScatterCopy(const W* __restrict__ s, W* __restrict__ d,
+                                            uint64_t n) {
+  for (uint64_t j = threadIdx.x; j < n; j += blockDim.x) d[j] = s[j];
+}
+
 #endif  // !PTD_CUDA_PREBUILT_KERNELS
 
 constexpr int kScatterThreads = 256;
@@ -136,7 +143,18 @@ extern "C" __global__ void ptd_scatter(const uint8_t* __restrict__ src,
     const ScatterEntry e = table[i];
     const uint8_t* s = src + e.src_offset;
     uint8_t* d = dst_base + e.dst_offset;
-    for (uint64_t j = threadIdx.x; j < e.nbytes; j += blockDim.x) d[j] = s[j];
+    // The widest word that divides both offsets and the length (both bases
+    // are at least 64-byte aligned: device scratch, a storage).
+    const uint64_t all = e.src_offset | e.dst_offset | e.nbytes;
+    if (all % 8 == 0) {
+      ScatterCopy(reinterpret_cast<const uint64_t*>(s), reinterpret_cast<uint64_t*>(d),
+                  e.nbytes / 8);
+    } else if (all % 4 == 0) {
+      ScatterCopy(reinterpret_cast<const uint32_t*>(s), reinterpret_cast<uint32_t*>(d),
+                  e.nbytes / 4);
+    } else {
+      ScatterCopy(s, d, e.nbytes);
+    }
   }
 })
 #undef PTD_KERNEL_BODY

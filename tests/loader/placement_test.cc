@@ -1,8 +1,6 @@
 // Placement by a device budget and fqn patterns (runtime/loader/budget_split.h),
 // the byte sizes ptd-load parses for --device-budget, and the loader's
 // refusals that need no GPU.
-#include "runtime/loader/budget_split.h"
-
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -15,6 +13,7 @@
 #include "ptd/host_device.h"
 #include "ptd/loader.h"
 #include "ptd/testing/fault_device.h"
+#include "runtime/loader/budget_split.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 #include "verifier/cli_util.h"
