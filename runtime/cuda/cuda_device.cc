@@ -324,6 +324,20 @@ struct CudaDevice::Impl {
     stats.live_bytes -= nbytes;
   }
 
+  // A copy batch that failed at `call`: drains `stream` (nothing of it
+  // stays in flight), clears the error, takes back the batch's event, and
+  // returns the failure.
+  absl::Status FailCopy(cudaStream_t stream, cudaEvent_t event, cudaError_t error,
+                        const char* call) {
+    (void)cudaStreamSynchronize(stream);
+    (void)cudaGetLastError();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      free_events.push_back(event);
+    }
+    return internal::CudaStatus(error, call, index);
+  }
+
   // Frees a block of AllocateMappedMany. Nothing of ours is pending on it:
   // the file is read into it by the host, and Materialize and CopyToHost
   // finish before they return (NVIDIA documents no synchronization for
@@ -792,11 +806,7 @@ absl::StatusOr<std::vector<CopyTicket>> CudaDevice::CopyManyToDeviceAsync(
       impl_->next_stream.fetch_add(1, std::memory_order_relaxed) % impl_->copy_streams.size());
   cudaStream_t stream = impl_->copy_streams[stream_index];
   const auto fail = [&](cudaError_t error, const char* call) {
-    (void)cudaStreamSynchronize(stream);  // Nothing of the batch stays in flight.
-    (void)cudaGetLastError();
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->free_events.push_back(event);
-    return internal::CudaStatus(error, call, impl_->index);
+    return impl_->FailCopy(stream, event, error, call);
   };
   // Requests that follow each other in both source and destination (the
   // pieces of a packed read into one arena) go as one cudaMemcpyAsync: a
@@ -873,11 +883,7 @@ absl::StatusOr<std::vector<CopyTicket>> CudaDevice::ScatterToDeviceAsync(
       impl_->next_stream.fetch_add(1, std::memory_order_relaxed) % impl_->copy_streams.size());
   cudaStream_t stream = impl_->copy_streams[stream_index];
   const auto fail = [&](cudaError_t error, const char* call) {
-    (void)cudaStreamSynchronize(stream);  // Nothing of it stays in flight.
-    (void)cudaGetLastError();
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->free_events.push_back(event);
-    return internal::CudaStatus(error, call, impl_->index);
+    return impl_->FailCopy(stream, event, error, call);
   };
   // One copy of the block (the bytes and the table), then the kernel that
   // moves each piece, in stream order, then the event.

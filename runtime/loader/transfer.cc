@@ -32,6 +32,17 @@ std::pair<std::vector<uint32_t>, std::vector<uint32_t>> SplitByLocation(
   return {std::move(located), std::move(unlocated)};
 }
 
+// Runs `work` on `n` threads (at least one), the calling thread one of them.
+template <typename F>
+void RunOnThreads(size_t n, const F& work) {
+  n = std::max<size_t>(1, n);
+  std::vector<std::thread> threads;
+  threads.reserve(n - 1);
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+}
+
 }  // namespace
 
 ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
@@ -474,12 +485,7 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
       }
     }
   };
-  const size_t n = std::max<size_t>(1, std::min(options_.threads, plan.items.size()));
-  std::vector<std::thread> threads;
-  threads.reserve(n - 1);
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
+  RunOnThreads(std::min(options_.threads, plan.items.size()), work);
   return error;
 }
 
@@ -537,13 +543,9 @@ absl::Status Transfer::RunGds(Device& device, const ReadPlan& plan) {
       done[i] = 1;
     }
   };
-  const size_t n = std::max<size_t>(1, std::min(options_.threads, plan.items.size()));
-  std::vector<std::thread> threads;
-  threads.reserve(n - 1);
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
+  RunOnThreads(std::min(options_.threads, plan.items.size()), work);
   PTD_RETURN_IF_ERROR(error);
+  if (std::find(done.begin(), done.end(), 0) == done.end()) return absl::OkStatus();
   ReadPlan rest{.pieces = plan.pieces, .max_item_bytes = plan.max_item_bytes};
   for (size_t i = 0; i < plan.items.size(); ++i) {
     if (!done[i]) rest.items.push_back(plan.items[i]);
