@@ -79,14 +79,18 @@ pip_install() {
 # The Python tools first: installing numpy after executorch makes pip list
 # every dependency executorch was installed without. nanobind,
 # scikit-build-core, numpy, pytest and safetensors (the interop tests), for
-# the Python module below. Without PyPI this prints a note and goes on.
+# the Python module below; model_signing and pyopenssl (OpenSSF model signing's
+# reference implementation, which the signing interop tests check against:
+# python/tests/test_signing.py). Without PyPI this prints a note and goes on.
 python_tools_ok=0
 if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
   if [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
     echo "setup: note: python3 -m venv $venv failed; the Python module is not installed" >&2
-  elif "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest, safetensors" \
+  elif "$venv/bin/python" -c \
+         "import nanobind, scikit_build_core, numpy, pytest, safetensors, model_signing, OpenSSL" \
          2>/dev/null ||
-       pip_install --timeout 20 --retries 1 nanobind scikit-build-core numpy pytest safetensors; then
+       pip_install --timeout 20 --retries 1 nanobind scikit-build-core numpy pytest safetensors \
+         model_signing pyopenssl; then
     python_tools_ok=1
   else
     echo "setup: note: could not pip-install nanobind, scikit-build-core, numpy, pytest," \

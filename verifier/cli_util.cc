@@ -439,4 +439,33 @@ void ProgressBar::Erase() {
   shown_ = false;
 }
 
+void AddSignatureFlags(CLI::App& app, SignatureOptions* options) {
+  auto* sig = app.add_option("--signature", options->signature,
+                             "a model_signing signature (Sigstore bundle, e.g. model.sig) of the "
+                             "model's folder: check it and every file's digest (A1-A7)")
+                  ->type_name("FILE");
+  auto* key = app.add_option("--public-key", options->public_key,
+                             "with --signature: the signer's EC public key (PEM)")
+                  ->type_name("PEM");
+  auto* chain = app.add_option("--certificate-chain", options->certificate_chain,
+                               "with --signature: the certificates you trust (PEM); the "
+                               "signing certificate must chain to them")
+                    ->type_name("PEM");
+  auto* dir = app.add_option("--model-dir", options->model_dir,
+                             "with --signature: the signed folder (default: the .ptd's folder)")
+                  ->type_name("DIR");
+  key->excludes(chain);
+  key->needs(sig);
+  chain->needs(sig);
+  dir->needs(sig);
+}
+
+std::optional<std::string> CheckSignatureFlags(const SignatureOptions& options) {
+  if (options.enabled() && options.public_key.empty() && options.certificate_chain.empty()) {
+    return "--signature needs --public-key or --certificate-chain (the trust material is never "
+           "taken from the signature file)";
+  }
+  return std::nullopt;
+}
+
 }  // namespace ptd::cli

@@ -16,6 +16,7 @@
 
 #include "CLI/CLI.hpp"
 
+#include "ptd/model_signature.h"
 #include "ptd/verify.h"
 #include "runtime/verify/verify_json.h"
 
@@ -121,6 +122,13 @@ void SetUp(CLI::App& app, const std::string& version, bool malloc_lines = false)
 // standalone manifest may have ("a standalone ETCUDAFQN0 or ETCUDAFQN3
 // manifest").
 std::string ManifestFlagHelp();
+
+// --signature, --public-key, --certificate-chain and --model-dir into
+// `options` (a signed model: ptd/model_signature.h). Call CheckSignatureFlags
+// after parsing: a usage error (exit code 2) when a key or chain is missing,
+// or given without --signature.
+void AddSignatureFlags(CLI::App& app, SignatureOptions* options);
+std::optional<std::string> CheckSignatureFlags(const SignatureOptions& options);
 
 // Parses the command line into `app`'s options: nullopt to go on, else the
 // exit code after help or version on stdout (checked, like every write), 0,

@@ -39,6 +39,7 @@
 #include "ptd/verify.h"
 #include "runtime/internal/strings.h"
 #include "runtime/loader/io_report_json.h"
+#include "runtime/signing/signature_report_json.h"
 #include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
 #ifdef PTD_HAVE_CUDA
@@ -113,6 +114,7 @@ struct Args {
   size_t threads = ptd::kDefaultLoadThreads;
   int repeat = 1;
   bool json_out = false, digest = false, map_file = false, all_rows = false, share_segments = false;
+  ptd::SignatureOptions signature;
 
   bool has_manifest() const { return manifest || pte; }
   // --device-budget or --host-fqn: a placed load.
@@ -210,7 +212,12 @@ std::optional<int> Parse(int argc, char** argv, Args* a) {
   app.add_flag("--digest", a->digest,
                "add sha256 of each weight, from the loaded memory; on a CUDA device also "
                "check each weight's dense copy made on the GPU against it");
+  ptd::cli::AddSignatureFlags(app, &a->signature);
   if (const std::optional<int> rc = ptd::cli::ParseCommandLine(app, argc, argv)) return rc;
+  if (const std::optional<std::string> bad = ptd::cli::CheckSignatureFlags(a->signature)) {
+    std::cerr << "ptd-load: " << *bad << "\n";
+    return 2;
+  }
   if (!budget_text.empty()) {
     uint64_t n = 0;
     (void)ptd::cli::ParseByteSize(budget_text, &n);  // Checked when parsed.
@@ -333,7 +340,8 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
                       .host_fqns = a.host_fqns,
                       .verify_s = verify_s,
                       .share_segments = a.share_segments,
-                      .io = *ptd::ParseIoMode(a.io)};
+                      .io = *ptd::ParseIoMode(a.io),
+                      .signature = a.signature};
   ptd::cli::ProgressBar bar;
   if (::isatty(STDERR_FILENO) != 0) {
     lo.progress = [&bar](uint64_t done, uint64_t total) { return bar.Update(done, total); };
@@ -356,19 +364,45 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
   return absl::OkStatus();
 }
 
-// A load that failed after verification: I2, exit code 2.
+// The rule of a signed load's failure (A1-A7), when it is one.
+std::optional<std::string> SignatureRule(const absl::Status& s) {
+  const absl::string_view m = s.message();
+  const std::optional<std::string_view> rule =
+      ptd::RuleOfMessage(std::string_view(m.data(), m.size()));
+  if (!rule || rule->front() != 'A') return std::nullopt;
+  return std::string(*rule);
+}
+
+// A load that failed after verification: I2, exit code 2; a signed load
+// that broke an A-rule: that rule, exit code 1.
 int LoadFailed(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Device& device,
                const absl::Status& s) {
+  const std::optional<std::string> rule = SignatureRule(s);
   if (a.json_out) {
     json j = ptd::VerifyJson(outcome, ptd::JsonExtras{.names = ptd::cli::ToolInputNames()});
     j["device"] = DeviceJson(device);
     j["ok"] = false;
     j["error"] = std::string(s.message());
-    j["errors"].push_back(LoadErrorJson(s, a.ptd_path));
+    if (rule) {
+      ptd::Diagnostic d;
+      d.rule = *rule;
+      d.code = s.code();
+      d.message = std::string(s.message());
+      d.file = a.signature.signature;
+      j["errors"].push_back(ptd::DiagnosticJson(d));
+      ptd::SignatureReport r;
+      r.checked = true;
+      r.signature = a.signature.signature;
+      r.model_dir = ptd::SignedModelDir(a.signature, a.ptd_path);
+      (void)r.Fail(s);
+      j["signature"] = ptd::internal::SignatureReportJson(r);
+    } else {
+      j["errors"].push_back(LoadErrorJson(s, a.ptd_path));
+    }
     ptd::cli::WriteOut(ptd::DumpJson(j));
   }
   std::cerr << "ptd-load: " << s.message() << "\n";
-  return 2;
+  return rule ? 1 : 2;
 }
 
 // What one listed weight or key got from the load, by its index in the
@@ -581,6 +615,7 @@ int ReportJson(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
   json& j = ptd::cli::KeepUntilExit(ptd::VerifyJson(outcome, extras));
   j["device"] = DeviceJson(device);
   j["load"] = StatsJson(a, st, loads.huge_page_bytes);
+  if (st.signature.checked) j["signature"] = ptd::internal::SignatureReportJson(st.signature);
   j["runtime_owned"] = RuntimeOwnedJson(w);
   const ptd::LoadTimings& t = w.timings();  // The verification included.
   j["timings"] = json{{"verify_s", t.verify_s},
@@ -652,6 +687,9 @@ void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
                              : std::string(),
                   "\n");
   IoLine(st.io, out);
+  if (st.signature.checked) {
+    absl::StrAppend(out, "  ", ptd::internal::SignatureReportLine(st.signature), "\n");
+  }
   // Only with --device-budget or --host-fqn: the report of a plain load
   // keeps its lines.
   if (!a.placing()) return;

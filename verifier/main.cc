@@ -84,7 +84,12 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
                "ends the run with exit 2)")
       ->excludes(pread_flag);
 
+  ptd::cli::AddSignatureFlags(app, &options.signature);
   if (const std::optional<int> rc = ptd::cli::ParseCommandLine(app, argc, argv)) return rc;
+  if (const std::optional<std::string> bad = ptd::cli::CheckSignatureFlags(options.signature)) {
+    std::cerr << "ptd-verify: " << *bad << "\n";
+    return 2;
+  }
   if (!manifest->empty()) options.manifest_path = manifest->as<std::string>();
   if (!pte->empty()) options.pte_path = pte->as<std::string>();
   if (!sm_opt->empty()) options.sm = sm;

@@ -78,6 +78,7 @@
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
 #include "ptd/manifest.h"
+#include "ptd/model_signature.h"
 #include "ptd/view_geometry.h"
 #include "ptd/weight_bundle.h"
 
@@ -245,6 +246,15 @@ struct LoadOptions {
   // ExecuTorch NamedDataMap) are read as they always are; kDirect or kGds
   // then report a fallback.
   IoMode io = IoMode::kAuto;
+  // A signed model (OpenSSF model signing; ptd/model_signature.h): when
+  // signature.enabled(), the load checks the signature against the trust
+  // material (A1-A3, A7), the folder against the signature (A4, A6), hashes
+  // every other file of the folder, and hashes the .ptd on the same reads
+  // that load it (A5): no byte of it is read twice, the shards' digests on
+  // the reader threads. Any broken rule fails the load, which then hands
+  // out nothing (its memory is freed). LoadStats::signature says what ran.
+  // Needs a source that reads a file (LoadWeights of paths or a bundle).
+  SignatureOptions signature;
 };
 
 // Seconds per phase. read is the wall time of the transfer phase, in which
@@ -305,6 +315,8 @@ struct LoadStats {
   PlacementStats placed_host;
   // The read engines that ran (LoadOptions::io).
   IoReport io;
+  // The signature check (LoadOptions::signature); checked false without.
+  SignatureReport signature;
 
   const PlacementStats& placed(Residency r) const {
     return r == Residency::kDevice       ? placed_device

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 
+#include "ptd/model_signature.h"
 #include "ptd/report.h"
 #include "ptd/weight_bundle.h"
 #include "ptd/weight_stats.h"
@@ -37,6 +38,13 @@ inline constexpr uint64_t kDefaultDigestLimit = uint64_t{1} << 30;
 
 struct VerifyOptions {
   std::string ptd_path;
+  // A signed model (ptd/model_signature.h): when signature.enabled(), the
+  // signature, the folder and every file in it are checked too (A1-A7), the
+  // files hashed signature_threads at a time (0: one per core). A broken
+  // A-rule is an error of the report (exit code 1); VerifyOutcome::signature
+  // says what ran.
+  SignatureOptions signature;
+  size_t signature_threads = 0;
   std::optional<std::string> manifest_path;
   std::optional<std::string> pte_path;
   std::optional<uint32_t> sm;
@@ -163,6 +171,8 @@ struct VerifyOutcome {
   // the first decides exit code 2. Their errors follow the report's.
   std::vector<InputError> io_errors;
   std::vector<InputHint> hints;
+  // The signature check (VerifyOptions::signature); checked false without.
+  SignatureReport signature;
   // The bundle that was verified (null when the inputs could not be
   // opened): a caller that goes on to load uses it (LoadWeights(bundle,
   // ...)) instead of opening and verifying the files again.

@@ -105,6 +105,8 @@ class WeightBundle {
   const std::vector<SourcedManifest>& manifests() const { return *manifests_; }
   // The resolved weights, parallel to manifests(); absent without manifests.
   const std::optional<WeightSet>& weights() const { return weights_; }
+  // The standalone manifest file's path, when one was given.
+  const std::optional<std::string>& manifest_path() const { return manifest_path_; }
   // Set when an input could not be read (not a rule violation).
   const std::optional<absl::Status>& io_error() const { return io_error_; }
 
@@ -121,6 +123,7 @@ class WeightBundle {
   std::unique_ptr<std::vector<SourcedManifest>> manifests_;
   std::optional<WeightSet> weights_;
   std::optional<absl::Status> io_error_;
+  std::optional<std::string> manifest_path_;
 };
 
 }  // namespace ptd

@@ -13,6 +13,7 @@
 #include "runtime/loader/assemble.h"
 #include "runtime/loader/place.h"
 #include "runtime/loader/plan.h"
+#include "runtime/loader/signed_load.h"
 #include "runtime/loader/transfer.h"
 
 namespace ptd {
@@ -65,7 +66,8 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests,
                                    const ByteSource& source, const Container* container,
                                    std::shared_ptr<Device> device, const LoadOptions& options,
                                    Clock::time_point start, double verify_s,
-                                   std::shared_ptr<const void> keep = nullptr) {
+                                   std::shared_ptr<const void> keep = nullptr,
+                                   absl::Span<const std::string> other_paths = {}) {
   if (device == nullptr) return absl::InvalidArgumentError("LoadWeights: no device");
   if (all_keys && !options.fqns.empty()) {
     // Weights are named by a manifest; loading every key instead would be a
@@ -80,6 +82,10 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests,
   timings.verify_s = verify_s;
 
   const auto plan_t0 = Clock::now();
+  // A signed model: the signature, the folder and its other files first.
+  PTD_ASSIGN_OR_RETURN(
+      std::unique_ptr<internal::SignedLoad> signed_load,
+      internal::BeginSignedLoad(options, source, other_paths, &result.stats().signature));
   PTD_ASSIGN_OR_RETURN(internal::LoadPlan plan, internal::PlanLoad(manifests, all_keys, source,
                                                                    container, *device, options));
   PTD_ASSIGN_OR_RETURN(internal::PlacedStorages placed,
@@ -101,7 +107,7 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests,
   std::optional<double> first_complete_s;
   PTD_RETURN_IF_ERROR(internal::TransferStorages(source, *device, options, start, plan.total_bytes,
                                                  &plan.storages, &placed, &result.stats(), &timings,
-                                                 &first_complete_s));
+                                                 &first_complete_s, signed_load.get()));
 
   result.Assemble(manifests, all_keys, std::move(plan), std::move(placed), std::move(keep));
   return result.Finish(start, first_complete_s);
@@ -148,8 +154,11 @@ absl::StatusOr<LoadedWeights> LoadBundle(const WeightBundle& bundle, std::shared
   // only without manifests.
   absl::Span<const ResolvedManifest> manifests;
   if (bundle.weights()) manifests = bundle.weights()->manifests();
+  std::vector<std::string> other_paths;
+  if (bundle.program() != nullptr) other_paths.push_back(bundle.program()->path());
+  if (bundle.manifest_path()) other_paths.push_back(*bundle.manifest_path());
   return Load(manifests, manifests.empty(), *source, c, std::move(device), options, start, verify_s,
-              std::move(keep));
+              std::move(keep), other_paths);
 }
 
 }  // namespace

@@ -184,6 +184,12 @@ void ReadEngine::AddFallback(IoMode from, IoMode to, std::string reason) {
 }
 
 absl::Status ReadEngine::Read(uint64_t offset, absl::Span<uint8_t> dst) {
+  absl::Status st = ReadUnhashed(offset, dst);
+  if (st.ok() && hasher_ != nullptr) st = hasher_->Feed(offset, dst.data(), dst.size());
+  return st;
+}
+
+absl::Status ReadEngine::ReadUnhashed(uint64_t offset, absl::Span<uint8_t> dst) {
   const bool drop_if_cold = requested_ == IoMode::kDirect || requested_ == IoMode::kGds;
   if (direct_ == nullptr || choice_ == Choice::kBuffered ||
       direct_failed_.load(std::memory_order_relaxed)) {

@@ -34,6 +34,7 @@
 #include "ptd/device.h"
 #include "ptd/loader.h"
 #include "runtime/io/direct_file.h"
+#include "runtime/signing/file_hasher.h"
 
 namespace ptd::internal {
 
@@ -73,6 +74,10 @@ class ReadEngine {
   // always buffered).
   void CountUnlocated(uint64_t bytes) { buffered_.fetch_add(bytes, std::memory_order_relaxed); }
 
+  // Every successful Read hands its bytes to `hasher` (a signed load's),
+  // whose error fails the read. Set before the reads start.
+  void set_hasher(SignedFileHasher* hasher) { hasher_ = hasher; }
+
   // The report of every read so far.
   IoReport Report() const;
 
@@ -82,6 +87,7 @@ class ReadEngine {
   // Choice::kPerRange: whether [offset, offset + len) was mostly cached
   // when the load began.
   bool WasWarm(uint64_t offset, uint64_t len) const;
+  absl::Status ReadUnhashed(uint64_t offset, absl::Span<uint8_t> dst);
   absl::Status ReadBuffered(uint64_t offset, absl::Span<uint8_t> dst, bool drop_if_cold);
   // The direct read of an aligned range into dst (through the calling
   // thread's aligned buffer when dst is not aligned).
@@ -108,6 +114,7 @@ class ReadEngine {
   std::vector<uint8_t> warm_chunks_;
   uint64_t chunk_ = 0;
   std::string choice_text_;
+  SignedFileHasher* hasher_ = nullptr;
 };
 
 }  // namespace ptd::internal

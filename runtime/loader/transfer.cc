@@ -234,6 +234,46 @@ ReadPlan PlanAlignedReads(const std::vector<StorageJob>& storages, absl::Span<co
   return plan;
 }
 
+ReadPlan SplitPlanAt(const ReadPlan& plan, uint64_t step, uint64_t alignment) {
+  ReadPlan out;
+  out.items.reserve(plan.items.size());
+  out.pieces.reserve(plan.pieces.size());
+  for (const ReadItem& item : plan.items) {
+    // The cuts inside (offset, offset + nbytes).
+    std::vector<uint64_t> cuts{0};
+    if (item.located && !item.packed && step != 0) {
+      for (uint64_t b = (item.offset / step + 1) * step; b < item.offset + item.nbytes; b += step) {
+        if (item.aligned && alignment != 0 && (b - item.offset) % alignment != 0) continue;
+        cuts.push_back(b - item.offset);
+      }
+    }
+    cuts.push_back(item.nbytes);
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const uint64_t lo = cuts[c], hi = cuts[c + 1];
+      ReadItem part = item;
+      part.offset = item.offset + lo;
+      part.nbytes = hi - lo;
+      part.first_piece = static_cast<uint32_t>(out.pieces.size());
+      part.num_pieces = 0;
+      for (uint32_t k = 0; k < item.num_pieces; ++k) {
+        const Piece& p = plan.pieces[item.first_piece + k];
+        const uint64_t a = std::max(p.src_offset, lo);
+        const uint64_t b = std::min(p.src_offset + p.nbytes, hi);
+        if (a >= b && !(p.nbytes == 0 && p.src_offset >= lo && p.src_offset < hi)) continue;
+        out.pieces.push_back(Piece{.storage = p.storage,
+                                   .dst_offset = p.dst_offset + (a - p.src_offset),
+                                   .src_offset = a - lo,
+                                   .nbytes = b > a ? b - a : 0});
+        ++part.num_pieces;
+      }
+      if (part.num_pieces == 0) continue;  // Padding only: nothing to read.
+      out.max_item_bytes = std::max(out.max_item_bytes, part.nbytes);
+      out.items.push_back(part);
+    }
+  }
+  return out;
+}
+
 Transfer::Transfer(const ByteSource& source, ReadEngine& engine, std::vector<StorageJob>* storages,
                    const LoadOptions& options, Clock::time_point start, uint64_t total_bytes)
     : source_(source),
@@ -395,6 +435,18 @@ constexpr uint64_t kScratchBytes = uint64_t{1} << 20;
 
 absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   if (plan.items.empty()) return absl::OkStatus();
+  // The items a thread takes at once: one, or with a "shards" hasher, those
+  // of one shard (in file order, so that it hashes them as it reads them).
+  std::vector<size_t> groups{0};
+  for (size_t i = 1; i < plan.items.size(); ++i) {
+    const ReadItem& a = plan.items[i - 1];
+    const ReadItem& b = plan.items[i];
+    if (hasher_ == nullptr || !hasher_->sharded() || !a.located || !b.located ||
+        hasher_->StreamOf(a.offset) != hasher_->StreamOf(b.offset)) {
+      groups.push_back(i);
+    }
+  }
+  groups.push_back(plan.items.size());
   std::atomic<size_t> next{0};
   std::atomic<bool> stop{false};
   std::mutex error_mu;
@@ -442,9 +494,12 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
       }
       // Pieces lie in the order of their bytes in the file (overlapping
       // ones included): [a, b) spans [lo, hi) of the item.
+      uint64_t prev_hi = 0;
       for (uint32_t a = 0; a < item.num_pieces;) {
         const Piece& pa = plan.pieces[item.first_piece + a];
-        const uint64_t lo = pa.src_offset;
+        // A signed load hashes what it reads: the parts then cover the
+        // item back to back, padding included, as the hasher expects.
+        const uint64_t lo = hasher_ != nullptr ? std::min(prev_hi, pa.src_offset) : pa.src_offset;
         uint64_t hi = pa.src_offset + pa.nbytes;
         uint32_t b = a + 1;
         for (; b < item.num_pieces; ++b) {
@@ -466,26 +521,30 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
           std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch + (p.src_offset - lo),
                       p.nbytes);
         }
+        prev_hi = hi;
         a = b;
       }
       return absl::OkStatus();
     };
     while (!stop.load(std::memory_order_relaxed)) {
-      const size_t i = next.fetch_add(1);
-      if (i >= plan.items.size()) return;
-      const ReadItem& item = plan.items[i];
-      absl::Status st = Prepare(device, plan, item);
-      if (st.ok()) st = read(item);
-      if (st.ok()) st = Complete(plan, item);
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (error.ok()) error = st;
-        stop = true;
-        return;
+      const size_t g = next.fetch_add(1);
+      if (g + 1 >= groups.size()) return;
+      for (size_t i = groups[g]; i < groups[g + 1] && !stop.load(std::memory_order_relaxed); ++i) {
+        const ReadItem& item = plan.items[i];
+        absl::Status st = Prepare(device, plan, item);
+        if (st.ok()) st = read(item);
+        if (st.ok()) st = Complete(plan, item);
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (error.ok()) error = st;
+          stop = true;
+          if (hasher_ != nullptr) hasher_->Abort();
+          return;
+        }
       }
     }
   };
-  RunOnThreads(std::min(options_.threads, plan.items.size()), work);
+  RunOnThreads(std::min(options_.threads, groups.size() - 1), work);
   return error;
 }
 
@@ -599,14 +658,52 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
                               Transfer::Clock::time_point start, uint64_t total_bytes,
                               std::vector<StorageJob>* storages, PlacedStorages* placed,
                               LoadStats* stats, LoadTimings* timings,
-                              std::optional<double>* first_complete_s) {
+                              std::optional<double>* first_complete_s,
+                              SignedLoad* signed_load) {
   const auto read_t0 = Transfer::Clock::now();
   ReadEngine engine(source, options.io, device);
   Transfer transfer(source, engine, storages, options, start, total_bytes);
+  // A signed load hashes the .ptd on the reads of its one plan; a load of
+  // several plans run one after another (a device budget, host_fqns,
+  // mapped blocks) has the hasher read the file after it instead, as a
+  // stream could wait on bytes of a plan that has not started.
+  std::unique_ptr<SignedFileHasher> hasher;
+  if (signed_load != nullptr) {
+    hasher = std::make_unique<SignedFileHasher>(*signed_load->signature, *signed_load->entry,
+                                                *signed_load->file);
+    const size_t plans = (placed->to_device.empty() ? 0 : 1) + placed->mapped_blocks.size() +
+                         (placed->to_host.empty() ? 0 : 1);
+    signed_load->report->one_pass = plans <= 1;
+    if (plans <= 1) {
+      engine.set_hasher(hasher.get());
+      transfer.set_hasher(hasher.get());
+      if (engine.gds() != nullptr) {
+        engine.GdsFailed(absl::FailedPreconditionError(
+            "a signed load hashes the bytes as they are read, and GPUDirect Storage reads them "
+            "past the host"));
+      }
+    } else {
+      signed_load->report->one_pass_note =
+          "the load runs several plans (a device budget, host_fqns or mapped blocks): the .ptd "
+          "was hashed after it";
+    }
+  }
   const auto run = [&](Device& dev, absl::Span<const uint32_t> which, bool staged) {
     if (which.empty()) return absl::OkStatus();
-    const ReadPlan plan = PlanReadsFor(*storages, which, staged, options, engine);
-    return staged ? transfer.RunStaged(dev, plan) : transfer.RunDirect(dev, plan);
+    ReadPlan plan = PlanReadsFor(*storages, which, staged, options, engine);
+    if (signed_load != nullptr && signed_load->report->one_pass) {
+      if (signed_load->signature->sharded()) {
+        plan = SplitPlanAt(plan, signed_load->signature->shard_size(), ReadEngine::kAlignment);
+      }
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      for (const ReadItem& item : plan.items) {
+        if (item.located) ranges.emplace_back(item.offset, item.offset + item.nbytes);
+      }
+      hasher->ExpectReads(std::move(ranges));
+    }
+    absl::Status st = staged ? transfer.RunStaged(dev, plan) : transfer.RunDirect(dev, plan);
+    if (!st.ok() && hasher != nullptr) hasher->Abort();
+    return st;
   };
   const auto device_part = [&]() -> absl::Status {
     if (engine.gds() != nullptr && !placed->to_device.empty()) {
@@ -663,6 +760,18 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
   }
   if (st.ok() && !placed->to_host.empty()) st = run(*placed->host_device, placed->to_host, false);
   PTD_RETURN_IF_ERROR(st);
+  if (hasher != nullptr) {
+    // The .ptd's digests (and what the load did not read): A5.
+    SignatureReport& report = *signed_load->report;
+    const absl::Status signed_st = hasher->Finish(options.threads);
+    for (SignatureReport::File& f : report.files) {
+      if (f.read != "load") continue;
+      f.ok = signed_st.ok();
+      if (!signed_st.ok()) f.error = std::string(signed_st.message());
+    }
+    if (!signed_st.ok()) return report.Fail(signed_st);
+    report.verified = true;
+  }
   timings->read_s = SecondsSince(read_t0);
   transfer.AddTo(stats, timings);
   stats->io = engine.Report();

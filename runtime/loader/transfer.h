@@ -29,6 +29,7 @@
 #include "runtime/loader/place.h"
 #include "runtime/loader/plan.h"
 #include "runtime/loader/read_engine.h"
+#include "runtime/loader/signed_load.h"
 
 namespace ptd::internal {
 
@@ -96,6 +97,9 @@ class Transfer {
   // file, others through a per-thread buffer; `threads` workers, the caller
   // included. Each read's destinations go to device.PrepareWrite first, on
   // the reader's thread.
+  // With a signature hasher (set_hasher) of a "shards" signature, a thread
+  // takes all the items of one shard at a time (SplitPlanAt cuts them at
+  // shard boundaries), so that each shard is hashed in order on one thread.
   absl::Status RunDirect(Device& device, const ReadPlan& plan);
   // Through a ring of staging buffers of `device` (see loader.h): `threads`
   // reader threads fill slots (ring_slots, or threads + 2 when 0) while the
@@ -114,6 +118,10 @@ class Transfer {
   // file: LoadOptions::map_file) as Complete records a read: the first
   // weight, and progress, whose callback may cancel.
   absl::Status CompleteMapped(absl::Span<const uint32_t> which);
+
+  // The signed load's hasher, which the read engine feeds (RunDirect groups
+  // its items by the hasher's streams).
+  void set_hasher(SignedFileHasher* hasher) { hasher_ = hasher; }
 
   // Adds the reads, copies and bytes read, and the copy and wait time.
   void AddTo(LoadStats* stats, LoadTimings* timings) const;
@@ -163,6 +171,7 @@ class Transfer {
   std::atomic<uint64_t> reads_{0}, bytes_read_{0}, copies_{0}, copy_calls_{0},
       bytes_via_scratch_{0};
   double copy_s_ = 0, wait_s_ = 0;  // Caller thread only.
+  SignedFileHasher* hasher_ = nullptr;
 };
 
 // The transfer stage over what Place, MapFromFile and Allocate left: the
@@ -179,7 +188,13 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
                               Transfer::Clock::time_point start, uint64_t total_bytes,
                               std::vector<StorageJob>* storages, PlacedStorages* placed,
                               LoadStats* stats, LoadTimings* timings,
-                              std::optional<double>* first_complete_s);
+                              std::optional<double>* first_complete_s,
+                              SignedLoad* signed_load = nullptr);
+
+// `plan` with every located item that spans a multiple of `step` cut there
+// (its pieces with it), so that each item lies within one step; an aligned
+// item is cut only where `alignment` divides the cut.
+ReadPlan SplitPlanAt(const ReadPlan& plan, uint64_t step, uint64_t alignment);
 
 }  // namespace ptd::internal
 

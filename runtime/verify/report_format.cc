@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/signing/signature_report_json.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -314,6 +315,7 @@ std::string FormatText(const VerifyOutcome& o, const TextOptions& text) {
   std::string out = Verdict(o, errors.size());
   Diagnoses(o, errors, text, &out);
   ContainerLine(o.ptd, &out);
+  if (o.signature.checked) absl::StrAppend(&out, internal::SignatureReportLine(o.signature), "\n");
   bool truncated = KeyTable(o, text, &out);
   const auto sizes = SegmentSizes(o.ptd.keys);
   for (const VerifiedManifest& vm : o.manifests) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -198,6 +199,30 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
   return out;
 }
 
+namespace {
+// VerifyOptions::signature: a broken A-rule joins the report's errors; a
+// signature or key that cannot be read is an input error (exit code 2).
+void CheckSignature(const VerifyOptions& options, VerifyOutcome* out) {
+  std::vector<std::string> read_paths{options.ptd_path};
+  if (options.manifest_path) read_paths.push_back(*options.manifest_path);
+  if (options.pte_path) read_paths.push_back(*options.pte_path);
+  const size_t threads = options.signature_threads != 0
+                             ? options.signature_threads
+                             : std::max<size_t>(1, std::thread::hardware_concurrency());
+  const absl::Status st = VerifySignedModel(options.signature, read_paths, threads, &out->signature);
+  if (st.ok()) return;
+  const absl::string_view m = st.message();
+  const std::string_view message(m.data(), m.size());
+  if (const std::optional<std::string_view> rule = RuleOfMessage(message)) {
+    out->report.Error(std::string(*rule), st.code(),
+                      std::string(message.substr(0, message.size() - rule->size() - 3)),
+                      Where{.file = options.signature.signature});
+  } else {
+    out->io_errors.push_back({st, options.signature.signature});
+  }
+}
+}  // namespace
+
 VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sources) {
   VerifyOutcome out;
   out.options = options;
@@ -219,6 +244,7 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
     if (out.io_errors.empty()) out.io_errors.push_back(*std::move(read));
   }
   CutToListed(options, &out);
+  if (options.signature.enabled()) CheckSignature(options, &out);
 
   // A file given in the wrong place says what it looks like.
   const std::vector<Diagnostic> errors = out.Errors();

@@ -10,6 +10,7 @@
 
 #include "ptd/manifest.h"
 #include "runtime/verify/input_text.h"
+#include "runtime/signing/signature_report_json.h"
 
 namespace ptd {
 namespace {
@@ -227,6 +228,7 @@ json VerifyJson(const VerifyOutcome& out, const JsonExtras& extras) {
   j["errors"] = ErrorsJson(out, extras.names);
   j["warnings"] = WarningsJson(out);
   if (const InputError* e = out.io_error()) j["error"] = std::string(e->status.message());
+  if (out.signature.checked) j["signature"] = internal::SignatureReportJson(out.signature);
   return j;
 }
 

@@ -41,6 +41,7 @@ absl::StatusOr<BundleSources> OpenBundleSources(const BundlePaths& paths) {
 }
 
 void WeightBundle::ReadManifestFile(const FileSource& source, Report* report) {
+  manifest_path_ = source.name();
   const Where where{.file = source.name(), .source = std::string(kStandaloneManifestSource)};
   // The magic first: a file that is no manifest (a 100 GiB sparse file, a
   // .ptd) is M1/M2 from its first bytes, never read whole.

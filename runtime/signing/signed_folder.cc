@@ -1,0 +1,231 @@
+// CheckSignedFolder and VerifySignedModel: the signed folder against its
+// signature (A4, A5, A6), as the reference (model_signing 1.1.1) walks it:
+// - every path under the folder is looked at, ignored ones included: a
+//   symbolic link is refused unless the signature allows them, and so is
+//   anything that is neither a file nor a folder (a socket, a pipe);
+// - a file not ignored must be listed; a listed file must be there;
+// - under "shards", a file of 0 bytes has no shards (and is not listed).
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+#include "ptd/file_source.h"
+#include "ptd/model_signature.h"
+#include "runtime/internal/strings.h"
+
+namespace ptd {
+
+using internal::Sv;
+
+namespace {
+
+absl::Status RuleError(std::string_view rule, std::string what) {
+  return absl::DataLossError(absl::StrCat(what, " (", Sv(rule), ")"));
+}
+
+struct Task {
+  size_t file = 0;   // Into report->files (and `listed`).
+  size_t shard = 0;  // Into the signed file's shards.
+};
+
+}  // namespace
+
+absl::Status CheckSignedFolder(const ModelSignature& signature,
+                               absl::Span<const std::string> hashed_by_caller, size_t threads,
+                               SignatureReport* report) {
+  namespace fs = std::filesystem;
+  const fs::path dir(signature.model_dir());
+  const std::string where = absl::StrCat(signature.model_dir(), " (signed by ", signature.path(), ")");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat(signature.model_dir(), ": the signed model folder is not a folder"));
+  }
+  // ---- A6 (and the reference's refusals) over the folder's paths ----
+  std::vector<std::string> present;  // Files not ignored, by name.
+  std::vector<uint64_t> present_size;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const fs::directory_entry& e = *it;
+    const std::string rel = e.path().lexically_relative(dir).generic_string();
+    const fs::file_status ls = e.symlink_status(ec);
+    if (ec) break;
+    fs::file_status st = ls;
+    if (fs::is_symlink(ls)) {
+      if (!signature.allow_symlinks()) {
+        return report->Fail(RuleError(
+            "A6", absl::StrCat(where, ": '", rel,
+                               "' is a symbolic link, and the signature does not allow them "
+                               "(allow_symlinks false)")));
+      }
+      st = e.status(ec);
+      if (ec) {
+        return report->Fail(RuleError(
+            "A6", absl::StrCat(where, ": '", rel, "' is a symbolic link that does not resolve")));
+      }
+    }
+    if (fs::is_directory(st)) continue;
+    if (!fs::is_regular_file(st)) {
+      return report->Fail(RuleError(
+          "A6", absl::StrCat(where, ": '", rel, "' is neither a file nor a folder")));
+    }
+    if (signature.Ignores(rel)) continue;
+    const uint64_t size = fs::file_size(e.path(), ec);
+    if (ec) break;
+    if (signature.Find(rel) == nullptr) {
+      if (signature.sharded() && size == 0) continue;  // No shards to list.
+      return report->Fail(RuleError(
+          "A6", absl::StrCat(where, ": '", rel,
+                             "' is in the folder but the signature neither lists nor ignores it")));
+    }
+    present.push_back(rel);
+    present_size.push_back(size);
+  }
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat(signature.model_dir(), ": cannot list the signed folder: ", ec.message()));
+  }
+  // ---- A4: every listed file is there, its shards cover it ----
+  report->files.clear();
+  std::vector<const SignedFile*> listed;
+  for (const SignedFile& f : signature.files()) {
+    const auto p = std::find(present.begin(), present.end(), f.name);
+    if (p == present.end()) {
+      return report->Fail(RuleError(
+          "A4", absl::StrCat(where, ": '", f.name, "' is signed but not in the folder")));
+    }
+    const uint64_t size = present_size[static_cast<size_t>(p - present.begin())];
+    if (const std::optional<uint64_t> signed_size = f.size(); signed_size && *signed_size != size) {
+      return report->Fail(RuleError(
+          "A4", absl::StrCat(where, ": '", f.name, "' is ", size, " bytes, its signed shards cover ",
+                             *signed_size)));
+    }
+    const bool by_caller =
+        std::find(hashed_by_caller.begin(), hashed_by_caller.end(), f.name) != hashed_by_caller.end();
+    report->files.push_back(SignatureReport::File{
+        .name = f.name, .bytes = size, .read = by_caller ? "load" : "apart", .ok = false, .error = {}});
+    listed.push_back(&f);
+  }
+  // ---- A5: hash what the caller does not ----
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (report->files[i].read == "load") continue;
+    for (size_t k = 0; k < listed[i]->shards.size(); ++k) tasks.push_back(Task{.file = i, .shard = k});
+  }
+  std::vector<std::atomic<size_t>> bad_shards(listed.size());
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  absl::Status first;  // Guarded by mu: the first error in task order.
+  size_t first_task = tasks.size();
+  const auto work = [&] {
+    std::vector<uint8_t> buf(size_t{1} << 20);
+    for (;;) {
+      const size_t t = next.fetch_add(1);
+      if (t >= tasks.size()) return;
+      const Task& task = tasks[t];
+      const SignedFile& f = *listed[task.file];
+      const SignedFile::Shard& shard = f.shards[task.shard];
+      const std::string path = (dir / f.name).string();
+      absl::Status st;
+      auto file = OpenPreadFile(path);
+      if (!file.ok()) {
+        st = file.status();
+      } else {
+        const uint64_t end = std::min((*file)->size(), shard.end);
+        SignatureDigest d(signature.hash());
+        for (uint64_t off = shard.start; off < end && st.ok();) {
+          const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), end - off));
+          st = (*file)->ReadAt(off, absl::MakeSpan(buf.data(), n));
+          d.Update(buf.data(), n);
+          off += n;
+        }
+        if (st.ok() && d.Finish() != shard.digest) {
+          st = RuleError(
+              "A5", signature.sharded()
+                        ? absl::StrCat(path, ": bytes ", shard.start, ":", shard.end,
+                                       " do not hash to the signed ",
+                                       Sv(SignatureHashName(signature.hash())), " digest of shard '",
+                                       f.name, ":", shard.start, ":", shard.end, "'")
+                        : absl::StrCat(path, ": the file does not hash to its signed ",
+                                       Sv(SignatureHashName(signature.hash())), " digest"));
+        }
+      }
+      if (!st.ok()) {
+        bad_shards[task.file].fetch_add(1);
+        std::lock_guard<std::mutex> lock(mu);
+        if (t < first_task) {
+          first_task = t;
+          first = st;
+        }
+        if (report->files[task.file].error.empty()) {
+          report->files[task.file].error = std::string(st.message());
+        }
+      }
+    }
+  };
+  const size_t n = std::max<size_t>(1, std::min(threads, tasks.size()));
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < n; ++i) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
+  work();
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (report->files[i].read == "apart") report->files[i].ok = bad_shards[i].load() == 0;
+  }
+  if (!first.ok()) return report->Fail(first);
+  return absl::OkStatus();
+}
+
+void DescribeSignature(const ModelSignature& s, SignatureReport* report) {
+  report->method = std::string(s.method());
+  report->serialization = std::string(s.serialization());
+  report->hash = std::string(SignatureHashName(s.hash()));
+  report->shard_size = s.shard_size();
+}
+
+absl::Status CheckSignatureCovers(const ModelSignature& signature,
+                                  absl::Span<const std::string> read_paths,
+                                  SignatureReport* report) {
+  for (const std::string& path : read_paths) {
+    const std::optional<std::string> name = signature.RelativeName(path);
+    if (!name || signature.Find(*name) == nullptr) {
+      return report->Fail(RuleError(
+          "A4", absl::StrCat(path, ": read, but not covered by the signature ", signature.path(),
+                             name ? absl::StrCat(" (it lists no '", *name, "')")
+                                  : absl::StrCat(" (outside the signed folder ",
+                                                 signature.model_dir(), ")"))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VerifySignedModel(const SignatureOptions& options,
+                               absl::Span<const std::string> read_paths, size_t threads,
+                               SignatureReport* report) {
+  SignatureReport local;
+  SignatureReport& r = report != nullptr ? *report : local;
+  r.checked = true;
+  r.signature = options.signature;
+  r.model_dir = SignedModelDir(options, read_paths.empty() ? "" : read_paths[0]);
+  absl::StatusOr<ModelSignature> sig = ModelSignature::Open(options, r.model_dir);
+  if (!sig.ok()) return r.Fail(sig.status());
+  DescribeSignature(*sig, &r);
+  absl::Status st = CheckSignatureCovers(*sig, read_paths, &r);
+  if (st.ok()) st = CheckSignedFolder(*sig, {}, threads, &r);
+  if (!st.ok()) return st;
+  r.verified = true;
+  return absl::OkStatus();
+}
+
+}  // namespace ptd
