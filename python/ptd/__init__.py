@@ -266,13 +266,24 @@ def verify(
     sm: Optional[int] = None,
     digest: bool = False,
     digest_limit: int = DEFAULT_DIGEST_LIMIT,
+    signature: Optional[PathLike] = None,
+    public_key: Optional[PathLike] = None,
+    certificate_chain: Optional[PathLike] = None,
+    model_dir: Optional[PathLike] = None,
 ) -> Report:
     """Checks every rule over a .ptd and optionally a standalone manifest and/or
     a .pte, as `ptd-verify` does. A file that breaks a rule gives a Report (not
     an exception); a file that cannot be read raises OSError (FileNotFoundError
     when missing). `sm` reports the variant each manifest would run; `digest`
     adds SHA-256 of each key's bytes and each view's elements. The GIL is
-    released while it runs."""
+    released while it runs.
+
+    `signature` (a model_signing signature file, e.g. "model.sig") checks the
+    signed model folder too (`model_dir`, by default the .ptd's folder): the
+    signature against `public_key` (an EC public key, PEM) or
+    `certificate_chain` (the certificates you trust, PEM), then every file's
+    digest. A broken rule (A1-A7) is an error of the Report, and
+    report.to_dict()["signature"] says what ran."""
     d = _ptd.verify(
         _path(ptd, "ptd"),
         _opt_path(manifest, "manifest"),
@@ -280,6 +291,10 @@ def verify(
         _opt_sm(sm),
         bool(digest),
         _int(digest_limit, "digest_limit", 0, 2**64 - 1),
+        _opt_path(signature, "signature"),
+        _opt_path(public_key, "public_key"),
+        _opt_path(certificate_chain, "certificate_chain"),
+        _opt_path(model_dir, "model_dir"),
     )
     return Report(d)
 
@@ -376,6 +391,16 @@ class Weights(Mapping):
         return self._w.io
 
     @property
+    def signature(self) -> "Optional[dict[str, Any]]":
+        """The signature check of a signed load (None without one), as the
+        `signature` object of `ptd-load --json`: {"checked", "verified",
+        "signature", "model_dir", "method", "serialization", "hash",
+        "shard_size", "one_pass", "one_pass_note", "files": [{"name", "bytes",
+        "read" ("load": hashed on the load's reads; "apart"), "ok", "error"}],
+        "error", "rule"}."""
+        return self._w.signature
+
+    @property
     def runtime_owned(self) -> "tuple[RuntimeOwnedWeight, ...]":
         """Entries whose storage the runtime provides (not loaded from the file)."""
         return self._runtime_owned
@@ -399,6 +424,10 @@ def load(
     host_fqns: Optional[Iterable[str]] = None,
     io: str = "auto",
     share_segments: bool = False,
+    signature: Optional[PathLike] = None,
+    public_key: Optional[PathLike] = None,
+    certificate_chain: Optional[PathLike] = None,
+    model_dir: Optional[PathLike] = None,
 ) -> Weights:
     """Opens, verifies and loads weights onto `device` ("host", "cuda", "cuda:N"
     or "auto": cuda:0 when there is one, else the host; "cpu" is an alias of
@@ -447,7 +476,14 @@ def load(
     AOTInductor program writes the buffers it mutates (KV caches) in place,
     and the exporter stores keys with equal bytes (every layer's zero-filled
     cache) once. `share_segments=True` gives keys that share stored bytes one
-    copy, for weights no program writes."""
+    copy, for weights no program writes.
+
+    `signature`, with `public_key` or `certificate_chain` (and `model_dir`), as
+    in verify(): a signed model is checked as it loads. The other files of the
+    folder are hashed first; the .ptd's digests ride on the load's own reads
+    (no byte is read twice). A broken rule (A1-A7: a tampered weight is A5)
+    raises VerifyError naming it, and nothing is handed out. The result's
+    `signature` says what ran."""
     if not isinstance(device, str):
         raise TypeError(f"device must be a str, not {type(device).__name__}")
     fqn_list = None if fqns is None else _strs(fqns, "fqns")
@@ -469,6 +505,10 @@ def load(
         host_list,
         _str(io, "io"),
         _bool(share_segments, "share_segments"),
+        _opt_path(signature, "signature"),
+        _opt_path(public_key, "public_key"),
+        _opt_path(certificate_chain, "certificate_chain"),
+        _opt_path(model_dir, "model_dir"),
     )
     if isinstance(r, dict):
         raise VerifyError(Report(r))

@@ -41,6 +41,7 @@
 #include "ptd/weight_bundle.h"
 #include "ptd/weight_writer.h"
 #include "runtime/loader/io_report_json.h"
+#include "runtime/signing/signature_report_json.h"
 #include "runtime/verify/verify_json.h"
 
 namespace nb = nanobind;
@@ -203,10 +204,39 @@ nb::object ReportDict(const ptd::VerifyOutcome& outcome) {
   return ToPython(ptd::VerifyJson(outcome, extras));
 }
 
+// The signature arguments of verify() and load() (ptd/model_signature.h);
+// ValueError for a key or chain without a signature, or neither with one.
+ptd::SignatureOptions SignatureArgs(std::optional<std::string> signature,
+                                    std::optional<std::string> public_key,
+                                    std::optional<std::string> certificate_chain,
+                                    std::optional<std::string> model_dir) {
+  ptd::SignatureOptions o;
+  if (!signature) {
+    if (public_key || certificate_chain || model_dir) {
+      throw nb::value_error("public_key, certificate_chain and model_dir need signature=");
+    }
+    return o;
+  }
+  if (public_key.has_value() == certificate_chain.has_value()) {
+    throw nb::value_error(
+        "signature= needs exactly one of public_key= and certificate_chain= (the trust material "
+        "is never taken from the signature file)");
+  }
+  o.signature = *signature;
+  o.public_key = public_key.value_or("");
+  o.certificate_chain = certificate_chain.value_or("");
+  o.model_dir = model_dir.value_or("");
+  return o;
+}
+
 nb::object Verify(std::string ptd_path, std::optional<std::string> manifest,
                   std::optional<std::string> pte, std::optional<uint32_t> sm, bool digest,
-                  uint64_t digest_limit) {
+                  uint64_t digest_limit, std::optional<std::string> signature,
+                  std::optional<std::string> public_key,
+                  std::optional<std::string> certificate_chain,
+                  std::optional<std::string> model_dir) {
   ptd::VerifyOptions options;
+  options.signature = SignatureArgs(signature, public_key, certificate_chain, model_dir);
   options.ptd_path = ptd_path;
   options.manifest_path = manifest;
   options.pte_path = pte;
@@ -385,6 +415,12 @@ class Weights {
   // How the bytes were read, as `ptd-load --json`'s load.io (one renderer:
   // runtime/loader/io_report_json.h).
   nb::object io() const { return ToPython(ptd::internal::IoReportJson(w_->stats().io)); }
+  // The signature check (runtime/signing/signature_report_json.h); None when
+  // the load had no signature.
+  nb::object signature() const {
+    if (!w_->stats().signature.checked) return nb::none();
+    return ToPython(ptd::internal::SignatureReportJson(w_->stats().signature));
+  }
   // Where the storages went, as `ptd-load --json`'s "placement":
   // {"device": {"storages": n, "bytes": n}, "mapped_host": ..., "host": ...}.
   nb::dict placement() const {
@@ -490,8 +526,12 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
                 std::optional<std::vector<std::string>> fqns, std::optional<uint32_t> sm,
                 std::optional<size_t> threads, bool map_file, nb::object progress,
                 std::optional<uint64_t> device_budget, std::vector<std::string> host_fqns,
-                std::string io, bool share_segments) {
+                std::string io, bool share_segments, std::optional<std::string> signature,
+                std::optional<std::string> public_key,
+                std::optional<std::string> certificate_chain,
+                std::optional<std::string> model_dir) {
   ptd::LoadOptions lo;
+  lo.signature = SignatureArgs(signature, public_key, certificate_chain, model_dir);
   const std::optional<ptd::IoMode> io_mode = ptd::ParseIoMode(io);
   if (!io_mode) {
     throw nb::value_error(
@@ -564,7 +604,30 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
     state.error->restore();
     throw nb::python_error();
   }
-  if (!loaded.ok()) RaiseLoadError(loaded.status());
+  if (!loaded.ok()) {
+    // A signed load that broke an A-rule: the report of that rule (the
+    // caller raises ptd.VerifyError), with the signature object.
+    const std::string message(loaded.status().message());
+    const std::optional<std::string_view> rule = ptd::RuleOfMessage(message);
+    if (rule && rule->front() == 'A' && lo.signature.enabled()) {
+      ptd::SignatureReport r;
+      r.checked = true;
+      r.signature = lo.signature.signature;
+      r.model_dir = ptd::SignedModelDir(lo.signature, ptd_path);
+      (void)r.Fail(loaded.status());
+      nlohmann::ordered_json j{{"ok", false},
+                               {"errors", nlohmann::ordered_json::array()},
+                               {"warnings", nlohmann::ordered_json::array()},
+                               {"signature", ptd::internal::SignatureReportJson(r)}};
+      j["errors"].push_back(
+          nlohmann::ordered_json{{"rule", std::string(*rule)},
+                                 {"message", message},
+                                 {"code", absl::StatusCodeToString(loaded.status().code())},
+                                 {"file", lo.signature.signature}});
+      return ToPython(j);
+    }
+    RaiseLoadError(loaded.status());
+  }
   const bool by_key = outcome->bundle->manifests().empty();
   auto shared = std::make_shared<const LoadedWeights>(*std::move(loaded));
   return nb::cast(Weights(std::move(shared), by_key));
@@ -870,11 +933,15 @@ NB_MODULE(_ptd, m) {
 
   m.def("verify", &Verify, nb::arg("ptd"), nb::arg("manifest").none(), nb::arg("pte").none(),
         nb::arg("sm").none(), nb::arg("digest"), nb::arg("digest_limit"),
+        nb::arg("signature").none(), nb::arg("public_key").none(),
+        nb::arg("certificate_chain").none(), nb::arg("model_dir").none(),
         "RunVerify over the files: the `ptd-verify --json` object as a dict.");
   m.def("load", &Load, nb::arg("ptd"), nb::arg("manifest").none(), nb::arg("pte").none(),
         nb::arg("device"), nb::arg("fqns").none(), nb::arg("sm").none(), nb::arg("threads").none(),
         nb::arg("map_file"), nb::arg("progress").none(), nb::arg("device_budget").none(),
         nb::arg("host_fqns"), nb::arg("io"), nb::arg("share_segments"),
+        nb::arg("signature").none(), nb::arg("public_key").none(),
+        nb::arg("certificate_chain").none(), nb::arg("model_dir").none(),
         "Opens, verifies and loads: a _Weights, or the verification dict when a rule is broken.");
   m.def("write", &Write, nb::arg("ptd_path"), nb::arg("manifest_path").none(), nb::arg("specs"),
         nb::arg("format"), nb::arg("variants"), nb::arg("so_blob_key"),
@@ -942,5 +1009,6 @@ NB_MODULE(_ptd, m) {
       .def_prop_ro("stats", &Weights::stats)
       .def_prop_ro("placement", &Weights::placement)
       .def_prop_ro("io", &Weights::io)
+      .def_prop_ro("signature", &Weights::signature)
       .def_prop_ro("runtime_owned", &Weights::runtime_owned);
 }
