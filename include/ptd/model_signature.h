@@ -74,8 +74,8 @@ std::string_view SignatureHashName(SignatureHash hash);  // "sha256", "blake2b"
 struct SignedFile {
   struct Shard {
     uint64_t start = 0;
-    uint64_t end = 0;     // Exclusive.
-    std::string digest;   // Raw bytes.
+    uint64_t end = 0;    // Exclusive.
+    std::string digest;  // Raw bytes.
   };
   std::string name;  // Relative to the folder, '/'-separated.
   // "files": one shard, [0, kWholeFile). "shards": in order, back to back
@@ -114,7 +114,7 @@ class ModelSignature {
   uint64_t shard_size() const { return shard_size_; }  // "shards" only; else 0.
   bool sharded() const { return shard_size_ != 0; }
   size_t digest_size() const { return hash_ == SignatureHash::kSha256 ? 32 : 64; }
-  const std::string& path() const { return path_; }       // The signature file.
+  const std::string& path() const { return path_; }  // The signature file.
   const std::string& model_dir() const { return model_dir_; }
   const std::vector<std::string>& ignore_paths() const { return ignore_paths_; }
   bool allow_symlinks() const { return allow_symlinks_; }

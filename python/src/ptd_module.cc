@@ -527,8 +527,7 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
                 std::optional<size_t> threads, bool map_file, nb::object progress,
                 std::optional<uint64_t> device_budget, std::vector<std::string> host_fqns,
                 std::string io, bool share_segments, std::optional<std::string> signature,
-                std::optional<std::string> public_key,
-                std::optional<std::string> certificate_chain,
+                std::optional<std::string> public_key, std::optional<std::string> certificate_chain,
                 std::optional<std::string> model_dir) {
   ptd::LoadOptions lo;
   lo.signature = SignatureArgs(signature, public_key, certificate_chain, model_dir);
@@ -939,9 +938,9 @@ NB_MODULE(_ptd, m) {
   m.def("load", &Load, nb::arg("ptd"), nb::arg("manifest").none(), nb::arg("pte").none(),
         nb::arg("device"), nb::arg("fqns").none(), nb::arg("sm").none(), nb::arg("threads").none(),
         nb::arg("map_file"), nb::arg("progress").none(), nb::arg("device_budget").none(),
-        nb::arg("host_fqns"), nb::arg("io"), nb::arg("share_segments"),
-        nb::arg("signature").none(), nb::arg("public_key").none(),
-        nb::arg("certificate_chain").none(), nb::arg("model_dir").none(),
+        nb::arg("host_fqns"), nb::arg("io"), nb::arg("share_segments"), nb::arg("signature").none(),
+        nb::arg("public_key").none(), nb::arg("certificate_chain").none(),
+        nb::arg("model_dir").none(),
         "Opens, verifies and loads: a _Weights, or the verification dict when a rule is broken.");
   m.def("write", &Write, nb::arg("ptd_path"), nb::arg("manifest_path").none(), nb::arg("specs"),
         nb::arg("format"), nb::arg("variants"), nb::arg("so_blob_key"),

@@ -58,6 +58,16 @@ absl::StatusOr<std::unique_ptr<ContainerDataMap>> ContainerDataMap::OpenFile(
   return Open(std::move(source));
 }
 
+absl::StatusOr<std::unique_ptr<ContainerDataMap>> ContainerDataMap::OpenFile(
+    const std::string& path, Access access, const SignatureOptions& signature, size_t threads,
+    SignatureReport* report) {
+  if (signature.enabled()) {
+    const std::string paths[] = {path};
+    PTD_RETURN_IF_ERROR(VerifySignedModel(signature, paths, threads, report));
+  }
+  return OpenFile(path, access);
+}
+
 absl::StatusOr<std::unique_ptr<ContainerDataMap>> ContainerDataMap::Open(
     std::shared_ptr<const FileSource> source) {
   PTD_ASSIGN_OR_RETURN(std::unique_ptr<Container> container, Container::Open(std::move(source)));

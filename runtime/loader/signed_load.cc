@@ -7,16 +7,17 @@
 namespace ptd::internal {
 
 absl::StatusOr<std::unique_ptr<SignedLoad>> BeginSignedLoad(
-    const LoadOptions& options, const ByteSource& source,
-    absl::Span<const std::string> other_paths, SignatureReport* report) {
+    const LoadOptions& options, const ByteSource& source, absl::Span<const std::string> other_paths,
+    SignatureReport* report) {
   if (!options.signature.enabled()) return nullptr;
   report->checked = true;
   report->signature = options.signature.signature;
   const FileSource* file = source.LocatedFile();
   if (file == nullptr) {
-    return report->Fail(absl::InvalidArgumentError(absl::StrCat(
-        source.name(), ": LoadOptions::signature needs weights read from a file (LoadWeights of "
-                       "paths or of a bundle); this source reads none")));
+    return report->Fail(absl::InvalidArgumentError(
+        absl::StrCat(source.name(),
+                     ": LoadOptions::signature needs weights read from a file (LoadWeights of "
+                     "paths or of a bundle); this source reads none")));
   }
   report->model_dir = SignedModelDir(options.signature, file->name());
   auto load = std::make_unique<SignedLoad>();

@@ -30,8 +30,8 @@ struct SignedLoad {
 // LocatedFile is the .ptd) that also read `other_paths` (a .pte, a
 // manifest). Null when options.signature is not enabled.
 absl::StatusOr<std::unique_ptr<SignedLoad>> BeginSignedLoad(
-    const LoadOptions& options, const ByteSource& source,
-    absl::Span<const std::string> other_paths, SignatureReport* report);
+    const LoadOptions& options, const ByteSource& source, absl::Span<const std::string> other_paths,
+    SignatureReport* report);
 
 }  // namespace ptd::internal
 

@@ -658,8 +658,7 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
                               Transfer::Clock::time_point start, uint64_t total_bytes,
                               std::vector<StorageJob>* storages, PlacedStorages* placed,
                               LoadStats* stats, LoadTimings* timings,
-                              std::optional<double>* first_complete_s,
-                              SignedLoad* signed_load) {
+                              std::optional<double>* first_complete_s, SignedLoad* signed_load) {
   const auto read_t0 = Transfer::Clock::now();
   ReadEngine engine(source, options.io, device);
   Transfer transfer(source, engine, storages, options, start, total_bytes);

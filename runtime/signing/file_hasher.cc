@@ -14,8 +14,12 @@ constexpr size_t kReadChunk = size_t{1} << 20;
 }  // namespace
 
 SignedFileHasher::SignedFileHasher(const ModelSignature& signature, const SignedFile& entry,
-                                   const FileSource& file)
-    : signature_(signature), entry_(entry), file_(file), size_(file.size()) {
+                                   const FileSource& file, uint64_t max_pending)
+    : signature_(signature),
+      entry_(entry),
+      file_(file),
+      size_(file.size()),
+      max_pending_(max_pending) {
   for (const SignedFile::Shard& shard : entry_.shards) {
     auto s = std::make_unique<Stream>();
     s->start = shard.start;
@@ -47,14 +51,16 @@ uint64_t SignedFileHasher::StreamOf(uint64_t offset) const {
 }
 
 bool SignedFileHasher::Expected(uint64_t offset) const {
-  auto it = std::upper_bound(expected_.begin(), expected_.end(), std::make_pair(offset, ~uint64_t{0}));
+  auto it =
+      std::upper_bound(expected_.begin(), expected_.end(), std::make_pair(offset, ~uint64_t{0}));
   if (it == expected_.begin()) return false;
   --it;
   return offset < it->second;
 }
 
 uint64_t SignedFileHasher::NextExpected(uint64_t offset) const {
-  auto it = std::lower_bound(expected_.begin(), expected_.end(), std::make_pair(offset, uint64_t{0}));
+  auto it =
+      std::lower_bound(expected_.begin(), expected_.end(), std::make_pair(offset, uint64_t{0}));
   return it == expected_.end() ? size_ : it->first;
 }
 
@@ -108,7 +114,7 @@ absl::Status SignedFileHasher::Feed(uint64_t offset, const uint8_t* data, size_t
     absl::Status st = Advance(s);
     if (!st.ok()) return s.error = st;
     if (lo > s.cursor &&
-        pending_bytes_.load(std::memory_order_relaxed) + (hi - lo) > kMaxPending) {
+        pending_bytes_.load(std::memory_order_relaxed) + (hi - lo) > max_pending_) {
       // Too much set aside: wait for the cursor (held by a reader that is
       // not waiting, as readers take their ranges in file order).
       s.cv.wait(lock, [&] { return s.cursor >= lo || aborted_.load(); });
@@ -159,9 +165,9 @@ absl::Status SignedFileHasher::Finish(size_t threads) {
         st = absl::DataLossError(
             signature_.sharded()
                 ? absl::StrCat(file_.name(), ": bytes ", shard.start, ":", shard.end,
-                               " do not hash to the signed ", Sv(SignatureHashName(signature_.hash())),
-                               " digest of shard '", entry_.name, ":", shard.start, ":", shard.end,
-                               "' (A5)")
+                               " do not hash to the signed ",
+                               Sv(SignatureHashName(signature_.hash())), " digest of shard '",
+                               entry_.name, ":", shard.start, ":", shard.end, "' (A5)")
                 : absl::StrCat(file_.name(), ": the file does not hash to its signed ",
                                Sv(SignatureHashName(signature_.hash())), " digest (A5)"));
       }

@@ -44,8 +44,8 @@ class SignedFileHasher {
 
   // `entry` is `file`'s entry in `signature` (its size already checked,
   // A4). Both outlive the hasher.
-  SignedFileHasher(const ModelSignature& signature, const SignedFile& entry,
-                   const FileSource& file);
+  SignedFileHasher(const ModelSignature& signature, const SignedFile& entry, const FileSource& file,
+                   uint64_t max_pending = kMaxPending);
   ~SignedFileHasher();
 
   // The ranges [first, second) the load will Feed, in any order (they may
@@ -94,6 +94,7 @@ class SignedFileHasher {
   uint64_t size_ = 0;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::pair<uint64_t, uint64_t>> expected_;  // Sorted, merged.
+  uint64_t max_pending_;
   std::atomic<uint64_t> pending_bytes_{0};
   std::atomic<bool> aborted_{false};
 };

@@ -105,10 +105,11 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path, std::string_v
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) {
-    const absl::Status st = ec == std::errc::no_such_file_or_directory
-                                ? absl::NotFoundError("")
-                                : (ec == std::errc::permission_denied ? absl::PermissionDeniedError("")
-                                                                      : absl::UnavailableError(""));
+    const absl::Status st =
+        ec == std::errc::no_such_file_or_directory
+            ? absl::NotFoundError("")
+            : (ec == std::errc::permission_denied ? absl::PermissionDeniedError("")
+                                                  : absl::UnavailableError(""));
     return absl::Status(st.code(),
                         absl::StrCat(path, ": cannot read the ", Sv(what), ": ", ec.message()));
   }
@@ -162,8 +163,7 @@ const EVP_MD* HashForKey(EVP_PKEY* key, std::string* curve_name) {
 
 // DSSE's pre-authentication encoding.
 std::string Pae(std::string_view type, std::string_view payload) {
-  return absl::StrCat("DSSEv1 ", type.size(), " ", Sv(type), " ", payload.size(), " ",
-                      Sv(payload));
+  return absl::StrCat("DSSEv1 ", type.size(), " ", Sv(type), " ", payload.size(), " ", Sv(payload));
 }
 
 bool VerifyEcdsa(EVP_PKEY* key, const EVP_MD* md, std::string_view message, std::string_view sig) {
@@ -173,9 +173,9 @@ bool VerifyEcdsa(EVP_PKEY* key, const EVP_MD* md, std::string_view message, std:
     ERR_clear_error();
     return false;
   }
-  const int rc = EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(sig.data()),
-                                  sig.size(), reinterpret_cast<const unsigned char*>(message.data()),
-                                  message.size());
+  const int rc =
+      EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(sig.data()), sig.size(),
+                       reinterpret_cast<const unsigned char*>(message.data()), message.size());
   ERR_clear_error();
   return rc == 1;
 }
@@ -185,8 +185,8 @@ absl::StatusOr<Pkey> ReadPublicKey(const std::string& pem, std::string_view name
   if (bio == nullptr) return absl::ResourceExhaustedError("BIO_new_mem_buf");
   Pkey key(PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr));
   if (key == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Sv(name), ": not a PEM public key (SubjectPublicKeyInfo): ", OpenSslError()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(name), ": not a PEM public key (SubjectPublicKeyInfo): ", OpenSslError()));
   }
   return key;
 }
@@ -389,7 +389,8 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
   const auto env_it = bundle.find("dsseEnvelope");
   if (env_it == bundle.end() || !env_it->is_object()) {
     if (bundle.contains("messageSignature")) {
-      return a7("a Sigstore message signature, not a DSSE envelope: verify it with `sigstore verify`");
+      return a7(
+          "a Sigstore message signature, not a DSSE envelope: verify it with `sigstore verify`");
     }
     return a1("the signature file has no dsseEnvelope object");
   }
@@ -563,8 +564,8 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
     }
     if (*alg != want_algorithm) {
       return a3(absl::StrCat("resource '", internal::Escaped(*rname), "' has algorithm '",
-                             internal::Escaped(*alg), "', the serialization says '",
-                             want_algorithm, "'"));
+                             internal::Escaped(*alg), "', the serialization says '", want_algorithm,
+                             "'"));
     }
     const bool is_hex = std::all_of(hex->begin(), hex->end(), [](char c) {
       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -580,8 +581,8 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
     if (s.sharded()) {
       // PATH:START:END, the path itself may hold ':'.
       const size_t c2 = rname->rfind(':');
-      const size_t c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos
-                                                            : rname->rfind(':', c2 - 1);
+      const size_t c1 =
+          c2 == std::string::npos || c2 == 0 ? std::string::npos : rname->rfind(':', c2 - 1);
       uint64_t start = 0, end = 0;
       if (c1 == std::string::npos ||
           !absl::SimpleAtoi(Sv(std::string_view(*rname).substr(c1 + 1, c2 - c1 - 1)), &start) ||
@@ -617,13 +618,14 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
     if (s.sharded()) {
       const uint64_t want_start = f.shards.empty() ? 0 : f.shards.back().end;
       if (shard.start != want_start) {
-        return a3(absl::StrCat("the shards of '", internal::Escaped(path), "' are not back to back: ",
-                               shard.start, ":", shard.end, " follows ", want_start));
+        return a3(absl::StrCat("the shards of '", internal::Escaped(path),
+                               "' are not back to back: ", shard.start, ":", shard.end, " follows ",
+                               want_start));
       }
       if (!f.shards.empty() && f.shards.back().end - f.shards.back().start != s.shard_size_) {
         return a3(absl::StrCat("shard ", f.shards.back().start, ":", f.shards.back().end, " of '",
-                               internal::Escaped(path), "' is not the last yet not ",
-                               s.shard_size_, " bytes"));
+                               internal::Escaped(path), "' is not the last yet not ", s.shard_size_,
+                               " bytes"));
       }
       if (shard.end - shard.start > s.shard_size_) {
         return a3(absl::StrCat("shard ", shard.start, ":", shard.end, " of '",
@@ -639,8 +641,9 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
 }
 
 const SignedFile* ModelSignature::Find(std::string_view name) const {
-  const auto it = std::lower_bound(files_.begin(), files_.end(), name,
-                                   [](const SignedFile& f, std::string_view n) { return f.name < n; });
+  const auto it =
+      std::lower_bound(files_.begin(), files_.end(), name,
+                       [](const SignedFile& f, std::string_view n) { return f.name < n; });
   return it != files_.end() && it->name == name ? &*it : nullptr;
 }
 

@@ -55,7 +55,8 @@ inline std::string SignatureReportLine(const SignatureReport& r) {
        (r.files.size() == 1 ? " file" : " files");
   bool any_load = false;
   for (const auto& f : r.files) any_load |= f.read == "load";
-  if (any_load) s += r.one_pass ? ", the .ptd hashed on the load's reads" : ", the .ptd hashed after the load";
+  if (any_load)
+    s += r.one_pass ? ", the .ptd hashed on the load's reads" : ", the .ptd hashed after the load";
   return s + ")";
 }
 

@@ -41,7 +41,8 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
                                SignatureReport* report) {
   namespace fs = std::filesystem;
   const fs::path dir(signature.model_dir());
-  const std::string where = absl::StrCat(signature.model_dir(), " (signed by ", signature.path(), ")");
+  const std::string where =
+      absl::StrCat(signature.model_dir(), " (signed by ", signature.path(), ")");
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(
@@ -72,8 +73,8 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
     }
     if (fs::is_directory(st)) continue;
     if (!fs::is_regular_file(st)) {
-      return report->Fail(RuleError(
-          "A6", absl::StrCat(where, ": '", rel, "' is neither a file nor a folder")));
+      return report->Fail(
+          RuleError("A6", absl::StrCat(where, ": '", rel, "' is neither a file nor a folder")));
     }
     if (signature.Ignores(rel)) continue;
     const uint64_t size = fs::file_size(e.path(), ec);
@@ -97,26 +98,30 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
   for (const SignedFile& f : signature.files()) {
     const auto p = std::find(present.begin(), present.end(), f.name);
     if (p == present.end()) {
-      return report->Fail(RuleError(
-          "A4", absl::StrCat(where, ": '", f.name, "' is signed but not in the folder")));
+      return report->Fail(
+          RuleError("A4", absl::StrCat(where, ": '", f.name, "' is signed but not in the folder")));
     }
     const uint64_t size = present_size[static_cast<size_t>(p - present.begin())];
     if (const std::optional<uint64_t> signed_size = f.size(); signed_size && *signed_size != size) {
-      return report->Fail(RuleError(
-          "A4", absl::StrCat(where, ": '", f.name, "' is ", size, " bytes, its signed shards cover ",
-                             *signed_size)));
+      return report->Fail(
+          RuleError("A4", absl::StrCat(where, ": '", f.name, "' is ", size,
+                                       " bytes, its signed shards cover ", *signed_size)));
     }
-    const bool by_caller =
-        std::find(hashed_by_caller.begin(), hashed_by_caller.end(), f.name) != hashed_by_caller.end();
-    report->files.push_back(SignatureReport::File{
-        .name = f.name, .bytes = size, .read = by_caller ? "load" : "apart", .ok = false, .error = {}});
+    const bool by_caller = std::find(hashed_by_caller.begin(), hashed_by_caller.end(), f.name) !=
+                           hashed_by_caller.end();
+    report->files.push_back(SignatureReport::File{.name = f.name,
+                                                  .bytes = size,
+                                                  .read = by_caller ? "load" : "apart",
+                                                  .ok = false,
+                                                  .error = {}});
     listed.push_back(&f);
   }
   // ---- A5: hash what the caller does not ----
   std::vector<Task> tasks;
   for (size_t i = 0; i < listed.size(); ++i) {
     if (report->files[i].read == "load") continue;
-    for (size_t k = 0; k < listed[i]->shards.size(); ++k) tasks.push_back(Task{.file = i, .shard = k});
+    for (size_t k = 0; k < listed[i]->shards.size(); ++k)
+      tasks.push_back(Task{.file = i, .shard = k});
   }
   std::vector<std::atomic<size_t>> bad_shards(listed.size());
   std::atomic<size_t> next{0};
@@ -147,13 +152,14 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
         }
         if (st.ok() && d.Finish() != shard.digest) {
           st = RuleError(
-              "A5", signature.sharded()
-                        ? absl::StrCat(path, ": bytes ", shard.start, ":", shard.end,
-                                       " do not hash to the signed ",
-                                       Sv(SignatureHashName(signature.hash())), " digest of shard '",
-                                       f.name, ":", shard.start, ":", shard.end, "'")
-                        : absl::StrCat(path, ": the file does not hash to its signed ",
-                                       Sv(SignatureHashName(signature.hash())), " digest"));
+              "A5",
+              signature.sharded()
+                  ? absl::StrCat(path, ": bytes ", shard.start, ":", shard.end,
+                                 " do not hash to the signed ",
+                                 Sv(SignatureHashName(signature.hash())), " digest of shard '",
+                                 f.name, ":", shard.start, ":", shard.end, "'")
+                  : absl::StrCat(path, ": the file does not hash to its signed ",
+                                 Sv(SignatureHashName(signature.hash())), " digest"));
         }
       }
       if (!st.ok()) {

@@ -7,7 +7,6 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/signing/signature_report_json.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +18,7 @@
 #include "ptd/verify.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/utf8.h"
+#include "runtime/signing/signature_report_json.h"
 #include "runtime/verify/input_text.h"
 
 namespace ptd {

@@ -209,7 +209,8 @@ void CheckSignature(const VerifyOptions& options, VerifyOutcome* out) {
   const size_t threads = options.signature_threads != 0
                              ? options.signature_threads
                              : std::max<size_t>(1, std::thread::hardware_concurrency());
-  const absl::Status st = VerifySignedModel(options.signature, read_paths, threads, &out->signature);
+  const absl::Status st =
+      VerifySignedModel(options.signature, read_paths, threads, &out->signature);
   if (st.ok()) return;
   const absl::string_view m = st.message();
   const std::string_view message(m.data(), m.size());

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 
 #include "ptd/manifest.h"
-#include "runtime/verify/input_text.h"
 #include "runtime/signing/signature_report_json.h"
+#include "runtime/verify/input_text.h"
 
 namespace ptd {
 namespace {

@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include "ptd/container.h"
 #include "ptd/ptd_writer.h"
 #include "tests/executorch/et_testing.h"
+#include "tests/testing/signing_fixture.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -24,9 +26,11 @@ using ::executorch::runtime::Error;
 using ::executorch::runtime::FreeableBuffer;
 using ::ptd::testing::DataPath;
 using ::ptd::testing::ErrorName;
+using ::ptd::testing::ReadFileBytes;
 using ::ptd::testing::RunInChild;
 using ::ptd::testing::TempDir;
 using ::ptd::testing::UpstreamMap;
+using ::ptd::testing::WriteFileBytes;
 
 std::vector<uint8_t> Iota(size_t n, uint8_t start) {
   std::vector<uint8_t> v(n);
@@ -388,3 +392,37 @@ TEST(ContainerDataMapScaleTest, LookupIsConstantTimeUpstreamIsLinear) {
 
 }  // namespace
 }  // namespace ptd
+
+// A signed folder (docs/SPEC.md section 8): the map opens only when every
+// digest holds; one changed byte of a weight (its geometry intact) is A5
+// and no map is handed out.
+TEST_F(ContainerDataMapTest, SignedFolderOpensOnlyWhenEveryDigestHolds) {
+  const ptd::testing::TestKey key = ptd::testing::TestKey::Make();
+  ptd::testing::WriteFile(dir_.File("key.pub"), key.public_pem);
+  ptd::testing::SignSpec spec{.method = "shards", .hash = "blake2b", .shard_size = 64};
+  spec.ignore_paths.push_back("key.pub");
+  ptd::testing::SignFolder(dir_.path(), key, spec);
+  const SignatureOptions sig{.signature = dir_.File("model.sig"),
+                             .public_key = dir_.File("key.pub"),
+                             .certificate_chain = "",
+                             .model_dir = ""};
+  SignatureReport report;
+  auto m = ContainerDataMap::OpenFile(path_, ContainerDataMap::Access::kMmap, sig, 2, &report);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(report.verified);
+  EXPECT_EQ(report.serialization, "shards");
+
+  // One byte of "w" (segment bytes, not the header): A5, nothing opened.
+  std::vector<uint8_t> bytes = ReadFileBytes(path_);
+  const NamedDataEntry* w = (*m)->container().Find("w");
+  ASSERT_NE(w, nullptr);
+  const uint64_t at = (*m)->container().SegmentFileOffset(w->segment_index) + 5;
+  m->reset();
+  bytes[at] ^= 0x40;
+  WriteFileBytes(path_, bytes);
+  EXPECT_TRUE(ContainerDataMap::OpenFile(path_).ok());  // The geometry holds.
+  auto tampered = ContainerDataMap::OpenFile(path_, ContainerDataMap::Access::kMmap, sig);
+  ASSERT_FALSE(tampered.ok());
+  EXPECT_THAT(std::string(tampered.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("t.ptd"), ::testing::EndsWith("(A5)")));
+}

@@ -39,6 +39,7 @@
 
 #include "ptd/container.h"
 #include "ptd/file_source.h"
+#include "ptd/model_signature.h"
 
 namespace ptd {
 
@@ -50,6 +51,15 @@ class ContainerDataMap final : public ::executorch::runtime::NamedDataMap {
   // status: NotFound for a missing file, DataLoss naming the broken rule.
   static absl::StatusOr<std::unique_ptr<ContainerDataMap>> OpenFile(const std::string& path,
                                                                     Access access = Access::kMmap);
+  // The same for a signed model (ptd/model_signature.h): before the file is
+  // opened for the runtime, the signature is checked against the trust
+  // material and every file of the signed folder against its digests
+  // (A1-A7; `threads` hash at once). On any broken rule the map is not
+  // opened: the error names the file, the rule (and a shard's range).
+  // `report`, when not null, says what ran.
+  static absl::StatusOr<std::unique_ptr<ContainerDataMap>> OpenFile(
+      const std::string& path, Access access, const SignatureOptions& signature, size_t threads = 4,
+      SignatureReport* report = nullptr);
   static absl::StatusOr<std::unique_ptr<ContainerDataMap>> Open(
       std::shared_ptr<const FileSource> source);
 
