@@ -39,7 +39,7 @@ if [[ -n $runs ]]; then runs_flag=(-runs="$runs"); fi
 max_len=${FUZZ_MAX_LEN:-65536}
 rss_mb=${FUZZ_RSS_MB:-1024}
 malloc_mb=${FUZZ_MALLOC_MB:-64}
-all_targets=(container manifest pte weights writer load safetensors datamap)
+all_targets=(container manifest pte weights writer load safetensors signature datamap)
 if [[ $# -gt 0 ]]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 for t in "${targets[@]}"; do
   if [[ ! -f $root/tests/fuzz/${t}_fuzz.cc ]]; then

@@ -390,9 +390,6 @@ TEST(ContainerDataMapScaleTest, LookupIsConstantTimeUpstreamIsLinear) {
   EXPECT_LT(ours_all_s, up_all_s);
 }
 
-}  // namespace
-}  // namespace ptd
-
 // A signed folder (docs/SPEC.md section 8): the map opens only when every
 // digest holds; one changed byte of a weight (its geometry intact) is A5
 // and no map is handed out.
@@ -426,3 +423,6 @@ TEST_F(ContainerDataMapTest, SignedFolderOpensOnlyWhenEveryDigestHolds) {
   EXPECT_THAT(std::string(tampered.status().message()),
               ::testing::AllOf(::testing::HasSubstr("t.ptd"), ::testing::EndsWith("(A5)")));
 }
+
+}  // namespace
+}  // namespace ptd
