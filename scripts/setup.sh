@@ -79,23 +79,31 @@ pip_install() {
 # The Python tools first: installing numpy after executorch makes pip list
 # every dependency executorch was installed without. nanobind,
 # scikit-build-core, numpy, pytest and safetensors (the interop tests), for
-# the Python module below; model_signing and pyopenssl (OpenSSF model signing's
-# reference implementation, which the signing interop tests check against:
-# python/tests/test_signing.py). Without PyPI this prints a note and goes on.
+# the Python module below. Without PyPI this prints a note and goes on.
 python_tools_ok=0
 if [[ ${PTD_SKIP_PYTHON:-0} != 1 ]]; then
   if [[ ! -x $venv/bin/python ]] && ! python3 -m venv "$venv"; then
     echo "setup: note: python3 -m venv $venv failed; the Python module is not installed" >&2
-  elif "$venv/bin/python" -c \
-         "import nanobind, scikit_build_core, numpy, pytest, safetensors, model_signing, OpenSSL" \
+  elif "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest, safetensors" \
          2>/dev/null ||
-       pip_install --timeout 20 --retries 1 nanobind scikit-build-core numpy pytest safetensors \
-         model_signing pyopenssl; then
+       pip_install --timeout 20 --retries 1 nanobind scikit-build-core numpy pytest safetensors; then
     python_tools_ok=1
   else
     echo "setup: note: could not pip-install nanobind, scikit-build-core, numpy, pytest," \
          "safetensors (no network?); the Python module is not installed" >&2
   fi
+fi
+
+# OpenSSF model signing's reference implementation (model_signing, which
+# imports OpenSSL from pyopenssl), pinned: the signing interop tests
+# (python/tests/test_signing.py) sign folders with it and check that ptd
+# accepts and refuses what it does. Apart from the tools above, so that
+# without it only those tests are skipped (and say so).
+if [[ $python_tools_ok == 1 ]] &&
+   ! "$venv/bin/python" -c "import model_signing, OpenSSL" 2>/dev/null; then
+  pip_install --timeout 20 --retries 1 model_signing==1.1.1 pyopenssl ||
+    echo "setup: note: could not pip-install model_signing, pyopenssl (no network?);" \
+         "the signing interop tests will be skipped" >&2
 fi
 
 # Whether the CUDA toolkit is here: CMake finds one through its nvcc (PATH,

@@ -16,6 +16,11 @@
 //                  signature, one thread): the single-stream hash rate.
 //   files          LoadWeights with the files signature: one stream per
 //                  file, beside the readers.
+// and, with --cold (default on), the same three of the shards signature on
+// a cold file (its pages dropped right before: DropPageCache), where the
+// reads wait on the disk and the digests can ride on them:
+//   unsigned_cold, hash_parallel_cold, shards_cold; shards_cold_ratio =
+//   shards_cold / max(unsigned_cold, hash_parallel_cold).
 // Counters: each case's p50 (ms) and GB/s, and
 //   shards_ratio = shards / max(unsigned, hash_parallel), the bound
 //   (at most 1.1); files_ratio = files / max(unsigned, hash_single).
@@ -87,12 +92,19 @@ BundlePaths Paths(const std::string& dir, const ModelSet& m) {
                      .manifest = (fs::path(dir) / fs::path(m.manifest).filename()).string()};
 }
 
-void BM_Signed(benchmark::State& state, const SignedSet& s, size_t threads) {
+void BM_Signed(benchmark::State& state, const SignedSet& s, size_t threads, bool cold) {
   auto device = std::make_shared<HostDevice>();
   std::vector<double> unsigned_s, hash_par, shards, hash_one, files;
-  const auto load = [&](const std::string& dir, bool sign, const std::string& sig_dir) {
+  std::vector<double> unsigned_cold, hash_cold, shards_cold;
+  const auto load = [&](const std::string& dir, bool sign, const std::string& sig_dir,
+                        bool drop = false) {
     const BundlePaths p = Paths(dir, s.set);
-    WarmPageCache(p.ptd);
+    if (drop) {
+      WarmPageCache(*p.manifest);
+      DropPageCache(p.ptd);
+    } else {
+      WarmPageCache(p.ptd);
+    }
     LoadOptions o;
     o.threads = threads;
     if (sign) o.signature = Options(s, sig_dir);
@@ -104,9 +116,13 @@ void BM_Signed(benchmark::State& state, const SignedSet& s, size_t threads) {
           "the signed load did not verify in one pass");
     return t;
   };
-  const auto hash_alone = [&](const std::string& dir, size_t n) {
+  const auto hash_alone = [&](const std::string& dir, size_t n, bool drop = false) {
     const BundlePaths p = Paths(dir, s.set);
-    WarmPageCache(p.ptd);
+    if (drop) {
+      DropPageCache(p.ptd);
+    } else {
+      WarmPageCache(p.ptd);
+    }
     const std::string read[] = {p.ptd, *p.manifest};
     const auto t0 = Clock::now();
     const absl::Status st = VerifySignedModel(Options(s, dir), read, n, nullptr);
@@ -120,6 +136,11 @@ void BM_Signed(benchmark::State& state, const SignedSet& s, size_t threads) {
     shards.push_back(load(s.shards_dir, true, s.shards_dir));
     hash_one.push_back(hash_alone(s.files_dir, 1));
     files.push_back(load(s.files_dir, true, s.files_dir));
+    if (cold) {
+      unsigned_cold.push_back(load(s.shards_dir, false, "", true));
+      hash_cold.push_back(hash_alone(s.shards_dir, threads, true));
+      shards_cold.push_back(load(s.shards_dir, true, s.shards_dir, true));
+    }
     state.SetIterationTime(shards.back());
   }
   const double bytes = static_cast<double>(s.set.file_bytes);
@@ -134,6 +155,12 @@ void BM_Signed(benchmark::State& state, const SignedSet& s, size_t threads) {
   const double fi = put("files", files);
   state.counters["shards_ratio"] = sh / std::max(u, hp);
   state.counters["files_ratio"] = fi / std::max(u, h1);
+  if (cold) {
+    const double uc = put("unsigned_cold", unsigned_cold);
+    const double hc = put("hash_parallel_cold", hash_cold);
+    const double sc = put("shards_cold", shards_cold);
+    state.counters["shards_cold_ratio"] = sc / std::max(uc, hc);
+  }
   state.counters["threads"] = static_cast<double>(threads);
   state.counters["shard_size"] = static_cast<double>(s.shard_size);
 }
@@ -181,7 +208,7 @@ int main(int argc, char** argv) {
   }
   for (const SignedSet& s : signed_sets) {
     benchmark::RegisterBenchmark(absl::StrCat("Signed/", s.hash, "/", s.set.name).c_str(),
-                                 BM_Signed, s, threads)
+                                 BM_Signed, s, threads, flags.cold)
         ->Iterations(flags.reps)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
