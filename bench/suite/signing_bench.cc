@@ -199,11 +199,10 @@ int main(int argc, char** argv) {
                                                        .hash = hash,
                                                        .shard_size = s.shard_size,
                                                        .ignore_paths = {"model.sig"}});
-    s.files_dir = SignedFolder(m, flags.data_dir, key.public_pem, key,
-                               ptd::testing::SignSpec{.method = "files",
-                                                      .hash = hash,
-                                                      .shard_size = 0,
-                                                      .ignore_paths = {"model.sig"}});
+    s.files_dir = SignedFolder(
+        m, flags.data_dir, key.public_pem, key,
+        ptd::testing::SignSpec{
+            .method = "files", .hash = hash, .shard_size = 0, .ignore_paths = {"model.sig"}});
     signed_sets.push_back(std::move(s));
   }
   for (const SignedSet& s : signed_sets) {

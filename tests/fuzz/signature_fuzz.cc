@@ -69,12 +69,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string bundle = rest;
   if (data[0] % 2 == 1) {
     const std::string type = "application/vnd.in-toto+json";
-    const std::string pae = absl::StrCat("DSSEv1 ", type.size(), " ", type, " ", rest.size(),
-                                         " ", rest);
-    bundle = absl::StrCat(
-        R"({"verificationMaterial":{"publicKey":{"hint":""},"tlogEntries":[]},)",
-        R"("dsseEnvelope":{"payloadType":")", type, R"(","payload":")", absl::Base64Escape(rest),
-        R"(","signatures":[{"sig":")", absl::Base64Escape(Sign(pae)), R"(","keyid":""}]}})");
+    const std::string pae =
+        absl::StrCat("DSSEv1 ", type.size(), " ", type, " ", rest.size(), " ", rest);
+    bundle = absl::StrCat(R"({"verificationMaterial":{"publicKey":{"hint":""},"tlogEntries":[]},)",
+                          R"("dsseEnvelope":{"payloadType":")", type, R"(","payload":")",
+                          absl::Base64Escape(rest), R"(","signatures":[{"sig":")",
+                          absl::Base64Escape(Sign(pae)), R"(","keyid":""}]}})");
   }
   const ModelSignature::Trust trust{.public_key_pem = std::string(kPublicPem),
                                     .certificate_chain_pem = ""};
@@ -98,7 +98,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (sig->sharded()) FUZZ_CHECK(s.end - s.start <= sig->shard_size());
       at = s.end;
     }
-    if (!sig->sharded()) FUZZ_CHECK(f.shards.size() == 1 && f.shards[0].end == SignedFile::kWholeFile);
+    if (!sig->sharded())
+      FUZZ_CHECK(f.shards.size() == 1 && f.shards[0].end == SignedFile::kWholeFile);
   }
   return 0;
 }
