@@ -1,6 +1,7 @@
 // The loader: verified weights into device memory, each stored storage once,
 // each weight handed out as a strided view over its storage.
 //
+// Example:
 //   auto device = std::make_shared<HostDevice>();
 //   auto weights = LoadWeights(BundlePaths{.ptd = "m.ptd", .manifest = "m.manifest"}, device);
 //   const LoadedWeight* w = weights->Find("layers.0.attn.q_proj.weight");

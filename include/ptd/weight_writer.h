@@ -9,6 +9,15 @@
 // stored once) plus the manifest (ETCUDAFQN0, or ETCUDAFQN3 when asked). Rejections keep the
 // exporter's wording and add the rule ID (docs/SPEC.md section 3).
 //
+// Example:
+//   CudaWeightWriter w("so_blob");
+//   const std::vector<uint8_t> bytes(24);  // A Float[2,3] weight, dense.
+//   absl::Status st = w.Add(WeightSpec{
+//       .fqn = "fc.weight",
+//       .value = {.storage = bytes, .storage_offset = 0, .sizes = {2, 3}, .strides = {3, 1}},
+//       .properties = {.storage_size = 24, .offset = 0, .shape = {2, 3}, .stride = {3, 1}}});
+//   if (st.ok()) st = w.Write("model.ptd", "model.manifest");  // Atomic writes.
+//
 // Thread-safety: not thread-safe.
 #ifndef PTD_WEIGHT_WRITER_H_
 #define PTD_WEIGHT_WRITER_H_

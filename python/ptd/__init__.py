@@ -779,3 +779,10 @@ def reweight(
         pairs,
     ))
     return ReweightReport(d)
+
+
+def __dir__() -> "list[str]":
+    """dir(ptd): the public names (__all__) and the module's constants, not
+    the names it imports for its own use (os, copy, typing's)."""
+    return sorted({*__all__, "DTYPES", "DEFAULT_DIGEST_LIMIT", "DEFAULT_SO_BLOB_KEY",
+                   "PathLike", "__version__"})

@@ -79,3 +79,15 @@ def test_cuda_without_cuda_is_runtime_error():
     ptd_path, manifest, _ = case_args(K01)
     with pytest.raises(RuntimeError, match="CUDA"):
         ptd.load(ptd_path, manifest=manifest, device="cuda")
+
+
+def test_dir_lists_the_public_names_not_the_imports():
+    import ptd
+    names = dir(ptd)
+    for public in ("load", "verify", "write", "extract", "reweight", "VerifyError", "Weights",
+                   "DTYPES", "__version__"):
+        assert public in names
+    for private in ("os", "copy", "Any", "Callable", "Mapping", "Optional", "Union",
+                    "annotations", "_ptd"):
+        assert private not in names
+    assert set(ptd.__all__) <= set(names)

@@ -672,7 +672,12 @@ absl::Status TransferStorages(const ByteSource& source, Device& device, const Lo
                                                 *signed_load->file);
     const size_t plans = (placed->to_device.empty() ? 0 : 1) + placed->mapped_blocks.size() +
                          (placed->to_host.empty() ? 0 : 1);
-    signed_load->report->one_pass = plans <= 1;
+    signed_load->report->one_pass = plans == 1;
+    if (plans == 0) {
+      signed_load->report->one_pass_note =
+          "the load reads none of the .ptd's bytes itself (its storages are mapped, or none is "
+          "loaded): the hasher read the file";
+    }
     if (plans <= 1) {
       engine.set_hasher(hasher.get());
       transfer.set_hasher(hasher.get());

@@ -551,6 +551,17 @@ std::vector<RuleFile> RuleFiles() {
           Safetensors({{"w", "F32", {2, 4}, F32Bytes({0, 1, 2, 3, 4, 5, 6, 7})}}));
     f.Add("S12_bytes_zero_filled.reweight.json", Json(no_options));
   }
+  // ---- A: signed models (a recipe: the test signs a copy of a model folder
+  // with the tests' signer, then breaks it as `mutation` says; ECDSA
+  // signatures are not reproducible, so the folder is made at test time) ----
+  f.Add("A1_truncated_signature.signed.json", Json({{"mutation", "truncate_signature"}}));
+  f.Add("A2_signed_by_another_key.signed.json", Json({{"mutation", "other_key"}}));
+  f.Add("A3_wrong_subject_digest.signed.json", Json({{"mutation", "wrong_subject_digest"}}));
+  f.Add("A4_ptd_not_signed.signed.json", Json({{"mutation", "ptd_not_signed"}}));
+  f.Add("A5_weight_byte_changed.signed.json", Json({{"mutation", "flip_weight_byte"}}));
+  f.Add("A6_unsigned_file_in_folder.signed.json", Json({{"mutation", "extra_file"}}));
+  f.Add("A7_blake3.signed.json", Json({{"mutation", "blake3"}}));
+
   return f.take();
 }
 

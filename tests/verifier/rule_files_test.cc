@@ -19,12 +19,14 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/checkpoint.h"
+#include "ptd/container.h"
 #include "ptd/file_source.h"
 #include "ptd/safetensors.h"
 #include "ptd/verify.h"
 #include "ptd/weight_writer.h"
 #include "runtime/verify/verify_json.h"
 #include "tests/testing/diagnostics.h"
+#include "tests/testing/signing_fixture.h"
 #include "tests/testing/test_util.h"
 
 namespace ptd {
@@ -84,9 +86,11 @@ std::set<std::string> SpecRules() {
   ss << in.rdbuf();
   const std::string text = ss.str();
   const size_t section7 = std::min(text.find("\n## 7."), text.size());
+  const size_t section8 = std::min(text.find("\n## 8."), text.size());
   std::set<std::string> rules;
   ScanRules(text.substr(0, section7), "HCMGXPWDRU", false, &rules);
-  ScanRules(text.substr(section7), "SN", true, &rules);
+  ScanRules(text.substr(section7, section8 - section7), "SN", true, &rules);
+  ScanRules(text.substr(section8), "A", false, &rules);
   return rules;
 }
 
@@ -100,10 +104,10 @@ nlohmann::json ReadJson(const std::string& path) {
 TEST(RuleFilesTest, SpecDefinesTheRulesWeExpect) {
   // A guard on the parser below: the SPEC's rules, as its README lists them.
   const std::set<std::string> rules = SpecRules();
-  // 38 in sections 1-6, S1-S12 and N1 in section 7.
-  EXPECT_EQ(rules.size(), 51u) << ::testing::PrintToString(rules);
-  for (const char* r : {"H1", "H5", "C8", "M6", "G5", "W3", "W4", "X3", "P4", "D1", "R1", "U1",
-                        "S1", "S7", "S10", "S11", "S12", "N1"}) {
+  // 38 in sections 1-6, S1-S12 and N1 in section 7, A1-A7 in section 8.
+  EXPECT_EQ(rules.size(), 58u) << ::testing::PrintToString(rules);
+  for (const char* r : {"H1", "H5", "C8", "M6", "G5",  "W3",  "W4",  "X3", "P4", "D1",
+                        "R1", "U1", "S1", "S7", "S10", "S11", "S12", "N1", "A1", "A7"}) {
     EXPECT_TRUE(rules.count(r)) << r;
   }
 }
@@ -262,10 +266,72 @@ void RunReweightCase(const std::string& rule, const std::string& base) {
   EXPECT_FALSE(Exists(out)) << "a refused re-weighting left " << out;
 }
 
+// Runs a signed-model case (A1-A7): a copy of the mlp model's folder (.ptd,
+// .pte) signed by the tests' signer (shards of 1 KiB, SHA-256), broken as
+// <stem>.signed.json's "mutation" says; RunVerify with the signature then
+// reports that rule and no other, exit code 1.
+void RunSignedCase(const std::string& rule, const std::string& path) {
+  namespace st = ::ptd::testing;
+  const std::string mutation = ReadJson(path).at("mutation").get<std::string>();
+  st::TempDir dir, keys;
+  const std::string model = dir.path() + "/model";
+  fs::create_directories(model);
+  fs::copy_file(DataPath("executorch/mlp.ptd"), model + "/mlp.ptd");
+  fs::copy_file(DataPath("executorch/mlp.pte"), model + "/mlp.pte");
+  const st::TestKey key = st::TestKey::Make();
+  st::WriteFile(keys.File("key.pub"), key.public_pem);
+  st::SignSpec spec{.method = "shards", .hash = "sha256", .shard_size = 1024};
+  if (mutation == "ptd_not_signed") spec.ignore_paths.push_back("mlp.ptd");
+  st::SignFolder(model, key, spec);
+  const std::string sig = model + "/model.sig";
+  if (mutation == "truncate_signature") {
+    const std::string text = st::ReadFile(sig);
+    st::WriteFile(sig, text.substr(0, text.size() / 2));
+  } else if (mutation == "other_key") {
+    st::WriteFile(keys.File("key.pub"), st::TestKey::Make().public_pem);
+  } else if (mutation == "wrong_subject_digest" || mutation == "blake3") {
+    nlohmann::json statement = st::StatementFor(model, spec);
+    if (mutation == "blake3") {
+      statement["predicate"]["serialization"]["hash_type"] = "blake3";
+    } else {
+      statement["subject"][0]["digest"]["sha256"] = std::string(64, 'a');
+    }
+    st::WriteFile(sig, st::KeyBundle(key, statement.dump()));
+  } else if (mutation == "flip_weight_byte") {
+    auto c = Container::Open(*OpenPreadFile(model + "/mlp.ptd"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    const uint64_t at = (*c)->SegmentFileOffset((*c)->named_data().front().segment_index) + 3;
+    std::vector<uint8_t> b = ReadFileBytes(model + "/mlp.ptd");
+    b[at] ^= 0x10;
+    st::WriteFileBytes(model + "/mlp.ptd", b);
+  } else if (mutation == "extra_file") {
+    st::WriteFile(model + "/extra.bin", "unsigned");
+  } else if (mutation != "ptd_not_signed") {
+    FAIL() << "unknown mutation '" << mutation << "' in " << path;
+  }
+  VerifyOptions options;
+  options.ptd_path = model + "/mlp.ptd";
+  options.pte_path = model + "/mlp.pte";
+  options.signature = SignatureOptions{.signature = sig,
+                                       .public_key = keys.File("key.pub"),
+                                       .certificate_chain = "",
+                                       .model_dir = ""};
+  const VerifyOutcome out = RunVerify(options);
+  EXPECT_EQ(out.exit_code(), 1) << Describe(out.report);
+  EXPECT_THAT(out.report, HasError(rule)) << Describe(out.report);
+  EXPECT_EQ(out.report.errors().size(), 1u) << Describe(out.report);
+  EXPECT_FALSE(out.signature.verified);
+  EXPECT_EQ(out.signature.rule.value_or(""), rule);
+}
+
 TEST_P(RuleCaseTest, AssertsItsRule) {
   const std::string stem = GetParam();
   const std::string rule = RuleOf(stem);
   const std::string base = RulesDir() + "/" + stem;
+  if (Exists(base + ".signed.json")) {
+    RunSignedCase(rule, base + ".signed.json");
+    return;
+  }
   if (Exists(base + ".writer.json")) {
     RunWriterCase(rule, base + ".writer.json");
     return;

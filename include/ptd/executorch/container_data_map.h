@@ -18,6 +18,11 @@
 //     (upstream accepts a smaller buffer and writes past it).
 // Absent keys are Error::NotFound everywhere, as the runtime requires.
 //
+// Example:
+//   auto map = ptd::ContainerDataMap::OpenFile("model.ptd");  // Every rule checked.
+//   if (!map.ok()) return map.status();                       // DataLoss "... (C5)"
+//   auto method = program->load_method("forward", &memory_manager, nullptr, map->get());
+//
 // Byte counts and offsets follow upstream: get_data() returns the whole
 // segment; load_data_into() copies the layout's nbytes (the segment size
 // for a key without a layout) from the start of the segment.
