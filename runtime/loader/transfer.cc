@@ -12,6 +12,7 @@
 
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
+#include "runtime/internal/threads.h"
 
 namespace ptd::internal {
 namespace {
@@ -30,17 +31,6 @@ std::pair<std::vector<uint32_t>, std::vector<uint32_t>> SplitByLocation(
     return storages[a].location->offset < storages[b].location->offset;
   });
   return {std::move(located), std::move(unlocated)};
-}
-
-// Runs `work` on `n` threads (at least one), the calling thread one of them.
-template <typename F>
-void RunOnThreads(size_t n, const F& work) {
-  n = std::max<size_t>(1, n);
-  std::vector<std::thread> threads;
-  threads.reserve(n - 1);
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
 }
 
 }  // namespace

@@ -6,12 +6,24 @@
 #include "absl/strings/str_cat.h"
 
 #include "runtime/internal/strings.h"
+#include "runtime/internal/threads.h"
 
 namespace ptd::internal {
 
 namespace {
 constexpr size_t kReadChunk = size_t{1} << 20;
 }  // namespace
+
+absl::Status DigestMismatch(const ModelSignature& signature, const SignedFile& file,
+                            const SignedFile::Shard& shard, std::string_view path) {
+  const absl::string_view hash = Sv(SignatureHashName(signature.hash()));
+  return absl::DataLossError(
+      signature.sharded() ? absl::StrCat(Sv(path), ": bytes ", shard.start, ":", shard.end,
+                                         " do not hash to the signed ", hash, " digest of shard '",
+                                         file.name, ":", shard.start, ":", shard.end, "' (A5)")
+                          : absl::StrCat(Sv(path), ": the file does not hash to its signed ", hash,
+                                         " digest (A5)"));
+}
 
 SignedFileHasher::SignedFileHasher(const ModelSignature& signature, const SignedFile& entry,
                                    const FileSource& file, uint64_t max_pending)
@@ -161,30 +173,12 @@ absl::Status SignedFileHasher::Finish(size_t threads) {
                                               s.cursor, " of ", s.start, ":", s.end));
       }
       if (st.ok() && s.digest->Finish() != entry_.shards[k].digest) {
-        const SignedFile::Shard& shard = entry_.shards[k];
-        st = absl::DataLossError(
-            signature_.sharded()
-                ? absl::StrCat(file_.name(), ": bytes ", shard.start, ":", shard.end,
-                               " do not hash to the signed ",
-                               Sv(SignatureHashName(signature_.hash())), " digest of shard '",
-                               entry_.name, ":", shard.start, ":", shard.end, "' (A5)")
-                : absl::StrCat(file_.name(), ": the file does not hash to its signed ",
-                               Sv(SignatureHashName(signature_.hash())), " digest (A5)"));
+        st = DigestMismatch(signature_, entry_, entry_.shards[k], file_.name());
       }
       errors[k] = std::move(st);
     }
   };
-  const size_t n = std::max<size_t>(1, std::min(threads, streams_.size()));
-  std::vector<std::thread> pool;
-  for (size_t i = 1; i < n; ++i) {
-    try {
-      pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;
-    }
-  }
-  work();
-  for (std::thread& t : pool) t.join();
+  internal::RunOnThreads(std::min(threads, streams_.size()), work);
   for (absl::Status& st : errors) {
     if (!st.ok()) return st;
   }

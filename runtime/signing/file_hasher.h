@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,12 @@
 #include "ptd/model_signature.h"
 
 namespace ptd::internal {
+
+// A5: `file`'s `shard` (the whole file for "files"), read from `path`,
+// does not hash to its signed digest. The message names the path and, for
+// "shards", the byte range and the shard's resource name.
+absl::Status DigestMismatch(const ModelSignature& signature, const SignedFile& file,
+                            const SignedFile::Shard& shard, std::string_view path);
 
 class SignedFileHasher {
  public:

@@ -18,6 +18,8 @@
 #include "ptd/file_source.h"
 #include "ptd/model_signature.h"
 #include "runtime/internal/strings.h"
+#include "runtime/internal/threads.h"
+#include "runtime/signing/file_hasher.h"
 
 namespace ptd {
 
@@ -151,15 +153,7 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
           off += n;
         }
         if (st.ok() && d.Finish() != shard.digest) {
-          st = RuleError(
-              "A5",
-              signature.sharded()
-                  ? absl::StrCat(path, ": bytes ", shard.start, ":", shard.end,
-                                 " do not hash to the signed ",
-                                 Sv(SignatureHashName(signature.hash())), " digest of shard '",
-                                 f.name, ":", shard.start, ":", shard.end, "'")
-                  : absl::StrCat(path, ": the file does not hash to its signed ",
-                                 Sv(SignatureHashName(signature.hash())), " digest"));
+          st = internal::DigestMismatch(signature, f, shard, path);
         }
       }
       if (!st.ok()) {
@@ -175,17 +169,7 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
       }
     }
   };
-  const size_t n = std::max<size_t>(1, std::min(threads, tasks.size()));
-  std::vector<std::thread> pool;
-  for (size_t i = 1; i < n; ++i) {
-    try {
-      pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;
-    }
-  }
-  work();
-  for (std::thread& t : pool) t.join();
+  internal::RunOnThreads(std::min(threads, tasks.size()), work);
   for (size_t i = 0; i < listed.size(); ++i) {
     if (report->files[i].read == "apart") report->files[i].ok = bad_shards[i].load() == 0;
   }
