@@ -45,8 +45,8 @@ class SignedLoadSimTest : public ::testing::Test {
     std::filesystem::create_directories(model_dir_);
     model_ = WriteTestModel(model_dir_, std::vector<uint64_t>(12, kMiB + 4096));
     WriteFile(keys_.File("key.pub"), key_.public_pem);
-    SignFolder(model_dir_, key_, SignSpec{.method = "shards", .hash = "sha256",
-                                          .shard_size = 2 * kMiB});
+    SignFolder(model_dir_, key_,
+               SignSpec{.method = "shards", .hash = "sha256", .shard_size = 2 * kMiB});
   }
   LoadOptions Options() const {
     LoadOptions o;
