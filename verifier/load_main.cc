@@ -390,12 +390,8 @@ int LoadFailed(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
       d.message = std::string(s.message());
       d.file = a.signature.signature;
       j["errors"].push_back(ptd::DiagnosticJson(d));
-      ptd::SignatureReport r;
-      r.checked = true;
-      r.signature = a.signature.signature;
-      r.model_dir = ptd::SignedModelDir(a.signature, a.ptd_path);
-      (void)r.Fail(s);
-      j["signature"] = ptd::internal::SignatureReportJson(r);
+      j["signature"] = ptd::internal::SignatureReportJson(
+          ptd::SignatureReport::OfFailedLoad(a.signature, a.ptd_path, s));
     } else {
       j["errors"].push_back(LoadErrorJson(s, a.ptd_path));
     }

@@ -137,6 +137,7 @@ class ModelSignature {
   uint64_t shard_size_ = 0;
   bool allow_symlinks_ = false;
   std::vector<std::string> ignore_paths_;
+  std::optional<std::string> self_name_;  // The signature file's, in the folder.
   std::vector<SignedFile> files_;
 };
 
@@ -184,6 +185,11 @@ struct SignatureReport {
 
   // Records `st` as the report's error (the first one wins); returns it.
   absl::Status Fail(absl::Status st);
+  // The report of a signed load of `ptd_path` that failed with `error` (the
+  // load hands out no result to carry its report): checked, not verified,
+  // the error and its rule.
+  static SignatureReport OfFailedLoad(const SignatureOptions& options, std::string_view ptd_path,
+                                      const absl::Status& error);
 };
 
 // Checks the folder against the signature: every file in it is listed or

@@ -609,15 +609,12 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
     const std::string message(loaded.status().message());
     const std::optional<std::string_view> rule = ptd::RuleOfMessage(message);
     if (rule && rule->front() == 'A' && lo.signature.enabled()) {
-      ptd::SignatureReport r;
-      r.checked = true;
-      r.signature = lo.signature.signature;
-      r.model_dir = ptd::SignedModelDir(lo.signature, ptd_path);
-      (void)r.Fail(loaded.status());
-      nlohmann::ordered_json j{{"ok", false},
-                               {"errors", nlohmann::ordered_json::array()},
-                               {"warnings", nlohmann::ordered_json::array()},
-                               {"signature", ptd::internal::SignatureReportJson(r)}};
+      nlohmann::ordered_json j{
+          {"ok", false},
+          {"errors", nlohmann::ordered_json::array()},
+          {"warnings", nlohmann::ordered_json::array()},
+          {"signature", ptd::internal::SignatureReportJson(ptd::SignatureReport::OfFailedLoad(
+                            lo.signature, ptd_path, loaded.status()))}};
       j["errors"].push_back(
           nlohmann::ordered_json{{"rule", std::string(*rule)},
                                  {"message", message},

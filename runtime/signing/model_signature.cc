@@ -637,6 +637,7 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
   }
   s.path_ = std::move(name);
   s.model_dir_ = std::move(model_dir);
+  s.self_name_ = s.RelativeName(s.path_);
   return s;
 }
 
@@ -669,8 +670,18 @@ bool ModelSignature::Ignores(std::string_view name) const {
   for (const std::string& p : ignore_paths_) {
     if (under(p)) return true;
   }
-  const std::optional<std::string> self = RelativeName(path_);
-  return self && under(*self);
+  return self_name_ && under(*self_name_);
+}
+
+SignatureReport SignatureReport::OfFailedLoad(const SignatureOptions& options,
+                                              std::string_view ptd_path,
+                                              const absl::Status& error) {
+  SignatureReport r;
+  r.checked = true;
+  r.signature = options.signature;
+  r.model_dir = SignedModelDir(options, ptd_path);
+  (void)r.Fail(error);
+  return r;
 }
 
 absl::Status SignatureReport::Fail(absl::Status st) {
