@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/report.h"
+#include "ptd/rules.h"
 #include "ptd/verify.h"
 #include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
@@ -23,7 +24,7 @@ namespace ptd::cli {
 // than kInputRule, an unreadable input), else 2.
 inline int ReportFailure(const char* program, const absl::Status& status, bool json_out) {
   const std::string message(status.message());
-  const std::optional<std::string_view> rule = RuleOfMessage(message);
+  const std::optional<std::string> rule = RuleOf(status);
   const int code = rule && *rule != kInputRule ? 1 : 2;
   if (json_out) {
     // The shape every tool's failure has: {"ok", "errors", "warnings"}, one

@@ -34,92 +34,28 @@
 #include "ptd/loader.h"
 #include "ptd/open_device.h"
 #include "ptd/report.h"
+#include "ptd/rules.h"
 #include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
 #include "ptd/verify.h"
 #include "runtime/internal/strings.h"
-#include "runtime/loader/io_report_json.h"
+#include "runtime/loader/load_session.h"
 #include "runtime/signing/signature_report_json.h"
 #include "runtime/verify/verify_json.h"
 #include "verifier/cli_util.h"
+#include "verifier/load_cli.h"
 #ifdef PTD_HAVE_CUDA
 #include "ptd/cuda_device.h"
-#include "ptd/view_materialize.h"
 #endif
 
 #ifndef PTD_VERSION
 #define PTD_VERSION "unknown"
 #endif
 
+namespace ptd_load {
 namespace {
 
 using json = nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
-
-double GBps(uint64_t bytes, double seconds) {
-  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
-}
-
-std::string Ms(double s) { return absl::StrFormat("%.3f ms", s * 1e3); }
-
-#ifdef PTD_HAVE_CUDA
-// What MaterializedDigest reuses from weight to weight: one device buffer,
-// grown only when a larger weight comes (a digest run makes O(1) device
-// allocations, and no cudaFree per weight), and one host buffer.
-struct MaterializeScratch {
-  ptd::DeviceBuffer dense;
-  std::vector<uint8_t> piece;
-};
-
-// sha256 of the dense, row-major copy of `w` made on the GPU and read back
-// in pieces of at most 64 MiB.
-absl::StatusOr<std::string> MaterializedDigest(ptd::CudaDevice& gpu,
-                                               const ptd::LoadedWeights& weights,
-                                               const ptd::LoadedWeight& w,
-                                               MaterializeScratch& scratch) {
-  const ptd::LoadedStorage& s = weights.storage(w);
-  auto plan = ptd::PlanMaterialize(w.view(), s.buffer.size());
-  if (!plan.ok()) return plan.status();
-  const size_t nbytes = static_cast<size_t>(plan->output_nbytes);
-  if (!scratch.dense || scratch.dense.size() < nbytes) {
-    scratch.dense = ptd::DeviceBuffer();  // The old one goes first.
-    auto grown = gpu.Allocate(nbytes);
-    if (!grown.ok()) return grown.status();
-    scratch.dense = *std::move(grown);
-  }
-  const absl::Status materialized = gpu.MaterializeInto(s.buffer, w.view(), scratch.dense);
-  if (!materialized.ok()) return materialized;
-  const size_t piece_bytes = std::min<size_t>(nbytes, size_t{64} << 20);
-  if (scratch.piece.size() < piece_bytes) scratch.piece.resize(piece_bytes);
-  ptd::Sha256 sha;
-  for (size_t done = 0; done < nbytes;) {
-    const size_t n = std::min(piece_bytes, nbytes - done);
-    const absl::Status st = gpu.CopyToHost(
-        scratch.piece.data(), static_cast<const uint8_t*>(scratch.dense.data()) + done, n);
-    if (!st.ok()) return st;
-    sha.Update(absl::MakeConstSpan(scratch.piece.data(), n));
-    done += n;
-  }
-  return sha.HexDigest();
-}
-#endif
-
-// What the command line asks for.
-struct Args {
-  std::string ptd_path, device_spec = "auto", huge_pages = "auto", io = "auto";
-  std::optional<std::string> manifest, pte;
-  std::vector<std::string> fqns, host_fqns;
-  std::optional<uint32_t> sm;
-  std::optional<uint64_t> device_budget;
-  size_t threads = ptd::kDefaultLoadThreads;
-  int repeat = 1;
-  bool json_out = false, digest = false, map_file = false, all_rows = false, share_segments = false;
-  ptd::SignatureOptions signature;
-
-  bool has_manifest() const { return manifest || pte; }
-  // --device-budget or --host-fqn: a placed load.
-  bool placing() const { return device_budget.has_value() || !host_fqns.empty(); }
-};
 
 // The options of how to load (the flags past the inputs).
 void AddLoadFlags(CLI::App& app, Args* a, std::string* budget_text) {
@@ -235,21 +171,50 @@ std::optional<int> Parse(int argc, char** argv, Args* a) {
   return std::nullopt;
 }
 
-// The device to load onto; a combination of flags that cannot apply is
-// reported as a device that cannot be opened (JSON included).
+// The device to load onto, with --huge-pages on the host.
 absl::StatusOr<std::shared_ptr<ptd::Device>> OpenLoadDevice(const Args& a) {
   auto device = ptd::OpenDevice(a.device_spec);
-  if (!device.ok()) return device;
-  const bool host = (*device)->kind() == ptd::DeviceKind::kHost;
-  if (a.placing() && host) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        a.device_budget ? "--device-budget" : "--host-fqn", " applies to a CUDA device; --device ",
-        a.device_spec, " loads every weight into host memory already"));
+  if (!device.ok() || a.huge_pages == "auto") return device;
+  if ((*device)->kind() != ptd::DeviceKind::kHost) {
+    return absl::InvalidArgumentError("--huge-pages applies to --device host");
   }
-  if (a.huge_pages == "auto") return device;
-  if (!host) return absl::InvalidArgumentError("--huge-pages applies to --device host");
   return std::shared_ptr<ptd::Device>(std::make_shared<ptd::HostDevice>(ptd::HostMemoryOptions{
       .huge_pages = a.huge_pages == "on" ? ptd::HugePages::kOn : ptd::HugePages::kOff}));
+}
+
+// A load option the device cannot take (InapplicableLoadOption), in the
+// flags' words; reported as a device that cannot be opened (JSON included).
+absl::Status InapplicableFlag(const Args& a, ptd::LoadOptionField field) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      field == ptd::LoadOptionField::kDeviceBudgetBytes ? "--device-budget" : "--host-fqn",
+      " applies to a CUDA device; --device ", a.device_spec,
+      " loads every weight into host memory already"));
+}
+
+// What to verify: every load reads from the verified bundle.
+ptd::VerifyOptions VerifyOptionsOf(const Args& a) {
+  ptd::VerifyOptions vo{.ptd_path = a.ptd_path,
+                        .manifest_path = a.manifest,
+                        .pte_path = a.pte,
+                        .sm = a.sm,
+                        .use_mmap = false};
+  // The readable report (of a file that fails) prints kReportRows of each
+  // table; --json and the digests go through every weight.
+  if (!a.json_out && !a.digest && !a.all_rows) vo.list_limit = ptd::cli::kReportRows;
+  return vo;
+}
+
+// How to load (the flags past the inputs).
+ptd::LoadOptions LoadOptionsOf(const Args& a) {
+  return ptd::LoadOptions{.fqns = a.fqns,
+                          .sm = a.sm,
+                          .threads = a.threads,
+                          .map_file = a.map_file,
+                          .device_budget_bytes = a.device_budget,
+                          .host_fqns = a.host_fqns,
+                          .share_segments = a.share_segments,
+                          .io = *ptd::ParseIoMode(a.io),
+                          .signature = a.signature};
 }
 
 // A failure of ptd-load after verification, as one JSON error (SPEC
@@ -287,30 +252,6 @@ int DeviceFailed(const Args& a, const absl::Status& s) {
   return 2;
 }
 
-json DeviceJson(const ptd::Device& d) {
-  return json{{"name", d.name()},
-              {"kind", std::string(ptd::DeviceKindName(d.kind()))},
-              {"index", d.index()},
-              {"host_accessible", d.host_accessible()}};
-}
-
-// Verifies once: every load reads from the outcome's bundle. Nothing is
-// loaded from a file that breaks a rule.
-const ptd::VerifyOutcome& Verify(const Args& a, double* seconds) {
-  ptd::VerifyOptions vo{.ptd_path = a.ptd_path,
-                        .manifest_path = a.manifest,
-                        .pte_path = a.pte,
-                        .sm = a.sm,
-                        .use_mmap = false};
-  // The readable report (of a file that fails) prints kReportRows of each
-  // table; --json and the digests go through every weight.
-  if (!a.json_out && !a.digest && !a.all_rows) vo.list_limit = ptd::cli::kReportRows;
-  const auto t0 = Clock::now();
-  const ptd::VerifyOutcome& outcome = ptd::cli::KeepUntilExit(ptd::RunVerify(vo));
-  *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  return outcome;
-}
-
 // Prints the report of a verification that failed.
 int VerifyFailed(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Device& device) {
   if (!a.json_out) return ptd::cli::PrintVerifyOutcome("ptd-load", outcome, nullptr, a.all_rows);
@@ -319,29 +260,10 @@ int VerifyFailed(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::De
   j["device"] = DeviceJson(device);
   return ptd::cli::PrintVerifyOutcome("ptd-load", outcome, &j, a.all_rows);
 }
-
-// What the loads measured: the last load's result, each load's total.
-struct Loads {
-  std::optional<ptd::LoadedWeights>* last = nullptr;
-  std::vector<double> totals;
-  uint64_t huge_page_bytes = 0;  // The last load's, on the device.
-};
-
 // Loads `repeat` times from the verified bundle, one load's memory at a
 // time; the first failure is returned.
-absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
-                            const std::shared_ptr<ptd::Device>& device, double verify_s,
-                            Loads* loads) {
-  ptd::LoadOptions lo{.fqns = a.fqns,
-                      .sm = a.sm,
-                      .threads = a.threads,
-                      .map_file = a.map_file,
-                      .device_budget_bytes = a.device_budget,
-                      .host_fqns = a.host_fqns,
-                      .verify_s = verify_s,
-                      .share_segments = a.share_segments,
-                      .io = *ptd::ParseIoMode(a.io),
-                      .signature = a.signature};
+absl::Status LoadRepeatedly(const Args& a, const ptd::internal::VerifiedLoad& v, Loads* loads) {
+  ptd::LoadOptions lo = LoadOptionsOf(a);
   ptd::cli::ProgressBar bar;
   if (::isatty(STDERR_FILENO) != 0) {
     lo.progress = [&bar](uint64_t done, uint64_t total) { return bar.Update(done, total); };
@@ -350,15 +272,15 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
   loads->last = &ptd::cli::KeepUntilExit(std::optional<ptd::LoadedWeights>());
   for (int i = 0; i < a.repeat; ++i) {
     loads->last->reset();  // One load's memory at a time.
-    const uint64_t huge_before = device->stats().huge_page_bytes;
+    const uint64_t huge_before = v.device->stats().huge_page_bytes;
     bar.Start(a.repeat > 1 ? absl::StrCat("loading ", i + 1, "/", a.repeat) : "loading");
     // The outcome keeps the bundle to exit: the result shares it (views into
     // its manifests instead of copies of 100,000 names).
-    auto w = ptd::LoadWeights(outcome.bundle, device, lo);
+    auto w = ptd::internal::LoadVerified(v, lo);
     bar.Erase();
     if (!w.ok()) return w.status();
     loads->totals.push_back(w->timings().total_s);
-    loads->huge_page_bytes = device->stats().huge_page_bytes - huge_before;
+    loads->huge_page_bytes = v.device->stats().huge_page_bytes - huge_before;
     loads->last->emplace(*std::move(w));
   }
   return absl::OkStatus();
@@ -366,11 +288,9 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::VerifyOutcome& outcome,
 
 // The rule of a signed load's failure (A1-A7), when it is one.
 std::optional<std::string> SignatureRule(const absl::Status& s) {
-  const absl::string_view m = s.message();
-  const std::optional<std::string_view> rule =
-      ptd::RuleOfMessage(std::string_view(m.data(), m.size()));
+  std::optional<std::string> rule = ptd::RuleOf(s);
   if (!rule || rule->front() != 'A') return std::nullopt;
-  return std::string(*rule);
+  return rule;
 }
 
 // A load that failed after verification: I2, exit code 2; a signed load
@@ -401,359 +321,6 @@ int LoadFailed(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
   return rule ? 1 : 2;
 }
 
-// What one listed weight or key got from the load, by its index in the
-// outcome.
-struct LoadedItem {
-  bool found = false;
-  ptd::Residency residency = ptd::Residency::kHost;
-  bool has_sha = false;  // A "sha256" member (null when not taken).
-  std::optional<std::string> sha256;
-  bool has_materialized = false;
-  std::optional<std::string> materialized_sha256;
-};
-
-struct LoadResults {
-  std::vector<std::vector<LoadedItem>> weights;              // [manifest][weight].
-  std::vector<LoadedItem> keys;                              // Without manifests.
-  std::vector<std::pair<std::string, std::string>> digests;  // name, sha256.
-  size_t materialized = 0;
-  bool materialize_failed = false;
-};
-
-std::optional<std::string> DigestOrNull(const absl::StatusOr<std::string>& d) {
-  if (d.ok()) return *d;
-  std::cerr << "ptd-load: digest: " << d.status().message() << "\n";
-  return std::nullopt;
-}
-
-// On a CUDA device: the weight's dense copy, made on the GPU, against the
-// digest gathered from the view read back. A failure or mismatch is exit 2.
-class MaterializeCheck {
- public:
-  explicit MaterializeCheck(const ptd::LoadedWeights& w) : w_(w) {}
-  void Check(const ptd::LoadedWeight& lw, LoadedItem* item, LoadResults* r) {
-#ifdef PTD_HAVE_CUDA
-    auto* gpu = dynamic_cast<ptd::CudaDevice*>(w_.device().get());
-    if (gpu == nullptr || lw.device != ptd::DeviceKind::kCuda || !item->sha256) return;
-    item->has_materialized = true;
-    auto d = MaterializedDigest(*gpu, w_, lw, scratch_);
-    if (!d.ok()) {
-      std::cerr << "ptd-load: weight '" << lw.fqn << "': materialize on " << gpu->name() << ": "
-                << d.status().message() << "\n";
-      r->materialize_failed = true;
-      return;
-    }
-    item->materialized_sha256 = *d;
-    if (*d != *item->sha256) {
-      std::cerr << "ptd-load: weight '" << lw.fqn << "': the dense copy made on " << gpu->name()
-                << " has sha256 " << *d << ", the view read back " << *item->sha256 << "\n";
-      r->materialize_failed = true;
-      return;
-    }
-    ++r->materialized;
-#else
-    (void)lw;
-    (void)item;
-    (void)r;
-#endif
-  }
-
- private:
-  const ptd::LoadedWeights& w_;
-#ifdef PTD_HAVE_CUDA
-  MaterializeScratch scratch_;
-#endif
-};
-
-// Per listed weight: whether it was loaded, where, and with --digest its
-// digests. Loaded weights come manifest by manifest in entry order, so they
-// are matched to the outcome's weights walking both in step.
-void WeightResults(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::LoadedWeights& w,
-                   const std::function<void()>& tick, LoadResults* r) {
-  MaterializeCheck materialize(w);
-  const std::vector<ptd::LoadedWeight>& loaded = w.weights();
-  size_t next = 0;
-  r->weights.resize(outcome.manifests.size());
-  for (size_t m = 0; m < outcome.manifests.size(); ++m) {
-    const ptd::VerifiedManifest& vm = outcome.manifests[m];
-    r->weights[m].resize(vm.weights.size());
-    for (size_t i = 0; i < vm.weights.size(); ++i) {
-      const ptd::VerifiedWeight& vw = vm.weights[i];
-      LoadedItem& item = r->weights[m][i];
-      const ptd::LoadedWeight* lw = nullptr;
-      if (next < loaded.size() && loaded[next].source == vm.manifest->source &&
-          loaded[next].fqn == vw.entry->fqn) {
-        lw = &loaded[next++];
-      }
-      item.found = lw != nullptr;
-      if (lw != nullptr) item.residency = lw->residency;
-      tick();
-      if (!a.digest || (lw == nullptr && !vw.runtime_owned)) continue;
-      item.has_sha = true;
-      if (lw == nullptr) continue;
-      item.sha256 = DigestOrNull(ptd::DigestLoadedWeight(w, *lw));
-      if (item.sha256) r->digests.emplace_back(lw->fqn, *item.sha256);
-      materialize.Check(*lw, &item, r);
-    }
-  }
-}
-
-// Per listed key, without manifests: the storage it was loaded into.
-void KeyResults(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::LoadedWeights& w,
-                const std::function<void()>& tick, LoadResults* r) {
-  r->keys.resize(outcome.ptd.keys.size());
-  for (size_t i = 0; i < outcome.ptd.keys.size(); ++i) {
-    const ptd::VerifiedKey& k = outcome.ptd.keys[i];
-    LoadedItem& item = r->keys[i];
-    const ptd::LoadedStorage* s = w.FindStorage(k.entry->key);
-    item.found = s != nullptr;
-    if (s != nullptr) item.residency = s->residency;
-    tick();
-    if (!a.digest || s == nullptr) continue;
-    item.has_sha = true;
-    item.sha256 = DigestOrNull(ptd::DigestLoadedStorage(w, *s));
-    if (item.sha256) r->digests.emplace_back(k.entry->key, *item.sha256);
-  }
-}
-
-// Per weight (or key): "loaded" and the digests, for the JSON object and
-// the digest lines. The readable report of a load prints neither without
-// --digest; then nothing is looked up.
-LoadResults CollectResults(const Args& a, const ptd::VerifyOutcome& outcome,
-                           const ptd::LoadedWeights& w) {
-  LoadResults r;
-  if (!a.json_out && !a.digest) return r;
-  // Digests can be the slow part: the bar follows them by weights.
-  ptd::cli::ProgressBar bar;
-  const bool show = a.digest && ::isatty(STDERR_FILENO) != 0;
-  uint64_t total = 0, done = 0;
-  for (const ptd::VerifiedManifest& m : outcome.manifests) total += m.weights.size();
-  if (outcome.manifests.empty()) total = outcome.ptd.keys.size();
-  if (a.digest) bar.Start("digests", ptd::cli::ProgressBar::kItems);
-  const std::function<void()> tick = [&] {
-    if (show) bar.Update(++done, total);
-  };
-  WeightResults(a, outcome, w, tick, &r);
-  if (outcome.manifests.empty()) KeyResults(a, outcome, w, tick, &r);
-  bar.Erase();
-  return r;
-}
-
-void ItemJson(const LoadedItem& item, json& j) {
-  j["loaded"] = item.found;
-  if (item.found) j["residency"] = std::string(ptd::ResidencyName(item.residency));
-  if (item.has_sha) j["sha256"] = item.sha256 ? json(*item.sha256) : json(nullptr);
-  if (item.has_materialized) {
-    j["materialized_sha256"] =
-        item.materialized_sha256 ? json(*item.materialized_sha256) : json(nullptr);
-  }
-}
-
-json StatsJson(const Args& a, const ptd::LoadStats& st, uint64_t huge_page_bytes) {
-  json load{{"weights", st.weights},
-            {"reused", st.reused},
-            {"runtime_owned", st.runtime_owned},
-            {"storages", st.storages},
-            {"bytes", st.bytes},
-            {"allocations", st.allocations},
-            {"reads", st.reads},
-            {"bytes_read", st.bytes_read},
-            {"copies", st.copies},
-            {"copy_calls", st.copy_calls},
-            {"bytes_via_scratch", st.bytes_via_scratch},
-            {"mapped", st.mapped},
-            {"mapped_bytes", st.mapped_bytes},
-            {"mappings", st.mappings},
-            {"huge_page_bytes", huge_page_bytes},
-            {"threads", a.threads}};
-  json placement = json::object();
-  for (const ptd::Residency r : ptd::kAllResidencies) {
-    placement[std::string(ptd::ResidencyName(r))] =
-        json{{"bytes", st.placed(r).bytes}, {"storages", st.placed(r).storages}};
-  }
-  load["placement"] = std::move(placement);
-  load["device_budget"] = a.device_budget ? json(*a.device_budget) : json(nullptr);
-  load["io"] = ptd::internal::IoReportJson(st.io);
-  return load;
-}
-
-json RuntimeOwnedJson(const ptd::LoadedWeights& w) {
-  json owned = json::array();
-  for (const ptd::RuntimeOwnedWeight& r : w.runtime_owned()) {
-    owned.push_back(json{{"fqn", std::string(r.fqn)},
-                         {"source", std::string(r.source)},
-                         {"storage_key", std::string(r.storage_key)},
-                         {"dtype", r.dtype},
-                         {"device_type", r.device_type},
-                         {"sizes", std::vector<int64_t>(r.sizes.begin(), r.sizes.end())},
-                         {"strides", std::vector<int64_t>(r.strides.begin(), r.strides.end())},
-                         {"storage_offset", r.storage_offset},
-                         {"storage_nbytes", r.storage_nbytes},
-                         {"required_nbytes", r.required_nbytes}});
-  }
-  return owned;
-}
-
-// The median and the best of the loads' totals.
-std::pair<double, double> MedianAndBest(std::vector<double> totals) {
-  std::sort(totals.begin(), totals.end());
-  return {totals[totals.size() / 2], totals.front()};
-}
-
-int ReportJson(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Device& device,
-               const Loads& loads, const LoadResults& r) {
-  const ptd::LoadedWeights& w = **loads.last;
-  const ptd::LoadStats& st = w.stats();
-  ptd::JsonExtras extras{.names = ptd::cli::ToolInputNames()};
-  extras.key = [&](size_t i, json& j) { ItemJson(r.keys[i], j); };
-  extras.weight = [&](size_t m, size_t i, json& j) { ItemJson(r.weights[m][i], j); };
-  if (r.keys.empty()) extras.key = nullptr;
-  json& j = ptd::cli::KeepUntilExit(ptd::VerifyJson(outcome, extras));
-  j["device"] = DeviceJson(device);
-  j["load"] = StatsJson(a, st, loads.huge_page_bytes);
-  if (st.signature.checked) j["signature"] = ptd::internal::SignatureReportJson(st.signature);
-  j["runtime_owned"] = RuntimeOwnedJson(w);
-  const ptd::LoadTimings& t = w.timings();  // The verification included.
-  j["timings"] = json{{"verify_s", t.verify_s},
-                      {"plan_s", t.plan_s},
-                      {"map_s", t.map_s},
-                      {"allocate_s", t.allocate_s},
-                      {"read_s", t.read_s},
-                      {"copy_s", t.copy_s},
-                      {"wait_s", t.wait_s},
-                      {"finish_s", t.finish_s},
-                      {"total_s", t.total_s},
-                      {"first_weight_s", t.first_weight_s},
-                      {"gbps", GBps(st.bytes, t.total_s)},
-                      {"read_gbps", GBps(st.bytes, t.read_s)}};
-  if (r.materialized > 0 || r.materialize_failed) {
-    j["materialized"] = json{{"checked", r.materialized}, {"ok", !r.materialize_failed}};
-  }
-  if (a.repeat > 1) {
-    const auto [median, best] = MedianAndBest(loads.totals);
-    j["repeat"] = json{{"n", a.repeat},
-                       {"median_total_s", median},
-                       {"best_total_s", best},
-                       {"median_gbps", GBps(st.bytes, median)},
-                       {"best_gbps", GBps(st.bytes, best)}};
-  }
-  ptd::cli::WriteOut(ptd::DumpJson(j));
-  return r.materialize_failed ? 2 : 0;
-}
-
-// "  io: direct 1073741824 bytes (io_uring), buffered 0 bytes; cold, ...;
-// fallback direct -> buffered: why" (LoadStats::io).
-void IoLine(const ptd::IoReport& io, std::string* out) {
-  using ptd::internal::Plural;
-  absl::StrAppend(out, "  io (", ptd::internal::Sv(ptd::IoModeName(io.requested)), "): ");
-  const char* sep = "";
-  const auto engine = [&](const char* name, uint64_t bytes, const std::string& how) {
-    if (bytes == 0) return;
-    absl::StrAppend(out, sep, name, " ", Plural(bytes, "byte", "bytes"),
-                    how.empty() ? std::string() : absl::StrCat(" (", how, ")"));
-    sep = ", ";
-  };
-  engine("direct", io.direct_bytes, io.queue);
-  engine("gds", io.gds_bytes, io.gds_mode);
-  engine("buffered", io.buffered_bytes, "");
-  if (*sep == '\0') absl::StrAppend(out, "nothing read");
-  if (!io.choice.empty()) absl::StrAppend(out, "; ", io.choice);
-  for (const ptd::IoFallback& f : io.fallbacks) {
-    absl::StrAppend(out, "; fell back from ", ptd::internal::Sv(ptd::IoModeName(f.from)), " to ",
-                    ptd::internal::Sv(ptd::IoModeName(f.to)), ": ", f.reason);
-  }
-  absl::StrAppend(out, "\n");
-}
-
-// "  N weights (...), N storages, ..." and, for a placed load, where they went.
-void StatsLines(const Args& a, const ptd::LoadStats& st, std::string* out) {
-  using ptd::internal::Plural;
-  absl::StrAppend(out, "  ", Plural(st.weights, "weight", "weights"), " (", st.reused, " reused, ",
-                  st.runtime_owned, " runtime-owned), ", Plural(st.storages, "storage", "storages"),
-                  ", ", Plural(st.bytes, "byte", "bytes"), ", ",
-                  Plural(st.allocations, "allocation call", "allocation calls"), ", ",
-                  Plural(st.reads, "read", "reads"), " of ", Plural(st.bytes_read, "byte", "bytes"),
-                  ", ", Plural(st.copies, "copy", "copies"),
-                  st.copy_calls > 0
-                      ? absl::StrCat(" in ", Plural(st.copy_calls, "copy call", "copy calls"))
-                      : std::string(),
-                  a.map_file ? absl::StrCat(", ", st.mapped, " mapped from the file (",
-                                            Plural(st.mapped_bytes, "byte", "bytes"), ", ",
-                                            Plural(st.mappings, "mapping", "mappings"), ")")
-                             : std::string(),
-                  "\n");
-  IoLine(st.io, out);
-  if (st.signature.checked) {
-    absl::StrAppend(out, "  ", ptd::internal::SignatureReportLine(st.signature), "\n");
-  }
-  // Only with --device-budget or --host-fqn: the report of a plain load
-  // keeps its lines.
-  if (!a.placing()) return;
-  absl::StrAppend(out, "  placed",
-                  a.device_budget ? absl::StrCat(" (device budget ",
-                                                 Plural(*a.device_budget, "byte", "bytes"), ")")
-                                  : std::string(),
-                  ": ");
-  const char* sep = "";
-  for (const ptd::Residency r : ptd::kAllResidencies) {
-    absl::StrAppend(out, sep, std::string(ptd::ResidencyName(r)), " ",
-                    Plural(st.placed(r).storages, "storage", "storages"), ", ",
-                    Plural(st.placed(r).bytes, "byte", "bytes"));
-    sep = "; ";
-  }
-  absl::StrAppend(out, "\n");
-}
-
-void TimingLines(const Args& a, const ptd::LoadTimings& t, const Loads& loads, uint64_t bytes,
-                 std::string* out) {
-  absl::StrAppend(
-      out,
-      absl::StrFormat(
-          "  verify %s, plan %s, %sallocate %s, read %s (copy %s, wait %s), finish %s; total %s, "
-          "first weight %s; %.2f GB/s (%.2f GB/s in the read phase)\n",
-          Ms(t.verify_s), Ms(t.plan_s), a.map_file ? absl::StrCat("map ", Ms(t.map_s), ", ") : "",
-          Ms(t.allocate_s), Ms(t.read_s), Ms(t.copy_s), Ms(t.wait_s), Ms(t.finish_s), Ms(t.total_s),
-          Ms(t.first_weight_s), GBps(bytes, t.total_s), GBps(bytes, t.read_s)));
-  if (a.repeat > 1) {
-    const auto [median, best] = MedianAndBest(loads.totals);
-    absl::StrAppend(
-        out, absl::StrFormat("  %d loads: median %s (%.2f GB/s), best %s (%.2f GB/s)\n", a.repeat,
-                             Ms(median), GBps(bytes, median), Ms(best), GBps(bytes, best)));
-  }
-}
-
-int ReportText(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Device& device,
-               const Loads& loads, const LoadResults& r) {
-  const ptd::LoadedWeights& w = **loads.last;
-  std::string out;
-  const auto& warnings = outcome.report.warnings();
-  absl::StrAppend(&out, a.ptd_path, ": verified (",
-                  ptd::internal::Plural(warnings.size(), "warning", "warnings"), "), loaded onto ",
-                  device.name(), "\n");
-  for (const ptd::Diagnostic& d : warnings) {
-    absl::StrAppend(&out, "  warning ", d.rule, ": ", d.message, "\n");
-  }
-  StatsLines(a, w.stats(), &out);
-  TimingLines(a, w.timings(), loads, w.stats().bytes, &out);
-  if (!w.runtime_owned().empty()) {
-    absl::StrAppend(&out, "  runtime-owned, not loaded (the runtime allocates them):\n");
-    for (const ptd::RuntimeOwnedWeight& o : w.runtime_owned()) {
-      absl::StrAppend(&out, "    ", std::string(o.fqn), "  ",
-                      std::string(ptd::ScalarTypeName(o.dtype)), " (", absl::StrJoin(o.sizes, ","),
-                      ") strides (", absl::StrJoin(o.strides, ","), ") offset ", o.storage_offset,
-                      " elements, ", o.required_nbytes, " bytes\n");
-    }
-  }
-  for (const auto& [name, sha] : r.digests) absl::StrAppend(&out, "  ", sha, "  ", name, "\n");
-  if (r.materialized > 0 || r.materialize_failed) {
-    absl::StrAppend(&out, "  materialized on ", device.name(), ": ", r.materialized, " dense cop",
-                    r.materialized == 1 ? "y" : "ies", " equal the gathered digests",
-                    r.materialize_failed ? "; others FAILED (see stderr)" : "", "\n");
-  }
-  ptd::cli::WriteOut(out);
-  return r.materialize_failed ? 2 : 0;
-}
-
 // parse -> open the device -> verify -> load -> report.
 int Main(int argc, char** argv) {
 #ifdef PTD_HAVE_CUDA
@@ -761,23 +328,27 @@ int Main(int argc, char** argv) {
 #endif
   Args a;
   if (const std::optional<int> rc = Parse(argc, argv, &a)) return *rc;
-  const auto device = OpenLoadDevice(a);
+  auto device = OpenLoadDevice(a);
   if (!device.ok()) return DeviceFailed(a, device.status());
-  double verify_s = 0;
-  const ptd::VerifyOutcome& outcome = Verify(a, &verify_s);
-  if (outcome.exit_code() != 0) return VerifyFailed(a, outcome, **device);
+  // Kept to exit, as the load that shares its bundle.
+  const ptd::internal::VerifiedLoad& v = ptd::cli::KeepUntilExit(
+      ptd::internal::VerifyForLoad(*std::move(device), VerifyOptionsOf(a), LoadOptionsOf(a)));
+  if (v.inapplicable) return DeviceFailed(a, InapplicableFlag(a, *v.inapplicable));
+  const ptd::VerifyOutcome& outcome = *v.outcome;
+  if (!v.loadable()) return VerifyFailed(a, outcome, *v.device);
   Loads loads;
-  const absl::Status loaded = LoadRepeatedly(a, outcome, *device, verify_s, &loads);
-  if (!loaded.ok()) return LoadFailed(a, outcome, **device, loaded);
+  const absl::Status loaded = LoadRepeatedly(a, v, &loads);
+  if (!loaded.ok()) return LoadFailed(a, outcome, *v.device, loaded);
   const LoadResults r = CollectResults(a, outcome, **loads.last);
-  return a.json_out ? ReportJson(a, outcome, **device, loads, r)
-                    : ReportText(a, outcome, **device, loads, r);
+  return a.json_out ? ReportJson(a, outcome, *v.device, loads, r)
+                    : ReportText(a, outcome, *v.device, loads, r);
 }
 
 }  // namespace
+}  // namespace ptd_load
 
 int main(int argc, char** argv) {
   ptd::cli::ReexecWithHugePageMalloc(argv);
   ptd::cli::FixMallocMmapThreshold();
-  return ptd::cli::RunGuarded("ptd-load", [&] { return Main(argc, argv); });
+  return ptd::cli::RunGuarded("ptd-load", [&] { return ptd_load::Main(argc, argv); });
 }

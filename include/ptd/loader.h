@@ -453,6 +453,17 @@ class LoadedWeights {
   std::unique_ptr<Impl> impl_;
 };
 
+// The load options that only a CUDA device can take: a budget or fqns that
+// place storages in host memory mapped for the GPU.
+enum class LoadOptionField { kDeviceBudgetBytes, kHostFqns };
+
+// The first option of `options` that cannot apply to a device of `kind`
+// (LoadOptionField), or nullopt when every one applies. The one rule among
+// the options: LoadWeights refuses such a load with InvalidArgument naming
+// the LoadOptions field, and each front end words the same finding in its
+// own vocabulary (ptd-load's --device-budget, Python's device_budget=).
+std::optional<LoadOptionField> InapplicableLoadOption(DeviceKind kind, const LoadOptions& options);
+
 // Three ways in, by what the caller holds (never by memory footprint):
 //   paths            LoadWeights(BundlePaths{...}, device): opens, verifies
 //                    and loads;

@@ -25,7 +25,8 @@
 //   SignatureReport report;
 //   absl::Status st = CheckSignedFolder(*sig, {}, /*threads=*/4, &report);
 //
-// Every error's message ends with its rule, " (A5)" (RuleOfMessage reads it).
+// Every error's message ends with its rule, " (A5)", and carries it for RuleOf
+// (ptd/rules.h).
 // Thread-safety: a ModelSignature is immutable after Open; its const methods
 // may be called concurrently.
 #ifndef PTD_MODEL_SIGNATURE_H_

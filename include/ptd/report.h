@@ -17,9 +17,9 @@
 
 #include "absl/status/status.h"
 
-namespace ptd {
+#include "ptd/rules.h"
 
-enum class Severity { kError, kWarning };
+namespace ptd {
 
 struct Diagnostic {
   Severity severity = Severity::kError;
@@ -71,16 +71,9 @@ class Report {
   std::vector<Diagnostic> warnings_;
 };
 
-// Formats a diagnostic as a Status: code, "FILE: MESSAGE".
+// Formats a diagnostic as a Status: code, "FILE: MESSAGE", and its rule as
+// the payload RuleOf reads (ptd/rules.h).
 absl::Status ToStatus(const Diagnostic& d);
-
-// The rule ID that a message ends with, as Report writes it and the
-// library's Status messages carry it: "... view requires 80 bytes (G2)" ->
-// "G2". The grammar is that of every rule ID in docs/SPEC.md: a space, "(",
-// one capital ASCII letter, one or two ASCII digits, ")" at the very end
-// (H1, C8, S10, I2). nullopt for any other ending: "(AOTInductor)",
-// "(BF16)", "(g2)", "(G2) ", "x(G2)". The view points into `message`.
-std::optional<std::string_view> RuleOfMessage(std::string_view message);
 
 }  // namespace ptd
 

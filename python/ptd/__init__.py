@@ -312,6 +312,16 @@ class RuntimeOwnedWeight:
         for k in self.__slots__:
             setattr(self, k, kw.get(k))
 
+    @classmethod
+    def _of(cls, j: "Mapping[str, Any]") -> "RuntimeOwnedWeight":
+        # From `ptd-load --json`'s "runtime_owned" entry, named as Tensor names
+        # the same fields (dtype by name, shape, offset in elements).
+        return cls(fqn=j["fqn"], dtype=_DTYPE_NAMES.get(j["dtype"], j["dtype"]),
+                   shape=tuple(j["sizes"]), strides=tuple(j["strides"]),
+                   offset=j["storage_offset"], required_nbytes=j["required_nbytes"],
+                   storage_key=j["storage_key"], storage_nbytes=j["storage_nbytes"],
+                   source=j["source"])
+
     def __repr__(self) -> str:
         return f"RuntimeOwnedWeight({self.fqn!r}, {self.dtype}, {self.shape})"
 
@@ -326,7 +336,7 @@ class Weights(Mapping):
         self._names: "tuple[str, ...]" = tuple(native.names)
         self._set = frozenset(self._names)
         self._runtime_owned: "tuple[RuntimeOwnedWeight, ...]" = tuple(
-            RuntimeOwnedWeight(**d) for d in getattr(native, "runtime_owned", ()))
+            RuntimeOwnedWeight._of(d) for d in getattr(native, "runtime_owned", ()))
 
     def __getitem__(self, name: str) -> Any:
         if not isinstance(name, str) or name not in self._set:
@@ -361,15 +371,18 @@ class Weights(Mapping):
 
     @property
     def timings(self) -> "dict[str, float]":
-        """Seconds per phase: verify_s, plan_s, allocate_s, read_s, copy_s, wait_s, finish_s,
-        total_s, first_weight_s."""
+        """`ptd-load --json`'s "timings": seconds per phase (verify_s, plan_s, map_s,
+        allocate_s, read_s, copy_s, wait_s, finish_s, total_s, first_weight_s) and the
+        rates gbps and read_gbps (10^9 bytes per second)."""
         return self._w.timings
 
     @property
-    def stats(self) -> "dict[str, int]":
-        """weights, storages, bytes, allocations, reads, bytes_read, copies, reused,
-        runtime_owned, mapped, mapped_bytes, mappings (mapped counts `map_file`'s file
-        mappings; where storages went is `placement`)."""
+    def stats(self) -> "dict[str, Any]":
+        """`ptd-load --json`'s "load": weights, reused, runtime_owned, storages, bytes,
+        allocations, reads, bytes_read, copies, copy_calls, bytes_via_scratch, mapped,
+        mapped_bytes, mappings (mapped counts `map_file`'s file mappings),
+        huge_page_bytes, threads, placement (as the property), device_budget and io
+        (as the property)."""
         return self._w.stats
 
     @property

@@ -67,24 +67,8 @@ void Report::Merge(Report&& other) {
 }
 
 absl::Status ToStatus(const Diagnostic& d) {
-  if (d.file.empty()) return absl::Status(d.code, d.message);
-  return absl::Status(d.code, absl::StrCat(d.file, ": ", d.message));
-}
-
-std::optional<std::string_view> RuleOfMessage(std::string_view message) {
-  // " (" + letter + 1 or 2 digits + ")": 5 or 6 characters at the end.
-  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
-  for (const size_t digits : {size_t{1}, size_t{2}}) {
-    const size_t n = digits + 4;
-    if (message.size() < n) break;
-    const std::string_view tail = message.substr(message.size() - n);
-    if (tail[0] != ' ' || tail[1] != '(' || tail[2] < 'A' || tail[2] > 'Z' || tail.back() != ')') {
-      continue;
-    }
-    const std::string_view number = tail.substr(3, digits);
-    if (std::all_of(number.begin(), number.end(), is_digit)) return tail.substr(2, digits + 1);
-  }
-  return std::nullopt;
+  if (d.file.empty()) return WithRule(absl::Status(d.code, d.message), d.rule);
+  return WithRule(absl::Status(d.code, absl::StrCat(d.file, ": ", d.message)), d.rule);
 }
 
 }  // namespace ptd

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "ptd/rules.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/loader/assemble.h"
@@ -200,10 +201,17 @@ absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,
       &report);
   if (!report.ok()) {
     const absl::Status first = report.FirstError();
-    return absl::Status(first.code(), absl::StrCat(source.name(), ": ", first.message()));
+    return PrefixStatus(absl::StrCat(source.name(), ": "), first);
   }
   return Load(resolved.manifests(), false, source, nullptr, std::move(device), options, start,
               SecondsSince(start));
+}
+
+std::optional<LoadOptionField> InapplicableLoadOption(DeviceKind kind, const LoadOptions& options) {
+  if (kind != DeviceKind::kHost) return std::nullopt;
+  if (options.device_budget_bytes) return LoadOptionField::kDeviceBudgetBytes;
+  if (!options.host_fqns.empty()) return LoadOptionField::kHostFqns;
+  return std::nullopt;
 }
 
 }  // namespace ptd

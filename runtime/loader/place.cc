@@ -279,14 +279,13 @@ absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>
 }  // namespace
 
 absl::Status CheckPlaceOptions(const Device& device, const LoadOptions& options) {
-  if (device.kind() == DeviceKind::kHost &&
-      (options.device_budget_bytes || !options.host_fqns.empty())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.device_budget_bytes ? "LoadOptions::device_budget_bytes" : "LoadOptions::host_fqns",
-        " places storages in host memory mapped for a GPU; ", device.name(),
-        " is the host (every storage is in host memory already)"));
-  }
-  return absl::OkStatus();
+  const std::optional<LoadOptionField> bad = InapplicableLoadOption(device.kind(), options);
+  if (!bad) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(*bad == LoadOptionField::kDeviceBudgetBytes ? "LoadOptions::device_budget_bytes"
+                                                               : "LoadOptions::host_fqns",
+                   " places storages in host memory mapped for a GPU; ", device.name(),
+                   " is the host (every storage is in host memory already)"));
 }
 
 absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device& device,

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
+#include "ptd/rules.h"
 #include "ptd/scalar_type.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
@@ -59,8 +60,8 @@ absl::StatusOr<std::optional<size_t>> ChooseVariant(const ResolvedManifest& m,
 absl::StatusOr<uint32_t> CheckedElementSize(const WeightEntry& e) {
   const std::optional<uint32_t> elem = ElementSize(e.dtype);
   if (!elem) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight '", Sv(e.fqn), "': unknown dtype ", e.dtype, " (M5)"));
+    return RuleError(absl::StatusCode::kInvalidArgument, "M5",
+                     absl::StrCat("weight '", Sv(e.fqn), "': unknown dtype ", e.dtype));
   }
   return *elem;
 }
@@ -220,8 +221,8 @@ class WeightPlanner {
       // Never planned: no storage lookup, no read, no allocation.
       if (!wanted_.empty()) return absl::OkStatus();
       if (resolved == nullptr || !resolved->extent) {
-        return absl::DataLossError(
-            absl::StrCat("weight '", Sv(e.fqn), "': view span arithmetic fails (G1)"));
+        return RuleError(absl::StatusCode::kDataLoss, "G1",
+                         absl::StrCat("weight '", Sv(e.fqn), "': view span arithmetic fails"));
       }
       plan_.runtime_owned.push_back(
           PlannedRuntimeOwned{&e, mi, element_size, resolved->extent->required_nbytes});

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "ptd/rules.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/threads.h"
@@ -284,8 +285,7 @@ absl::Status Transfer::Fail(const ReadPlan& plan, const ReadItem& item, std::str
   if (item.num_pieces > 1) {
     absl::StrAppend(&what, ", read with ", item.num_pieces - 1, " neighbouring storage(s)");
   }
-  return absl::Status(cause.code(),
-                      absl::StrCat(what, "): ", internal::Sv(phase), ": ", cause.message()));
+  return PrefixStatus(absl::StrCat(what, "): ", internal::Sv(phase), ": "), cause);
 }
 
 absl::Status Transfer::Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst) {
@@ -353,9 +353,9 @@ absl::Status Transfer::CompleteMapped(absl::Span<const uint32_t> which) {
   }
   MarkFirstComplete();
   return AddProgress(bytes, [&](const absl::Status& cause) {
-    return absl::Status(cause.code(), absl::StrCat(which.size(), " mapped storage(s) from '",
-                                                   internal::Sv(storages_[which[0]].key),
-                                                   "': cancelled: ", cause.message()));
+    return PrefixStatus(absl::StrCat(which.size(), " mapped storage(s) from '",
+                                     internal::Sv(storages_[which[0]].key), "': cancelled: "),
+                        cause);
   });
 }
 

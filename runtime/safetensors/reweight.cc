@@ -24,6 +24,7 @@
 #include "ptd/checkpoint.h"
 #include "ptd/container.h"
 #include "ptd/ptd_writer.h"
+#include "ptd/rules.h"
 #include "ptd/safetensors.h"
 #include "ptd/scalar_type.h"
 #include "ptd/sha256.h"
@@ -333,22 +334,29 @@ class Builder {
       });
       if (!found) continue;
       if (vj == vi) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: weight '%s' views byte %d of storage '%s' twice (an overlapping or "
-            "broadcast view) but checkpoint tensor '%s' differs there: element %d holds "
-            "0x%02x, element %d holds 0x%02x (S9)",
-            u.file->path(), u.fqn, at, s.key, u.tensor->name, *found, previous, elem, value));
+        return WithRule(
+            absl::InvalidArgumentError(absl::StrFormat(
+                "%s: weight '%s' views byte %d of storage '%s' twice (an overlapping or "
+                "broadcast view) but checkpoint tensor '%s' differs there: element %d holds "
+                "0x%02x, element %d holds 0x%02x (S9)",
+                u.file->path(), u.fqn, at, s.key, u.tensor->name, *found, previous, elem, value)),
+            "S9");
       }
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: weights '%s' and '%s' share byte %d of storage '%s' but their checkpoint "
-          "tensors differ there: '%s' element %d holds 0x%02x, '%s' element %d holds 0x%02x "
-          "(S9)",
-          u.file->path(), p.fqn, u.fqn, at, s.key, p.fqn, *found, previous, u.fqn, elem, value));
+      return WithRule(
+          absl::InvalidArgumentError(absl::StrFormat(
+              "%s: weights '%s' and '%s' share byte %d of storage '%s' but their checkpoint "
+              "tensors differ there: '%s' element %d holds 0x%02x, '%s' element %d holds 0x%02x "
+              "(S9)",
+              u.file->path(), p.fqn, u.fqn, at, s.key, p.fqn, *found, previous, u.fqn, elem,
+              value)),
+          "S9");
     }
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: weight '%s' disagrees with another view at byte %d of storage '%s' (element %d) "
-        "(S9)",
-        u.file->path(), u.fqn, at, s.key, elem));
+    return WithRule(
+        absl::InvalidArgumentError(absl::StrFormat(
+            "%s: weight '%s' disagrees with another view at byte %d of storage '%s' (element %d) "
+            "(S9)",
+            u.file->path(), u.fqn, at, s.key, elem)),
+        "S9");
   }
 
   absl::Status FillUncovered(const Storage& s, uint64_t w0, uint64_t len, bool record) {
@@ -536,9 +544,9 @@ absl::Status Reweighter::KeepFromBase(Storage& s, ViewUse u, const std::string& 
             ? absl::StrCat("the base ", *options_.base, " has no key '", s.key, "'")
             : absl::StrCat("the base's segment under '", s.key, "' is ",
                            *base_->SegmentSize(*base_->Find(s.key)), " bytes, not ", s.nbytes);
-    return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint_, ": ", where, ": the checkpoint has no tensor '", u.fqn, "' and ",
-                     why, " to supply storage '", s.key, "' (S10)"));
+    return RuleError(absl::StatusCode::kInvalidArgument, "S10",
+                     absl::StrCat(checkpoint_, ": ", where, ": the checkpoint has no tensor '",
+                                  u.fqn, "' and ", why, " to supply storage '", s.key, "'"));
   }
   if (kept_.insert(u.fqn).second) {
     result_.kept.push_back(u.fqn);
@@ -569,16 +577,17 @@ absl::Status Reweighter::Attach(Storage& s, ViewUse u, int32_t dtype, const std:
           Sv(SafetensorsDtypeFor(dtype) ? SafetensorsDtypeFor(dtype)->name
                                         : ScalarTypeName(dtype)));
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat(tfile, ": ", where, ": checkpoint tensor '", t.name, "' is ",
-                     Sv(t.dtype->name), " but the weight's dtype is ", Sv(ScalarTypeName(dtype)),
-                     " (", dtype, ")", extra, " (S8)"));
+    return RuleError(absl::StatusCode::kInvalidArgument, "S8",
+                     absl::StrCat(tfile, ": ", where, ": checkpoint tensor '", t.name, "' is ",
+                                  Sv(t.dtype->name), " but the weight's dtype is ",
+                                  Sv(ScalarTypeName(dtype)), " (", dtype, ")", extra));
   }
   std::vector<uint64_t> sizes(u.sizes.begin(), u.sizes.end());
   if (t.shape != sizes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        tfile, ": ", where, ": checkpoint tensor '", t.name, "' has shape ", ShapeString(t.shape),
-        " but the weight's sizes are ", ShapeString(sizes), " (S8)"));
+    return RuleError(
+        absl::StatusCode::kInvalidArgument, "S8",
+        absl::StrCat(tfile, ": ", where, ": checkpoint tensor '", t.name, "' has shape ",
+                     ShapeString(t.shape), " but the weight's sizes are ", ShapeString(sizes)));
   }
   u.file = it->second.ref.file;
   u.tensor = &t;
@@ -833,9 +842,7 @@ absl::Status Reweighter::Check(const std::string& temp) const {
   BundlePaths verify{.ptd = temp, .manifest = program_.manifest, .pte = program_.pte};
   auto bundle = WeightBundle::Open(verify);
   if (!bundle.ok()) {
-    return absl::Status(
-        bundle.status().code(),
-        absl::StrCat("the reweighted .ptd fails verification: ", bundle.status().message()));
+    return PrefixStatus("the reweighted .ptd fails verification: ", bundle.status());
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 
+#include "ptd/rules.h"
 #include "runtime/internal/bytes_le.h"
 #include "runtime/internal/checked_math.h"
 #include "runtime/internal/status_macros.h"
@@ -125,7 +126,7 @@ bool IsU64(const Json& j) { return j.is_number_unsigned(); }
 // DataLoss "<file>: <parts> (<rule>)": how the reader reports a broken rule.
 template <typename... Parts>
 absl::Status Loss(const std::string& file, std::string_view rule, const Parts&... parts) {
-  return absl::DataLossError(absl::StrCat(file, ": ", parts..., " (", Sv(rule), ")"));
+  return RuleError(absl::StatusCode::kDataLoss, rule, absl::StrCat(file, ": ", parts...));
 }
 
 // S1, S2: reads the header length N and the N header bytes that follow it.
@@ -381,7 +382,7 @@ absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::str
   }
 
   const auto loss = [&](auto&&... parts) {
-    return absl::DataLossError(absl::StrCat(path, ": ", parts..., " (S7)"));
+    return RuleError(absl::StatusCode::kDataLoss, "S7", absl::StrCat(path, ": ", parts...));
   };
   PTD_ASSIGN_OR_RETURN(std::shared_ptr<const FileSource> index, OpenFile(path, false));
   if (index->size() > kSafetensorsMaxHeaderBytes) {
@@ -553,9 +554,9 @@ absl::StatusOr<SafetensorsLayout> PlanSafetensors(
   text += '}';
   text.resize((text.size() + 7) / 8 * 8, ' ');
   if (text.size() > kSafetensorsMaxHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors: the header is ", text.size(),
-                                                   " bytes, more than the limit of ",
-                                                   kSafetensorsMaxHeaderBytes, " (S2)"));
+    return RuleError(absl::StatusCode::kInvalidArgument, "S2",
+                     absl::StrCat("safetensors: the header is ", text.size(),
+                                  " bytes, more than the limit of ", kSafetensorsMaxHeaderBytes));
   }
   layout.header.resize(8 + text.size());
   internal::StoreLE<uint64_t>(layout.header.data(), text.size());

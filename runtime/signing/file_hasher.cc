@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "ptd/rules.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/threads.h"
 
@@ -17,12 +18,13 @@ constexpr size_t kReadChunk = size_t{1} << 20;
 absl::Status DigestMismatch(const ModelSignature& signature, const SignedFile& file,
                             const SignedFile::Shard& shard, std::string_view path) {
   const absl::string_view hash = Sv(SignatureHashName(signature.hash()));
-  return absl::DataLossError(
-      signature.sharded() ? absl::StrCat(Sv(path), ": bytes ", shard.start, ":", shard.end,
-                                         " do not hash to the signed ", hash, " digest of shard '",
-                                         file.name, ":", shard.start, ":", shard.end, "' (A5)")
-                          : absl::StrCat(Sv(path), ": the file does not hash to its signed ", hash,
-                                         " digest (A5)"));
+  return RuleError(
+      absl::StatusCode::kDataLoss, "A5",
+      signature.sharded()
+          ? absl::StrCat(Sv(path), ": bytes ", shard.start, ":", shard.end,
+                         " do not hash to the signed ", hash, " digest of shard '", file.name, ":",
+                         shard.start, ":", shard.end, "'")
+          : absl::StrCat(Sv(path), ": the file does not hash to its signed ", hash, " digest"));
 }
 
 SignedFileHasher::SignedFileHasher(const ModelSignature& signature, const SignedFile& entry,

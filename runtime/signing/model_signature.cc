@@ -43,7 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-#include "ptd/report.h"
+#include "ptd/rules.h"
 #include "runtime/internal/check.h"
 #include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
@@ -88,7 +88,7 @@ using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
 
 // The message of a rule error: "SIG: WHAT (RULE)".
 absl::Status RuleError(std::string_view name, std::string_view rule, std::string_view what) {
-  return absl::DataLossError(absl::StrCat(Sv(name), ": ", Sv(what), " (", Sv(rule), ")"));
+  return ptd::RuleError(absl::StatusCode::kDataLoss, rule, absl::StrCat(Sv(name), ": ", Sv(what)));
 }
 
 std::string OpenSslError() {
@@ -114,8 +114,9 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path, std::string_v
                         absl::StrCat(path, ": cannot read the ", Sv(what), ": ", ec.message()));
   }
   if (size > limit) {
-    return absl::DataLossError(absl::StrCat(path, ": the ", Sv(what), " is ", size,
-                                            " bytes, over the ", limit, " this reads (A1)"));
+    return ptd::RuleError(absl::StatusCode::kDataLoss, "A1",
+                          absl::StrCat(path, ": the ", Sv(what), " is ", size, " bytes, over the ",
+                                       limit, " this reads"));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::UnavailableError(absl::StrCat(path, ": cannot open the ", Sv(what)));
@@ -687,8 +688,7 @@ SignatureReport SignatureReport::OfFailedLoad(const SignatureOptions& options,
 absl::Status SignatureReport::Fail(absl::Status st) {
   if (!error) {
     error = std::string(st.message());
-    const absl::string_view m = st.message();
-    if (auto r = RuleOfMessage(std::string_view(m.data(), m.size()))) rule = std::string(*r);
+    rule = RuleOf(st);
   }
   verified = false;
   return st;

@@ -17,6 +17,7 @@
 
 #include "ptd/file_source.h"
 #include "ptd/model_signature.h"
+#include "ptd/rules.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/threads.h"
 #include "runtime/signing/file_hasher.h"
@@ -28,7 +29,7 @@ using internal::Sv;
 namespace {
 
 absl::Status RuleError(std::string_view rule, std::string what) {
-  return absl::DataLossError(absl::StrCat(what, " (", Sv(rule), ")"));
+  return ptd::RuleError(absl::StatusCode::kDataLoss, rule, what);
 }
 
 struct Task {

@@ -18,6 +18,7 @@
 
 #include "ptd/file_source.h"
 #include "ptd/manifest.h"
+#include "ptd/rules.h"
 #include "runtime/internal/strings.h"
 #include "runtime/ptd/ext_header.h"
 #include "runtime/verify/digest_pass.h"
@@ -214,7 +215,7 @@ void CheckSignature(const VerifyOptions& options, VerifyOutcome* out) {
   if (st.ok()) return;
   const absl::string_view m = st.message();
   const std::string_view message(m.data(), m.size());
-  if (const std::optional<std::string_view> rule = RuleOfMessage(message)) {
+  if (const std::optional<std::string> rule = RuleOf(st)) {
     out->report.Error(std::string(*rule), st.code(),
                       std::string(message.substr(0, message.size() - rule->size() - 3)),
                       Where{.file = options.signature.signature});

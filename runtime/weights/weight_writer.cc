@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "ptd/atomic_file.h"
+#include "ptd/rules.h"
 #include "ptd/scalar_type.h"
 #include "ptd/view_geometry.h"
 #include "runtime/internal/status_macros.h"
@@ -14,7 +15,7 @@ namespace ptd {
 namespace {
 
 absl::Status Reject(std::string message, std::string_view rule) {
-  return absl::InvalidArgumentError(absl::StrCat(message, " (", internal::Sv(rule), ")"));
+  return RuleError(absl::StatusCode::kInvalidArgument, rule, message);
 }
 
 }  // namespace
@@ -43,7 +44,8 @@ absl::StatusOr<WeightEntry> CudaWeightWriter::NewEntry(const WeightSpec& w,
   // Never record what the decoder would reject (M5, M6).
   PTD_RETURN_IF_ERROR(CheckWeightEntry(entry));
   if (fqns_.contains(w.fqn)) {
-    return absl::InvalidArgumentError(absl::StrCat("weight '", w.fqn, "' was already added (M6)"));
+    return RuleError(absl::StatusCode::kInvalidArgument, "M6",
+                     absl::StrCat("weight '", w.fqn, "' was already added"));
   }
   return entry;
 }

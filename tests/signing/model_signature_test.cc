@@ -19,6 +19,7 @@
 #include "ptd/loader.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/report.h"
+#include "ptd/rules.h"
 #include "runtime/signing/file_hasher.h"
 #include "tests/testing/signing_fixture.h"
 #include "tests/testing/test_util.h"
@@ -40,10 +41,9 @@ using ::ptd::testing::WriteFileBytes;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
-std::string RuleOf(const absl::Status& st) {
-  const absl::string_view m = st.message();
-  const auto r = RuleOfMessage(std::string_view(m.data(), m.size()));
-  return r ? std::string(*r) : "(none: " + std::string(m) + ")";
+// The rule `st` carries, or a description of a Status that names none.
+std::string RuleName(const absl::Status& st) {
+  return ::ptd::RuleOf(st).value_or("(none: " + std::string(st.message()) + ")");
 }
 
 // A model folder (the mlp program's .pte and .ptd) and, outside it, the key.
@@ -141,7 +141,7 @@ TEST_P(SignedLoadTest, OneChangedWeightByteIsA5NamingTheFileAndShard) {
   EXPECT_TRUE(
       LoadWeights(BundlePaths{.ptd = Ptd(), .pte = Pte()}, std::make_shared<HostDevice>()).ok());
   for (const absl::Status& st : {Verify(), Load().status()}) {
-    EXPECT_EQ(RuleOf(st), "A5");
+    EXPECT_EQ(RuleName(st), "A5");
     EXPECT_THAT(std::string(st.message()), HasSubstr("mlp.ptd"));
     if (method == "shards") {
       const uint64_t start = at / 1024 * 1024;
@@ -165,13 +165,13 @@ TEST_F(SignedFolderTest, WrongKeyOrHintOrSignatureIsA2) {
   SignFolder(model_, key_, SignSpec{});
   const TestKey other = TestKey::Make();
   WriteFile(keys_.File("key.pub"), other.public_pem);
-  EXPECT_EQ(RuleOf(Verify()), "A2");  // The hint names another key.
+  EXPECT_EQ(RuleName(Verify()), "A2");  // The hint names another key.
   // No hint: the signature itself does not verify.
   auto bundle = nlohmann::json::parse(testing::ReadFile(Sig()));
   bundle["verificationMaterial"]["publicKey"]["hint"] = "";
   WriteFile(Sig(), bundle.dump());
-  EXPECT_EQ(RuleOf(Verify()), "A2");
-  EXPECT_EQ(RuleOf(Load().status()), "A2");
+  EXPECT_EQ(RuleName(Verify()), "A2");
+  EXPECT_EQ(RuleName(Load().status()), "A2");
 }
 
 TEST_F(SignedFolderTest, BrokenSignatureFilesAreA1) {
@@ -195,7 +195,7 @@ TEST_F(SignedFolderTest, BrokenSignatureFilesAreA1) {
   for (const std::string& text : bad) {
     WriteFile(Sig(), text);
     const absl::Status st = Verify();
-    EXPECT_EQ(RuleOf(st), "A1") << text.substr(0, 80);
+    EXPECT_EQ(RuleName(st), "A1") << text.substr(0, 80);
     EXPECT_THAT(std::string(st.message()), HasSubstr("model.sig"));
   }
 }
@@ -213,7 +213,7 @@ TEST_F(SignedFolderTest, BrokenStatementsAreA3) {
   for (size_t i = 0; i < bad.size(); ++i) {
     if (i != 0) testing::ResetSubjectDigest(&bad[i]);
     Resign(bad[i]);
-    EXPECT_EQ(RuleOf(Verify()), "A3") << i;
+    EXPECT_EQ(RuleName(Verify()), "A3") << i;
   }
 }
 
@@ -222,14 +222,14 @@ TEST_F(SignedFolderTest, UnverifiableMethodsAndHashesAreA7) {
   st["predicate"]["serialization"]["hash_type"] = "blake3";
   Resign(st);
   absl::Status s = Verify();
-  EXPECT_EQ(RuleOf(s), "A7");
+  EXPECT_EQ(RuleName(s), "A7");
   EXPECT_THAT(std::string(s.message()), HasSubstr("model_signing verify"));
   SignFolder(model_, key_, SignSpec{});
   auto b = nlohmann::json::parse(testing::ReadFile(Sig()));
   b["verificationMaterial"]["tlogEntries"] = nlohmann::json::array({{{"logIndex", "1"}}});
   WriteFile(Sig(), b.dump());
   s = Verify();
-  EXPECT_EQ(RuleOf(s), "A7");
+  EXPECT_EQ(RuleName(s), "A7");
   EXPECT_THAT(std::string(s.message()), HasSubstr("sigstore"));
 }
 
@@ -237,32 +237,32 @@ TEST_F(SignedFolderTest, FolderMismatchesAreA4AndA6) {
   SignFolder(model_, key_, SignSpec{.method = "shards"});
   WriteFile(model_ + "/extra.bin", "x");
   absl::Status st = Verify();
-  EXPECT_EQ(RuleOf(st), "A6");
+  EXPECT_EQ(RuleName(st), "A6");
   EXPECT_THAT(std::string(st.message()), HasSubstr("extra.bin"));
-  EXPECT_EQ(RuleOf(Load().status()), "A6");
+  EXPECT_EQ(RuleName(Load().status()), "A6");
   fs::remove(model_ + "/extra.bin");
   // An empty file has no shards: the reference lists nothing, and accepts.
   WriteFile(model_ + "/empty", "");
   EXPECT_TRUE(Verify().ok());
   fs::remove(model_ + "/empty");
   fs::create_symlink(Pte(), model_ + "/link.pte");
-  EXPECT_EQ(RuleOf(Verify()), "A6");
+  EXPECT_EQ(RuleName(Verify()), "A6");
   fs::remove(model_ + "/link.pte");
 
   // A listed file gone, or grown past its shards: A4.
   const std::string pte = testing::ReadFile(Pte());
   fs::remove(Pte());
   const std::string just_ptd[] = {Ptd()};
-  EXPECT_EQ(RuleOf(VerifySignedModel(Options(), just_ptd, 1, nullptr)), "A4");
+  EXPECT_EQ(RuleName(VerifySignedModel(Options(), just_ptd, 1, nullptr)), "A4");
   WriteFile(Pte(), pte + "more");
-  EXPECT_EQ(RuleOf(Verify()), "A4");
+  EXPECT_EQ(RuleName(Verify()), "A4");
   WriteFile(Pte(), pte);
   EXPECT_TRUE(Verify().ok());
 
   // The .ptd read but not signed (ignored): A4.
   SignFolder(model_, key_, SignSpec{.ignore_paths = {"model.sig", "mlp.ptd"}});
   st = Verify();
-  EXPECT_EQ(RuleOf(st), "A4");
+  EXPECT_EQ(RuleName(st), "A4");
   EXPECT_THAT(std::string(st.message()), HasSubstr("mlp.ptd"));
 }
 
@@ -272,7 +272,7 @@ TEST_F(SignedFolderTest, AnotherFoldersSignatureIsRefused) {
   WriteFile(other.File("mlp.pte"), "nor these");
   SignFolder(other.path(), key_, SignSpec{});
   fs::copy_file(other.File("model.sig"), Sig());
-  const std::string rule = RuleOf(Verify());
+  const std::string rule = RuleName(Verify());
   EXPECT_TRUE(rule == "A5" || rule == "A4") << rule;
 }
 
@@ -323,7 +323,7 @@ TEST_P(SignedManyStoragesTest, ShardsAndFilesOnFourThreads) {
   SignFolder(model_, key_, SignSpec{.method = "shards", .shard_size = 65536});
   FlipByte(at);
   const absl::Status st = LoadPtd(4).status();
-  EXPECT_EQ(RuleOf(st), "A5");
+  EXPECT_EQ(RuleName(st), "A5");
   const uint64_t start = at / 65536 * 65536;
   EXPECT_THAT(std::string(st.message()),
               HasSubstr(absl::StrCat("bytes ", start, ":", std::min(size, start + 65536))));

@@ -211,11 +211,6 @@ class Files {
 
 }  // namespace
 
-bool IsWarningRule(const std::string& rule) {
-  return rule == "H5" || rule == "G5" || rule == "X3" || rule == "P4" || rule == "D1" ||
-         rule == "R1" || rule == "U1" || rule == "N1" || rule == "S11" || rule == "S12";
-}
-
 std::vector<RuleFile> RuleFiles() {
   Files f;
 

@@ -23,8 +23,8 @@
 //                  "storage_offset", "sizes", "strides",
 //                  "is_original_storage"}, "properties": {"storage_size"
 //                  (or null), "offset", "shape", "stride"}}]}
-// The case asserts its own rule: an error of that rule, or for the
-// warnings-only rules (H5, G5, X3, P4, D1, R1, U1, N1) that warning and no error. X2 is
+// The case asserts its own rule: an error of that rule, or for a warning
+// rule (ptd::IsWarningRule: H5, G5, X3, ...) that warning and no error. X2 is
 // checked by the G rules it names (G1-G4 between a manifest and a .ptd); its
 // case asserts one of those.
 //
@@ -47,9 +47,6 @@ struct RuleFile {
 
 // Every file of every case, in a fixed order.
 std::vector<RuleFile> RuleFiles();
-
-// The rules whose case expects a warning rather than an error.
-bool IsWarningRule(const std::string& rule);
 
 }  // namespace ptd::testing
 

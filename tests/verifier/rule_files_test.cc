@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -21,6 +22,7 @@
 #include "ptd/checkpoint.h"
 #include "ptd/container.h"
 #include "ptd/file_source.h"
+#include "ptd/rules.h"
 #include "ptd/safetensors.h"
 #include "ptd/verify.h"
 #include "ptd/weight_writer.h"
@@ -43,7 +45,7 @@ std::string RulesDir() { return DataPath("rules"); }
 
 // Stem of a case file: its name up to the first '.'.
 std::string StemOf(const std::string& name) { return name.substr(0, name.find('.')); }
-std::string RuleOf(const std::string& stem) { return stem.substr(0, stem.find('_')); }
+std::string StemRule(const std::string& stem) { return stem.substr(0, stem.find('_')); }
 
 // Every case stem under tests/data/rules, sorted.
 std::vector<std::string> Stems() {
@@ -114,7 +116,7 @@ TEST(RuleFilesTest, SpecDefinesTheRulesWeExpect) {
 
 TEST(RuleFilesTest, EveryRuleOfTheSpecHasARegressionCase) {
   std::set<std::string> covered;
-  for (const std::string& stem : Stems()) covered.insert(RuleOf(stem));
+  for (const std::string& stem : Stems()) covered.insert(StemRule(stem));
   for (const std::string& rule : SpecRules()) {
     EXPECT_TRUE(covered.count(rule))
         << "docs/SPEC.md rule " << rule << " has no case under tests/data/rules "
@@ -123,6 +125,40 @@ TEST(RuleFilesTest, EveryRuleOfTheSpecHasARegressionCase) {
   for (const std::string& rule : covered) {
     EXPECT_TRUE(SpecRules().count(rule))
         << "a case for " << rule << ", which docs/SPEC.md does not define";
+  }
+}
+
+// The library's rule table (ptd/rules.h) against docs/SPEC.md: the same IDs
+// (the SPEC's scan, with the failures of section 6 that are no format rule),
+// each in the section the table names, and a warning exactly when a line of
+// the SPEC names the rule beside the word "warning".
+TEST(RuleFilesTest, TheRuleTableIsTheSpecs) {
+  std::ifstream in(DataPath("../../docs/SPEC.md"));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::set<std::string> table;
+  for (const RuleInfo& r : Rules()) table.insert(std::string(r.id));
+  std::set<std::string> spec = SpecRules();
+  spec.insert({kInputRule, kLoadRule});
+  EXPECT_EQ(table, spec);
+  for (const RuleInfo& r : Rules()) {
+    const std::string id(r.id);
+    int section = 0;
+    bool in_section = false;
+    bool warned = false;
+    for (const std::string& line : lines) {
+      if (line.rfind("## ", 0) == 0 && line.size() > 3 &&
+          std::isdigit(static_cast<unsigned char>(line[3]))) {
+        section = std::atoi(line.c_str() + 3);
+      }
+      std::set<std::string> named;
+      ScanRules(line, id.substr(0, 1), id.size() > 2, &named);
+      if (!named.count(id)) continue;
+      in_section |= section == r.section;
+      warned |= line.find("warning") != std::string::npos;
+    }
+    EXPECT_TRUE(in_section) << id << " is not named in SPEC section " << r.section;
+    EXPECT_EQ(warned, r.severity == Severity::kWarning) << id;
   }
 }
 
@@ -206,6 +242,7 @@ void RunWriterCase(const std::string& rule, const std::string& path) {
   EXPECT_EQ(last.code(), absl::StatusCode::kInvalidArgument) << last;
   EXPECT_THAT(std::string(last.message()), ::testing::HasSubstr("(" + rule + ")"));
   EXPECT_THAT(std::string(last.message()), ::testing::HasSubstr("AOTI"));
+  EXPECT_EQ(RuleOf(last), rule) << last;
 }
 
 // Runs a safetensors case (S1-S7): the file (or the index, S7) is refused
@@ -225,12 +262,14 @@ void RunSafetensorsCase(const std::string& rule, const std::string& base) {
       ASSERT_FALSE(file.ok()) << path << " opens";
       EXPECT_EQ(file.status().code(), absl::StatusCode::kDataLoss) << file.status();
       EXPECT_THAT(std::string(file.status().message()), ::testing::EndsWith(want));
+      EXPECT_EQ(RuleOf(file.status()), rule) << file.status();
     }
   }
   auto checkpoint = SafetensorsCheckpoint::Open(path);
   ASSERT_FALSE(checkpoint.ok()) << path << " opens";
   EXPECT_EQ(checkpoint.status().code(), absl::StatusCode::kDataLoss) << checkpoint.status();
   EXPECT_THAT(std::string(checkpoint.status().message()), ::testing::EndsWith(want));
+  EXPECT_EQ(RuleOf(checkpoint.status()), rule) << checkpoint.status();
 }
 
 // Runs a re-weighting case (S8-S12): Reweight of <stem>.safetensors for the
@@ -253,7 +292,7 @@ void RunReweightCase(const std::string& rule, const std::string& base) {
   std::error_code ec;
   fs::remove(out, ec);
   auto result = Reweight(base + ".safetensors", program, out, options);
-  if (::ptd::testing::IsWarningRule(rule)) {
+  if (::ptd::IsWarningRule(rule)) {
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_TRUE(result->report.HasWarning(rule)) << rule;
     EXPECT_TRUE(Exists(out)) << "the " << rule << " case was not written";
@@ -263,6 +302,7 @@ void RunReweightCase(const std::string& rule, const std::string& base) {
   ASSERT_FALSE(result.ok()) << "Reweight accepted the " << rule << " case";
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
   EXPECT_THAT(std::string(result.status().message()), ::testing::HasSubstr("(" + rule + ")"));
+  EXPECT_EQ(RuleOf(result.status()), rule) << result.status();
   EXPECT_FALSE(Exists(out)) << "a refused re-weighting left " << out;
 }
 
@@ -326,7 +366,7 @@ void RunSignedCase(const std::string& rule, const std::string& path) {
 
 TEST_P(RuleCaseTest, AssertsItsRule) {
   const std::string stem = GetParam();
-  const std::string rule = RuleOf(stem);
+  const std::string rule = StemRule(stem);
   const std::string base = RulesDir() + "/" + stem;
   if (Exists(base + ".signed.json")) {
     RunSignedCase(rule, base + ".signed.json");
@@ -361,7 +401,7 @@ TEST_P(RuleCaseTest, AssertsItsRule) {
     const nlohmann::ordered_json out_json = VerifyJson(out);
     SCOPED_TRACE(std::string(mmap ? "mmap" : "pread") + "\n" + Describe(out.report));
     ASSERT_EQ(out.io_error(), nullptr) << out.io_error()->status;
-    if (::ptd::testing::IsWarningRule(rule)) {
+    if (::ptd::IsWarningRule(rule)) {
       EXPECT_THAT(out.report, HasWarning(rule));
       EXPECT_TRUE(out.report.ok()) << "a warning-only case has errors";
       EXPECT_EQ(out.exit_code(), 0);
@@ -376,8 +416,7 @@ TEST_P(RuleCaseTest, AssertsItsRule) {
       EXPECT_EQ(out.exit_code(), 1);
     }
     // The JSON names the rule too (what CI and users read).
-    const auto& list =
-        ::ptd::testing::IsWarningRule(rule) ? out_json["warnings"] : out_json["errors"];
+    const auto& list = ::ptd::IsWarningRule(rule) ? out_json["warnings"] : out_json["errors"];
     if (rule != "X2") {
       EXPECT_TRUE(
           std::any_of(list.begin(), list.end(), [&](const auto& d) { return d["rule"] == rule; }));
