@@ -1,8 +1,6 @@
 #include "verifier/cli_util.h"
 
-#include <malloc.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,7 +19,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include <gnu/libc-version.h>
 
 #include "ptd/manifest.h"
 #include "runtime/verify/verify_json.h"
@@ -98,112 +95,6 @@ bool WriteOut(std::string_view text) {
     return false;
   }
   return true;
-}
-
-namespace {
-
-constexpr const char* kTunables = "GLIBC_TUNABLES";
-constexpr const char* kHugetlbTunable = "glibc.malloc.hugetlb";
-
-// glibc.malloc.hugetlb exists from glibc 2.35.
-bool GlibcHasHugetlbTunable() {
-  int major = 0, minor = 0;
-  if (std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor) != 2) return false;
-  return major > 2 || (major == 2 && minor >= 35);
-}
-
-// "[always]" or "[madvise]": the kernel backs advised memory with THP.
-bool KernelAllowsThp() {
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string mode;
-  std::getline(f, mode);
-  return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
-}
-
-// Where GLIBC_TUNABLES sets `name` ("glibc.malloc.hugetlb=1:..."), or null.
-const char* TunableSetting(const char* name) {
-  const char* tunables = std::getenv(kTunables);
-  return tunables != nullptr ? std::strstr(tunables, name) : nullptr;
-}
-
-}  // namespace
-
-bool BuiltWithSanitizer() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
-
-bool HugePageMallocAvailable() {
-  return !BuiltWithSanitizer() && GlibcHasHugetlbTunable() && KernelAllowsThp();
-}
-
-std::string MallocPagesLine() {
-  const char* at = TunableSetting(kHugetlbTunable);
-  if (at == nullptr) return "malloc: default (4 KiB) pages";
-  const std::string setting(at, std::strcspn(at, ":"));
-  if (setting == absl::StrCat(kHugetlbTunable, "=1")) {
-    return absl::StrCat("malloc: ", setting, " (large blocks on transparent huge pages)");
-  }
-  return absl::StrCat("malloc: ", setting);
-}
-
-namespace {
-enum class MmapThreshold { kDynamic, kFixed, kEnvironment };
-MmapThreshold g_mmap_threshold = MmapThreshold::kDynamic;
-}  // namespace
-
-void FixMallocMmapThreshold() {
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
-      TunableSetting("glibc.malloc.mmap_threshold") != nullptr) {
-    g_mmap_threshold = MmapThreshold::kEnvironment;
-    return;
-  }
-  if (::mallopt(M_MMAP_THRESHOLD, kMallocMmapThreshold) == 1) {
-    g_mmap_threshold = MmapThreshold::kFixed;
-  }
-}
-
-std::string MallocMmapLine() {
-  switch (g_mmap_threshold) {
-    case MmapThreshold::kFixed:
-      return absl::StrCat("malloc: mmap_threshold=", kMallocMmapThreshold, " (fixed)");
-    case MmapThreshold::kEnvironment:
-      return "malloc: mmap_threshold set by the environment";
-    case MmapThreshold::kDynamic:
-      break;
-  }
-  return "malloc: mmap_threshold dynamic (glibc's default)";
-}
-
-void ReexecWithHugePageMalloc(char** argv) {
-  const char* opt_out = std::getenv("PTD_MALLOC_HUGETLB");
-  if (opt_out != nullptr && std::strcmp(opt_out, "0") == 0) return;
-  // Set already, by the user or by the exec below: never a second exec.
-  if (TunableSetting(kHugetlbTunable) != nullptr) return;
-  const char* tunables = std::getenv(kTunables);
-  if (!HugePageMallocAvailable()) return;
-  const std::optional<std::string> before =
-      tunables != nullptr ? std::optional<std::string>(tunables) : std::nullopt;
-  std::string value = absl::StrCat(kHugetlbTunable, "=1");
-  if (before && !before->empty()) value = absl::StrCat(*before, ":", value);
-  if (::setenv(kTunables, value.c_str(), 1) != 0) return;
-  ::execv("/proc/self/exe", argv);
-  // Still here: run as is, with the environment as it was.
-  if (before) {
-    ::setenv(kTunables, before->c_str(), 1);
-  } else {
-    ::unsetenv(kTunables);
-  }
 }
 
 int RunGuarded(const char* program, const std::function<int()>& body) {
@@ -361,82 +252,6 @@ void ExitOnMappedFileFault(const char* program, const std::string& what) {
   sa.sa_handler = OnSigbus;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGBUS, &sa, nullptr);
-}
-
-namespace {
-
-std::string Amount(uint64_t n, ProgressBar::Unit unit) {
-  if (unit == ProgressBar::kItems) return absl::StrCat(n);
-  if (n >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", n / 1073741824.0);
-  if (n >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", n / 1048576.0);
-  return absl::StrFormat("%.0f KiB", n / 1024.0);
-}
-
-int TerminalColumns() {
-  struct winsize ws {};
-  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  return 80;
-}
-
-}  // namespace
-
-void ProgressBar::Start(std::string phase, Unit unit) {
-  Erase();
-  // PTD_PROGRESS_DELAY_MS: show the bar after this long (default 500), and
-  // redraw at most every min(delay, 100) ms; 0 draws every update (tests).
-  if (const char* env = std::getenv("PTD_PROGRESS_DELAY_MS"); env != nullptr) {
-    int ms = 0;
-    if (absl::SimpleAtoi(env, &ms) && ms >= 0) delay_ms_ = ms;
-  }
-  phase_ = std::move(phase);
-  unit_ = unit;
-  start_ = last_ = std::chrono::steady_clock::now();
-}
-
-std::string ProgressBar::Line(uint64_t done, uint64_t total, double seconds, int columns) const {
-  const double rate = seconds > 0 ? done / seconds : 0;
-  const std::string eta = rate > 0 && total >= done
-                              ? absl::StrFormat("ETA %.0f s", (total - done) / rate)
-                              : std::string("ETA -");
-  const int pct = total ? static_cast<int>(100.0 * done / total) : 100;
-  const std::string text =
-      absl::StrFormat(" %3d%% %s/%s, %s/s, %s", pct, Amount(done, unit_), Amount(total, unit_),
-                      Amount(static_cast<uint64_t>(rate), unit_), eta);
-  std::string line = phase_;
-  const int room = columns - 1 - static_cast<int>(phase_.size() + text.size()) - 3;
-  if (room >= 10) {
-    const int width = std::min(room, 40);
-    const int filled = total ? static_cast<int>(width * std::min(done, total) / total) : width;
-    absl::StrAppend(&line, " [", std::string(filled, '#'), std::string(width - filled, ' '), "]");
-  }
-  absl::StrAppend(&line, text);
-  if (static_cast<int>(line.size()) > columns - 1) line.resize(std::max(columns - 1, 0));
-  return line;
-}
-
-bool ProgressBar::Update(uint64_t done, uint64_t total) {
-  if (done >= total) {
-    Erase();
-    return true;
-  }
-  const auto now = std::chrono::steady_clock::now();
-  if (now - start_ < std::chrono::milliseconds(delay_ms_) ||
-      (shown_ && now - last_ < std::chrono::milliseconds(std::min(delay_ms_, 100)))) {
-    return true;
-  }
-  last_ = now;
-  const double s = std::chrono::duration<double>(now - start_).count();
-  std::fprintf(stderr, "\r\033[K%s", Line(done, total, s, TerminalColumns()).c_str());
-  std::fflush(stderr);
-  shown_ = true;
-  return true;
-}
-
-void ProgressBar::Erase() {
-  if (!shown_) return;
-  std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
-  shown_ = false;
 }
 
 void AddSignatureFlags(CLI::App& app, SignatureOptions* options) {

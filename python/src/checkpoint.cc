@@ -1,5 +1,7 @@
 // extract() and reweight(): weights out to safetensors and a checkpoint in,
 // each returned as a dict, or the failure dict of the rule it broke.
+#include "ptd/checkpoint.h"
+
 #include <Python.h>
 
 #include <cstdint>
@@ -20,7 +22,6 @@
 #include "nanobind/stl/vector.h"
 #include "nlohmann/json.hpp"
 
-#include "ptd/checkpoint.h"
 #include "ptd/report.h"
 #include "ptd/rules.h"
 #include "ptd/safetensors.h"

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,10 +48,10 @@ struct ProgressState {
 // A load option the device cannot take (InapplicableLoadOption), in
 // Python's words: a ValueError.
 std::string InapplicableArgument(ptd::LoadOptionField field, const std::string& spec) {
-  return absl::StrCat(field == ptd::LoadOptionField::kDeviceBudgetBytes ? "device_budget"
-                                                                        : "host_fqns",
-                      " applies to a CUDA device; device=\"", spec,
-                      "\" is the host (every storage is in host memory already)");
+  return absl::StrCat(
+      field == ptd::LoadOptionField::kDeviceBudgetBytes ? "device_budget" : "host_fqns",
+      " applies to a CUDA device; device=\"", spec,
+      "\" is the host (every storage is in host memory already)");
 }
 
 // A load that failed after verification, as Python's exception.
@@ -66,6 +67,59 @@ std::string InapplicableArgument(ptd::LoadOptionField field, const std::string& 
     throw nb::python_error();
   }
   RaiseStatus(s);
+}
+
+// The loader's progress callback, over `state`. Called by one loader thread
+// at a time; takes the GIL for the callback and for pending signals (Ctrl-C
+// cancels a load in the main thread).
+std::function<bool(uint64_t, uint64_t)> ProgressCallback(ProgressState& state) {
+  return [&state](uint64_t done, uint64_t total) -> bool {
+    nb::gil_scoped_acquire acquire;
+    if (state.error || state.stopped) return false;
+    if (PyErr_CheckSignals() != 0) {
+      state.error.emplace();
+      return false;
+    }
+    if (state.fn.is_none()) return true;
+    try {
+      nb::object r = state.fn(done, total);
+      if (r.is(Py_False)) {
+        state.stopped = true;
+        return false;
+      }
+    } catch (nb::python_error& e) {
+      state.error.emplace(std::move(e));
+      return false;
+    } catch (...) {
+      state.stopped = true;
+      return false;
+    }
+    return true;
+  };
+}
+
+// A signed load that broke an A-rule: the report of that rule (the caller
+// raises ptd.VerifyError), with the signature object; nullopt for any other
+// failure.
+std::optional<nb::object> FailedSignedLoad(const absl::Status& status,
+                                           const ptd::LoadOptions& options,
+                                           const std::string& ptd_path) {
+  const std::string message(status.message());
+  const std::optional<std::string> rule = ptd::RuleOf(status);
+  if (rule && rule->front() == 'A' && options.signature.enabled()) {
+    nlohmann::ordered_json j{
+        {"ok", false},
+        {"errors", nlohmann::ordered_json::array()},
+        {"warnings", nlohmann::ordered_json::array()},
+        {"signature", ptd::internal::SignatureReportJson(ptd::SignatureReport::OfFailedLoad(
+                          options.signature, ptd_path, status))}};
+    j["errors"].push_back(nlohmann::ordered_json{{"rule", *rule},
+                                                 {"message", message},
+                                                 {"code", absl::StatusCodeToString(status.code())},
+                                                 {"file", options.signature.signature}});
+    return ToPython(j);
+  }
+  return std::nullopt;
 }
 
 nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
@@ -93,31 +147,7 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
   lo.sm = sm;
   if (threads) lo.threads = *threads;
   ProgressState state{.fn = progress};
-  // Called by one loader thread at a time; takes the GIL for the callback
-  // and for pending signals (Ctrl-C cancels a load in the main thread).
-  lo.progress = [&state](uint64_t done, uint64_t total) -> bool {
-    nb::gil_scoped_acquire acquire;
-    if (state.error || state.stopped) return false;
-    if (PyErr_CheckSignals() != 0) {
-      state.error.emplace();
-      return false;
-    }
-    if (state.fn.is_none()) return true;
-    try {
-      nb::object r = state.fn(done, total);
-      if (r.is(Py_False)) {
-        state.stopped = true;
-        return false;
-      }
-    } catch (nb::python_error& e) {
-      state.error.emplace(std::move(e));
-      return false;
-    } catch (...) {
-      state.stopped = true;
-      return false;
-    }
-    return true;
-  };
+  lo.progress = ProgressCallback(state);
 
   absl::StatusOr<std::shared_ptr<ptd::Device>> device;
   std::optional<ptd::internal::VerifiedLoad> v;
@@ -131,8 +161,9 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
       // that passes is loaded from the bundle verified here, the timings
       // counting the verification, as ptd-load's do.
       v = ptd::internal::VerifyForLoad(
-          *device, ptd::VerifyOptions{.ptd_path = ptd_path, .manifest_path = manifest,
-                                      .pte_path = pte, .sm = sm},
+          *device,
+          ptd::VerifyOptions{
+              .ptd_path = ptd_path, .manifest_path = manifest, .pte_path = pte, .sm = sm},
           lo);
       if (v->loadable()) {
         const uint64_t huge_before = (*device)->stats().huge_page_bytes;
@@ -148,7 +179,8 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
     PyErr_SetString(PyExc_RuntimeError, std::string(device.status().message()).c_str());
     throw nb::python_error();
   }
-  if (v->inapplicable) throw nb::value_error(InapplicableArgument(*v->inapplicable, device_spec).c_str());
+  if (v->inapplicable)
+    throw nb::value_error(InapplicableArgument(*v->inapplicable, device_spec).c_str());
   const ptd::VerifyOutcome* outcome = &*v->outcome;
   RaiseIfUnreadable(*outcome);
   if (!outcome->report.ok()) return ReportDict(*outcome);
@@ -157,23 +189,8 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
     throw nb::python_error();
   }
   if (!loaded.ok()) {
-    // A signed load that broke an A-rule: the report of that rule (the
-    // caller raises ptd.VerifyError), with the signature object.
-    const std::string message(loaded.status().message());
-    const std::optional<std::string> rule = ptd::RuleOf(loaded.status());
-    if (rule && rule->front() == 'A' && lo.signature.enabled()) {
-      nlohmann::ordered_json j{
-          {"ok", false},
-          {"errors", nlohmann::ordered_json::array()},
-          {"warnings", nlohmann::ordered_json::array()},
-          {"signature", ptd::internal::SignatureReportJson(ptd::SignatureReport::OfFailedLoad(
-                            lo.signature, ptd_path, loaded.status()))}};
-      j["errors"].push_back(
-          nlohmann::ordered_json{{"rule", *rule},
-                                 {"message", message},
-                                 {"code", absl::StatusCodeToString(loaded.status().code())},
-                                 {"file", lo.signature.signature}});
-      return ToPython(j);
+    if (std::optional<nb::object> report = FailedSignedLoad(loaded.status(), lo, ptd_path)) {
+      return *std::move(report);
     }
     RaiseLoadError(loaded.status());
   }

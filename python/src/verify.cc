@@ -1,5 +1,7 @@
 // verify(): RunVerify over the files, returned as the dict `ptd-verify
 // --json` prints; and what load() shares with it.
+#include "ptd/verify.h"
+
 #include <Python.h>
 
 #include <cstdint>
@@ -20,7 +22,6 @@
 #include "nlohmann/json.hpp"
 
 #include "ptd/model_signature.h"
-#include "ptd/verify.h"
 #include "python/src/module.h"
 #include "runtime/verify/verify_json.h"
 

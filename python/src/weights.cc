@@ -14,12 +14,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nanobind/nanobind.h"
+#include "nanobind/ndarray.h"
 #include "nanobind/stl/optional.h"
 #include "nanobind/stl/pair.h"
 #include "nanobind/stl/string.h"
 #include "nanobind/stl/vector.h"
 #include "nlohmann/json.hpp"
-#include "nanobind/ndarray.h"
 
 #include "ptd/device.h"
 #include "ptd/loader.h"

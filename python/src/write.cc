@@ -13,12 +13,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nanobind/nanobind.h"
+#include "nanobind/ndarray.h"
 #include "nanobind/stl/optional.h"
 #include "nanobind/stl/pair.h"
 #include "nanobind/stl/string.h"
 #include "nanobind/stl/vector.h"
 #include "nlohmann/json.hpp"
-#include "nanobind/ndarray.h"
 
 #include "ptd/manifest.h"
 #include "ptd/scalar_type.h"

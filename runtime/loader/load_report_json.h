@@ -21,8 +21,8 @@ namespace ptd::internal {
 
 // What a front end knows of a load that LoadStats does not hold.
 struct LoadFacts {
-  uint64_t huge_page_bytes = 0;  // Taken by the load on the device.
-  size_t threads = 0;            // LoadOptions::threads.
+  uint64_t huge_page_bytes = 0;           // Taken by the load on the device.
+  size_t threads = 0;                     // LoadOptions::threads.
   std::optional<uint64_t> device_budget;  // LoadOptions::device_budget_bytes.
 };
 
@@ -35,8 +35,8 @@ inline double GBps(uint64_t bytes, double seconds) {
 inline nlohmann::ordered_json PlacementJson(const LoadStats& st) {
   nlohmann::ordered_json placement = nlohmann::ordered_json::object();
   for (const Residency r : kAllResidencies) {
-    placement[std::string(ResidencyName(r))] = nlohmann::ordered_json{
-        {"bytes", st.placed(r).bytes}, {"storages", st.placed(r).storages}};
+    placement[std::string(ResidencyName(r))] =
+        nlohmann::ordered_json{{"bytes", st.placed(r).bytes}, {"storages", st.placed(r).storages}};
   }
   return placement;
 }

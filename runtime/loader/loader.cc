@@ -84,20 +84,21 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests,
 
   const auto plan_t0 = Clock::now();
   // A signed model: the signature, the folder and its other files first.
-  PTD_ASSIGN_OR_RETURN(
-      std::unique_ptr<internal::SignedLoad> signed_load,
-      internal::BeginSignedLoad(options, source, other_paths, &result.stats().signature));
-  PTD_ASSIGN_OR_RETURN(internal::LoadPlan plan, internal::PlanLoad(manifests, all_keys, source,
-                                                                   container, *device, options));
+  PTD_ASSIGN_OR_RETURN(std::unique_ptr<internal::SignedLoad> signed_load,
+                       internal::BeginSignedLoad(options.signature, options.threads, source,
+                                                 other_paths, &result.stats().signature));
+  PTD_ASSIGN_OR_RETURN(internal::LoadPlan plan,
+                       internal::PlanLoad(manifests, all_keys, source, container, *device,
+                                          internal::PlanOptionsOf(options)));
   PTD_ASSIGN_OR_RETURN(internal::PlacedStorages placed,
-                       internal::Place(plan, all_keys, *device, options));
+                       internal::Place(plan, all_keys, *device, internal::PlaceOptionsOf(options)));
   timings.plan_s = SecondsSince(plan_t0);
   // On error from here on, `placed` goes first: its buffers are freed
   // before the result lets go of the device.
   if (options.map_file) {
     const auto map_t0 = Clock::now();
-    PTD_RETURN_IF_ERROR(
-        internal::MapFromFile(source, options, *device, &plan.storages, &placed, &result.stats()));
+    PTD_RETURN_IF_ERROR(internal::MapFromFile(source, options.threads, *device, &plan.storages,
+                                              &placed, &result.stats()));
     timings.map_s = SecondsSince(map_t0);
   }
   const auto alloc_t0 = Clock::now();
@@ -106,9 +107,9 @@ absl::StatusOr<LoadedWeights> Load(absl::Span<const ResolvedManifest> manifests,
   timings.allocate_s = SecondsSince(alloc_t0);
 
   std::optional<double> first_complete_s;
-  PTD_RETURN_IF_ERROR(internal::TransferStorages(source, *device, options, start, plan.total_bytes,
-                                                 &plan.storages, &placed, &result.stats(), &timings,
-                                                 &first_complete_s, signed_load.get()));
+  PTD_RETURN_IF_ERROR(internal::TransferStorages(
+      source, *device, internal::TransferOptionsOf(options), start, plan.total_bytes,
+      &plan.storages, &placed, &result.stats(), &timings, &first_complete_s, signed_load.get()));
 
   result.Assemble(manifests, all_keys, std::move(plan), std::move(placed), std::move(keep));
   return result.Finish(start, first_complete_s);

@@ -37,7 +37,7 @@ uint64_t RunSlack(uint64_t nbytes) {
 
 // Per storage: whether host_fqns names a weight on it (without a manifest,
 // a key of it). Only storages bound for the device are looked at.
-std::vector<bool> HostFirst(const LoadPlan& plan, bool all_keys, const LoadOptions& options) {
+std::vector<bool> HostFirst(const LoadPlan& plan, bool all_keys, const PlaceOptions& options) {
   std::vector<bool> host_first(plan.storages.size(), false);
   if (options.host_fqns.empty()) return host_first;
   if (all_keys) {
@@ -58,7 +58,7 @@ std::vector<bool> HostFirst(const LoadPlan& plan, bool all_keys, const LoadOptio
 // Splits placed->to_device between device memory and mapped host memory by
 // the budget and host_fqns, after checking the split against the device.
 absl::Status SplitByBudget(const LoadPlan& plan, bool all_keys, Device& device,
-                           const LoadOptions& options, PlacedStorages* placed) {
+                           const PlaceOptions& options, PlacedStorages* placed) {
   const std::vector<bool> host_first = HostFirst(plan, all_keys, options);
   std::vector<uint64_t> sizes;
   std::vector<bool> first;
@@ -289,7 +289,7 @@ absl::Status CheckPlaceOptions(const Device& device, const LoadOptions& options)
 }
 
 absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device& device,
-                                     const LoadOptions& options) {
+                                     const PlaceOptions& options) {
   const bool device_is_host = device.kind() == DeviceKind::kHost;
   const bool by_budget = options.device_budget_bytes || !options.host_fqns.empty();
   PlacedStorages placed;
@@ -313,10 +313,10 @@ absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device
   return placed;
 }
 
-absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, const Device& device,
+absl::Status MapFromFile(const ByteSource& source, size_t threads_wanted, const Device& device,
                          std::vector<StorageJob>* storages, PlacedStorages* placed,
                          LoadStats* stats) {
-  const size_t threads = std::max<size_t>(1, options.threads);
+  const size_t threads = std::max<size_t>(1, threads_wanted);
   if (device.kind() == DeviceKind::kHost && device.host_accessible()) {
     PTD_RETURN_IF_ERROR(MapList(source, threads, *storages, &placed->to_device, placed, stats));
   }

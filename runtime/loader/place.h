@@ -62,13 +62,13 @@ absl::Status CheckPlaceOptions(const Device& device, const LoadOptions& options)
 // while they fit the budget (internal::PlaceStorages), checked against the
 // device's MemoryInfo (ResourceExhausted, naming the shortfall).
 absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device& device,
-                                     const LoadOptions& options);
+                                     const PlaceOptions& options);
 
 // LoadOptions::map_file: the host storages (the host device's, and
 // Residency::kHost) that `source` can map become views of private file
 // mappings, one per run of neighbours in the file; they leave the lists to
 // allocate for `file_mapped`. A source that cannot map leaves them all.
-absl::Status MapFromFile(const ByteSource& source, const LoadOptions& options, const Device& device,
+absl::Status MapFromFile(const ByteSource& source, size_t threads, const Device& device,
                          std::vector<StorageJob>* storages, PlacedStorages* placed,
                          LoadStats* stats);
 

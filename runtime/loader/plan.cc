@@ -169,7 +169,7 @@ class StorageTable {
 class WeightPlanner {
  public:
   WeightPlanner(const ByteSource& source, const Container* container, const Device& device,
-                const LoadOptions& options, LoadPlan* plan)
+                const PlanOptions& options, LoadPlan* plan)
       : container_(container),
         device_is_host_(device.kind() == DeviceKind::kHost),
         sm_(options.sm ? options.sm : device.compute_capability()),
@@ -267,7 +267,7 @@ class WeightPlanner {
 
 absl::StatusOr<LoadPlan> PlanLoad(absl::Span<const ResolvedManifest> manifests, bool all_keys,
                                   const ByteSource& source, const Container* container,
-                                  const Device& device, const LoadOptions& options) {
+                                  const Device& device, const PlanOptions& options) {
   LoadPlan plan;
   if (all_keys) {
     plan.source_keys = source.Keys();

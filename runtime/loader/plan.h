@@ -28,6 +28,7 @@
 #include "ptd/loader.h"
 #include "ptd/manifest.h"
 #include "ptd/weight_set.h"
+#include "runtime/loader/stage_options.h"
 
 namespace ptd::internal {
 
@@ -117,7 +118,7 @@ struct LoadPlan {
 // entry without a verified extent; a variant choice's error.
 absl::StatusOr<LoadPlan> PlanLoad(absl::Span<const ResolvedManifest> manifests, bool all_keys,
                                   const ByteSource& source, const Container* container,
-                                  const Device& device, const LoadOptions& options);
+                                  const Device& device, const PlanOptions& options);
 
 }  // namespace ptd::internal
 

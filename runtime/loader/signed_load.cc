@@ -7,11 +7,11 @@
 namespace ptd::internal {
 
 absl::StatusOr<std::unique_ptr<SignedLoad>> BeginSignedLoad(
-    const LoadOptions& options, const ByteSource& source, absl::Span<const std::string> other_paths,
-    SignatureReport* report) {
-  if (!options.signature.enabled()) return nullptr;
+    const SignatureOptions& options, size_t threads, const ByteSource& source,
+    absl::Span<const std::string> other_paths, SignatureReport* report) {
+  if (!options.enabled()) return nullptr;
   report->checked = true;
-  report->signature = options.signature.signature;
+  report->signature = options.signature;
   const FileSource* file = source.LocatedFile();
   if (file == nullptr) {
     return report->Fail(absl::InvalidArgumentError(
@@ -19,11 +19,11 @@ absl::StatusOr<std::unique_ptr<SignedLoad>> BeginSignedLoad(
                      ": LoadOptions::signature needs weights read from a file (LoadWeights of "
                      "paths or of a bundle); this source reads none")));
   }
-  report->model_dir = SignedModelDir(options.signature, file->name());
+  report->model_dir = SignedModelDir(options, file->name());
   auto load = std::make_unique<SignedLoad>();
   load->file = file;
   load->report = report;
-  absl::StatusOr<ModelSignature> sig = ModelSignature::Open(options.signature, report->model_dir);
+  absl::StatusOr<ModelSignature> sig = ModelSignature::Open(options, report->model_dir);
   if (!sig.ok()) return report->Fail(sig.status());
   load->signature = std::make_unique<ModelSignature>(*std::move(sig));
   DescribeSignature(*load->signature, report);
@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<SignedLoad>> BeginSignedLoad(
   const std::string name = *load->signature->RelativeName(file->name());
   load->entry = load->signature->Find(name);
   // Every other file now, before a byte of the .ptd is loaded.
-  st = CheckSignedFolder(*load->signature, {name}, options.threads, report);
+  st = CheckSignedFolder(*load->signature, {name}, threads, report);
   if (!st.ok()) return st;
   return load;
 }

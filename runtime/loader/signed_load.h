@@ -28,10 +28,10 @@ struct SignedLoad {
 
 // Runs the checks before the transfer for a load of `source` (whose
 // LocatedFile is the .ptd) that also read `other_paths` (a .pte, a
-// manifest). Null when options.signature is not enabled.
+// manifest). Null when `options` is not enabled; `threads` hash the folder's other files.
 absl::StatusOr<std::unique_ptr<SignedLoad>> BeginSignedLoad(
-    const LoadOptions& options, const ByteSource& source, absl::Span<const std::string> other_paths,
-    SignatureReport* report);
+    const SignatureOptions& options, size_t threads, const ByteSource& source,
+    absl::Span<const std::string> other_paths, SignatureReport* report);
 
 }  // namespace ptd::internal
 

@@ -266,7 +266,7 @@ ReadPlan SplitPlanAt(const ReadPlan& plan, uint64_t step, uint64_t alignment) {
 }
 
 Transfer::Transfer(const ByteSource& source, ReadEngine& engine, std::vector<StorageJob>* storages,
-                   const LoadOptions& options, Clock::time_point start, uint64_t total_bytes)
+                   const TransferOptions& options, Clock::time_point start, uint64_t total_bytes)
     : source_(source),
       engine_(engine),
       storages_(*storages),
@@ -628,7 +628,7 @@ constexpr uint64_t kHostPackLimit = uint64_t{256} << 10;
 // kHostPackLimit bytes packed into reads of up to max_read_bytes; staged,
 // every read fits a ring slot.
 ReadPlan PlanReadsFor(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
-                      bool staged, const LoadOptions& options, const ReadEngine& engine) {
+                      bool staged, const TransferOptions& options, const ReadEngine& engine) {
   const uint64_t slot = std::max<uint64_t>(1, options.ring_slot_bytes);
   const uint64_t max_read = staged ? slot : options.max_read_bytes;
   const uint64_t pack_limit =
@@ -644,10 +644,10 @@ ReadPlan PlanReadsFor(const std::vector<StorageJob>& storages, absl::Span<const 
 
 }  // namespace
 
-absl::Status TransferStorages(const ByteSource& source, Device& device, const LoadOptions& options,
-                              Transfer::Clock::time_point start, uint64_t total_bytes,
-                              std::vector<StorageJob>* storages, PlacedStorages* placed,
-                              LoadStats* stats, LoadTimings* timings,
+absl::Status TransferStorages(const ByteSource& source, Device& device,
+                              const TransferOptions& options, Transfer::Clock::time_point start,
+                              uint64_t total_bytes, std::vector<StorageJob>* storages,
+                              PlacedStorages* placed, LoadStats* stats, LoadTimings* timings,
                               std::optional<double>* first_complete_s, SignedLoad* signed_load) {
   const auto read_t0 = Transfer::Clock::now();
   ReadEngine engine(source, options.io, device);

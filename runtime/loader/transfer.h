@@ -30,6 +30,7 @@
 #include "runtime/loader/plan.h"
 #include "runtime/loader/read_engine.h"
 #include "runtime/loader/signed_load.h"
+#include "runtime/loader/stage_options.h"
 
 namespace ptd::internal {
 
@@ -90,7 +91,7 @@ class Transfer {
   using Clock = LoadClock;
 
   Transfer(const ByteSource& source, ReadEngine& engine, std::vector<StorageJob>* storages,
-           const LoadOptions& options, Clock::time_point start, uint64_t total_bytes);
+           const TransferOptions& options, Clock::time_point start, uint64_t total_bytes);
 
   // Destinations `device` made, host-accessible: reads straight into them,
   // packed reads too when their destinations lie back to back as in the
@@ -155,7 +156,7 @@ class Transfer {
   const ByteSource& source_;
   ReadEngine& engine_;
   std::vector<StorageJob>& storages_;
-  const LoadOptions& options_;
+  const TransferOptions& options_;
   Clock::time_point start_;
   uint64_t total_bytes_;
   std::unique_ptr<std::atomic<uint64_t>[]> remaining_;  // Per storage.
@@ -184,10 +185,10 @@ class Transfer {
 // `timings` (read, copy, wait);
 // `*first_complete_s` as Transfer::first_complete_s. On error, waits for
 // copies in flight and names the storage and the phase.
-absl::Status TransferStorages(const ByteSource& source, Device& device, const LoadOptions& options,
-                              Transfer::Clock::time_point start, uint64_t total_bytes,
-                              std::vector<StorageJob>* storages, PlacedStorages* placed,
-                              LoadStats* stats, LoadTimings* timings,
+absl::Status TransferStorages(const ByteSource& source, Device& device,
+                              const TransferOptions& options, Transfer::Clock::time_point start,
+                              uint64_t total_bytes, std::vector<StorageJob>* storages,
+                              PlacedStorages* placed, LoadStats* stats, LoadTimings* timings,
                               std::optional<double>* first_complete_s,
                               SignedLoad* signed_load = nullptr);
 
