@@ -34,6 +34,60 @@ std::pair<std::vector<uint32_t>, std::vector<uint32_t>> SplitByLocation(
   return {std::move(located), std::move(unlocated)};
 }
 
+// Appends reads to a plan: one storage in chunks, or a group of
+// neighbours as one read.
+class PlanBuilder {
+ public:
+  PlanBuilder(const std::vector<StorageJob>& storages, uint64_t max_read, ReadPlan* plan)
+      : storages_(storages), max_read_(max_read), plan_(*plan) {}
+
+  // Storage `s` in chunks of up to max_read bytes.
+  void AddChunks(uint32_t s) {
+    const StorageJob& j = storages_[s];
+    for (uint64_t done = 0; done < j.nbytes;) {
+      const uint64_t n = std::min(max_read_, j.nbytes - done);
+      plan_.items.push_back(ReadItem{.located = j.location.has_value(),
+                                     .offset = (j.location ? j.location->offset : 0) + done,
+                                     .nbytes = n,
+                                     .first_piece = static_cast<uint32_t>(plan_.pieces.size()),
+                                     .num_pieces = 1});
+      plan_.pieces.push_back(Piece{.storage = s, .dst_offset = done, .src_offset = 0, .nbytes = n});
+      plan_.max_item_bytes = std::max(plan_.max_item_bytes, n);
+      done += n;
+    }
+  }
+
+  // Storages `group`, read at once over [begin, end): one storage alone is
+  // read in chunks; several are one item whose pieces sit at `at(s)` -
+  // begin. Empties `group`.
+  template <typename At>
+  void Flush(std::vector<uint32_t>& group, uint64_t begin, uint64_t end, bool packed, At at) {
+    if (group.size() == 1) {
+      AddChunks(group[0]);
+    } else if (!group.empty()) {
+      plan_.items.push_back(ReadItem{.located = !packed,
+                                     .packed = packed,
+                                     .offset = begin,
+                                     .nbytes = end - begin,
+                                     .first_piece = static_cast<uint32_t>(plan_.pieces.size()),
+                                     .num_pieces = static_cast<uint32_t>(group.size())});
+      for (uint32_t s : group) {
+        plan_.pieces.push_back(Piece{.storage = s,
+                                     .dst_offset = 0,
+                                     .src_offset = at(s) - begin,
+                                     .nbytes = storages_[s].nbytes});
+      }
+      plan_.max_item_bytes = std::max(plan_.max_item_bytes, end - begin);
+    }
+    group.clear();
+  }
+
+ private:
+  const std::vector<StorageJob>& storages_;
+  uint64_t max_read_;
+  ReadPlan& plan_;
+};
+
 }  // namespace
 
 ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uint32_t> which,
@@ -45,51 +99,14 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uin
   plan.pieces.reserve(which.size());
   auto [located, unlocated] = SplitByLocation(storages, which);
 
-  const auto add_chunks = [&](uint32_t s) {
-    const StorageJob& j = storages[s];
-    for (uint64_t done = 0; done < j.nbytes;) {
-      const uint64_t n = std::min(max_read, j.nbytes - done);
-      plan.items.push_back(ReadItem{.located = j.location.has_value(),
-                                    .offset = (j.location ? j.location->offset : 0) + done,
-                                    .nbytes = n,
-                                    .first_piece = static_cast<uint32_t>(plan.pieces.size()),
-                                    .num_pieces = 1});
-      plan.pieces.push_back(Piece{.storage = s, .dst_offset = done, .src_offset = 0, .nbytes = n});
-      plan.max_item_bytes = std::max(plan.max_item_bytes, n);
-      done += n;
-    }
-  };
-
+  PlanBuilder builder(storages, max_read, &plan);
+  const auto add_chunks = [&](uint32_t s) { builder.AddChunks(s); };
   // A run of located storages read at once: [run_begin, run_end).
   std::vector<uint32_t> run;
   uint64_t run_begin = 0, run_end = 0;
-  // Storages `group`, read at once over [begin, end): one storage alone is
-  // read in chunks; several are one item whose pieces sit at `at(s)` -
-  // begin. Empties `group`.
-  const auto flush_group = [&](std::vector<uint32_t>& group, uint64_t begin, uint64_t end,
-                               bool packed, auto at) {
-    if (group.size() == 1) {
-      add_chunks(group[0]);
-    } else if (!group.empty()) {
-      plan.items.push_back(ReadItem{.located = !packed,
-                                    .packed = packed,
-                                    .offset = begin,
-                                    .nbytes = end - begin,
-                                    .first_piece = static_cast<uint32_t>(plan.pieces.size()),
-                                    .num_pieces = static_cast<uint32_t>(group.size())});
-      for (uint32_t s : group) {
-        plan.pieces.push_back(Piece{.storage = s,
-                                    .dst_offset = 0,
-                                    .src_offset = at(s) - begin,
-                                    .nbytes = storages[s].nbytes});
-      }
-      plan.max_item_bytes = std::max(plan.max_item_bytes, end - begin);
-    }
-    group.clear();
-  };
   const auto flush = [&] {
-    flush_group(run, run_begin, run_end, false,
-                [&](uint32_t s) { return storages[s].location->offset; });
+    builder.Flush(run, run_begin, run_end, false,
+                  [&](uint32_t s) { return storages[s].location->offset; });
   };
   for (uint32_t s : located) {
     const StorageJob& j = storages[s];
@@ -119,8 +136,8 @@ ReadPlan PlanReads(const std::vector<StorageJob>& storages, absl::Span<const uin
   std::vector<uint32_t> packed;
   uint64_t packed_begin = 0, packed_end = 0;
   const auto flush_packed = [&] {
-    flush_group(packed, packed_begin, packed_end, true,
-                [&](uint32_t s) { return *storages[s].packed_offset; });
+    builder.Flush(packed, packed_begin, packed_end, true,
+                  [&](uint32_t s) { return *storages[s].packed_offset; });
   };
   for (uint32_t s : unlocated) {
     const StorageJob& j = storages[s];
@@ -423,6 +440,91 @@ constexpr size_t kScratchAlignment = ReadEngine::kAlignment;
 constexpr uint64_t kScratchBytes = uint64_t{1} << 20;
 }  // namespace
 
+// A reader's buffer for reads that do not land in their destinations
+// (packed reads of at most max_read_bytes, whole aligned blocks): grown as
+// needed, reused read after read, and aligned: the kernel copies into a destination 16 bytes off
+// one (malloc's alignment) about 4x slower on some CPUs (measured here,
+// AMD EPYC: 4 MiB preads from the page cache into a reused buffer, 8 ms
+// per 64 MiB at offsets 0, 64 or 4096, 32-44 ms at 16).
+class Transfer::Scratch {
+ public:
+  uint8_t* Get(uint64_t n) {
+    if (size_ < n) {
+      block_.reset();  // The old one first: one buffer at a time.
+      block_.reset(static_cast<uint8_t*>(
+          ::operator new[](static_cast<size_t>(n), std::align_val_t{kScratchAlignment})));
+      size_ = static_cast<size_t>(n);
+    }
+    return block_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const {
+      ::operator delete[](p, std::align_val_t{kScratchAlignment});
+    }
+  };
+  std::unique_ptr<uint8_t, Free> block_;
+  size_t size_ = 0;
+};
+
+absl::Status Transfer::ReadIntoDestinations(const ReadPlan& plan, const ReadItem& item,
+                                            Scratch& scratch) {
+  const Piece& first = plan.pieces[item.first_piece];
+  if (item.aligned) {
+    // Whole blocks, at once: into the aligned scratch, then to each
+    // destination (a direct read never lands in a destination that is
+    // not laid out as the file's blocks).
+    uint8_t* const buf = scratch.Get(item.nbytes);
+    PTD_RETURN_IF_ERROR(Read(plan, item, buf));
+    bytes_via_scratch_.fetch_add(item.nbytes, std::memory_order_relaxed);
+    for (uint32_t k = 0; k < item.num_pieces; ++k) {
+      const Piece& p = plan.pieces[item.first_piece + k];
+      std::memcpy(storages_[p.storage].dest + p.dst_offset, buf + p.src_offset, p.nbytes);
+    }
+    return absl::OkStatus();
+  }
+  uint8_t* const first_dest = storages_[first.storage].dest + first.dst_offset;
+  if (first.src_offset == 0 && DestinationsFollowSource(plan, item, first_dest)) {
+    // One storage, or neighbours whose destinations lie back to back
+    // as their bytes do in the file (a host device packs small buffers
+    // so): straight into them, no scratch and no copy.
+    return Read(plan, item, first_dest);
+  }
+  // Pieces lie in the order of their bytes in the file (overlapping
+  // ones included): [a, b) spans [lo, hi) of the item.
+  uint64_t prev_hi = 0;
+  for (uint32_t a = 0; a < item.num_pieces;) {
+    const Piece& pa = plan.pieces[item.first_piece + a];
+    // A signed load hashes what it reads: the parts then cover the
+    // item back to back, padding included, as the hasher expects.
+    const uint64_t lo = hasher_ != nullptr ? std::min(prev_hi, pa.src_offset) : pa.src_offset;
+    uint64_t hi = pa.src_offset + pa.nbytes;
+    uint32_t b = a + 1;
+    for (; b < item.num_pieces; ++b) {
+      const Piece& pb = plan.pieces[item.first_piece + b];
+      const uint64_t end = std::max(hi, pb.src_offset + pb.nbytes);
+      if (end - lo > kScratchBytes) break;
+      hi = end;
+    }
+    uint8_t* const buf = scratch.Get(hi - lo);
+    const ReadItem part{.located = item.located,
+                        .offset = item.offset + lo,
+                        .nbytes = hi - lo,
+                        .first_piece = item.first_piece + a,
+                        .num_pieces = b - a};
+    PTD_RETURN_IF_ERROR(Read(plan, part, buf));
+    bytes_via_scratch_.fetch_add(part.nbytes, std::memory_order_relaxed);
+    for (uint32_t k = a; k < b; ++k) {
+      const Piece& p = plan.pieces[item.first_piece + k];
+      std::memcpy(storages_[p.storage].dest + p.dst_offset, buf + (p.src_offset - lo), p.nbytes);
+    }
+    prev_hi = hi;
+    a = b;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   if (plan.items.empty()) return absl::OkStatus();
   // The items a thread takes at once: one, or with a "shards" hasher, those
@@ -442,87 +544,14 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
   std::mutex error_mu;
   absl::Status error;
   const auto work = [&] {
-    // For packed reads (at most max_read_bytes), reused read after read and
-    // cache-line aligned: the kernel copies into a destination 16 bytes off
-    // one (malloc's alignment) about 4x slower on some CPUs (measured here,
-    // AMD EPYC: 4 MiB preads from the page cache into a reused buffer, 8 ms
-    // per 64 MiB at offsets 0, 64 or 4096, 32-44 ms at 16).
-    std::unique_ptr<uint8_t, void (*)(uint8_t*)> scratch_block(
-        nullptr, [](uint8_t* p) { ::operator delete[](p, std::align_val_t{kScratchAlignment}); });
-    uint8_t* scratch = nullptr;
-    size_t scratch_size = 0;
-    const auto ensure_scratch = [&](uint64_t n) {
-      if (scratch_size < n) {
-        scratch_block.reset();
-        scratch = static_cast<uint8_t*>(
-            ::operator new[](static_cast<size_t>(n), std::align_val_t{kScratchAlignment}));
-        scratch_block.reset(scratch);
-        scratch_size = static_cast<size_t>(n);
-      }
-    };
-    const auto read = [&](const ReadItem& item) -> absl::Status {
-      const Piece& first = plan.pieces[item.first_piece];
-      if (item.aligned) {
-        // Whole blocks, at once: into the aligned scratch, then to each
-        // destination (a direct read never lands in a destination that is
-        // not laid out as the file's blocks).
-        ensure_scratch(item.nbytes);
-        PTD_RETURN_IF_ERROR(Read(plan, item, scratch));
-        bytes_via_scratch_.fetch_add(item.nbytes, std::memory_order_relaxed);
-        for (uint32_t k = 0; k < item.num_pieces; ++k) {
-          const Piece& p = plan.pieces[item.first_piece + k];
-          std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch + p.src_offset, p.nbytes);
-        }
-        return absl::OkStatus();
-      }
-      uint8_t* const first_dest = storages_[first.storage].dest + first.dst_offset;
-      if (first.src_offset == 0 && DestinationsFollowSource(plan, item, first_dest)) {
-        // One storage, or neighbours whose destinations lie back to back
-        // as their bytes do in the file (a host device packs small buffers
-        // so): straight into them, no scratch and no copy.
-        return Read(plan, item, first_dest);
-      }
-      // Pieces lie in the order of their bytes in the file (overlapping
-      // ones included): [a, b) spans [lo, hi) of the item.
-      uint64_t prev_hi = 0;
-      for (uint32_t a = 0; a < item.num_pieces;) {
-        const Piece& pa = plan.pieces[item.first_piece + a];
-        // A signed load hashes what it reads: the parts then cover the
-        // item back to back, padding included, as the hasher expects.
-        const uint64_t lo = hasher_ != nullptr ? std::min(prev_hi, pa.src_offset) : pa.src_offset;
-        uint64_t hi = pa.src_offset + pa.nbytes;
-        uint32_t b = a + 1;
-        for (; b < item.num_pieces; ++b) {
-          const Piece& pb = plan.pieces[item.first_piece + b];
-          const uint64_t end = std::max(hi, pb.src_offset + pb.nbytes);
-          if (end - lo > kScratchBytes) break;
-          hi = end;
-        }
-        ensure_scratch(hi - lo);
-        const ReadItem part{.located = item.located,
-                            .offset = item.offset + lo,
-                            .nbytes = hi - lo,
-                            .first_piece = item.first_piece + a,
-                            .num_pieces = b - a};
-        PTD_RETURN_IF_ERROR(Read(plan, part, scratch));
-        bytes_via_scratch_.fetch_add(part.nbytes, std::memory_order_relaxed);
-        for (uint32_t k = a; k < b; ++k) {
-          const Piece& p = plan.pieces[item.first_piece + k];
-          std::memcpy(storages_[p.storage].dest + p.dst_offset, scratch + (p.src_offset - lo),
-                      p.nbytes);
-        }
-        prev_hi = hi;
-        a = b;
-      }
-      return absl::OkStatus();
-    };
+    Scratch scratch;
     while (!stop.load(std::memory_order_relaxed)) {
       const size_t g = next.fetch_add(1);
       if (g + 1 >= groups.size()) return;
       for (size_t i = groups[g]; i < groups[g + 1] && !stop.load(std::memory_order_relaxed); ++i) {
         const ReadItem& item = plan.items[i];
         absl::Status st = Prepare(device, plan, item);
-        if (st.ok()) st = read(item);
+        if (st.ok()) st = ReadIntoDestinations(plan, item, scratch);
         if (st.ok()) st = Complete(plan, item);
         if (!st.ok()) {
           std::lock_guard<std::mutex> lock(error_mu);
@@ -642,6 +671,83 @@ ReadPlan PlanReadsFor(const std::vector<StorageJob>& storages, absl::Span<const 
   return PlanReads(storages, which, max_read, pack_limit, options.max_gap_bytes);
 }
 
+// A signed load hashes the .ptd on the reads of its one plan; a load of
+// several plans run one after another (a device budget, host_fqns,
+// mapped blocks) has the hasher read the file after it instead, as a
+// stream could wait on bytes of a plan that has not started. The hasher of
+// a signed load; null for one that is not.
+std::unique_ptr<SignedFileHasher> StartHasher(SignedLoad* signed_load, const PlacedStorages& placed,
+                                              ReadEngine& engine, Transfer& transfer) {
+  if (signed_load == nullptr) return nullptr;
+  auto hasher = std::make_unique<SignedFileHasher>(*signed_load->signature, *signed_load->entry,
+                                                   *signed_load->file);
+  const size_t plans = (placed.to_device.empty() ? 0 : 1) + placed.mapped_blocks.size() +
+                       (placed.to_host.empty() ? 0 : 1);
+  signed_load->report->one_pass = plans == 1;
+  if (plans == 0) {
+    signed_load->report->one_pass_note =
+        "the load reads none of the .ptd's bytes itself (its storages are mapped, or none is "
+        "loaded): the hasher read the file";
+  }
+  if (plans <= 1) {
+    engine.set_hasher(hasher.get());
+    transfer.set_hasher(hasher.get());
+    if (engine.gds() != nullptr) {
+      engine.GdsFailed(absl::FailedPreconditionError(
+          "a signed load hashes the bytes as they are read, and GPUDirect Storage reads them "
+          "past the host"));
+    }
+  } else {
+    signed_load->report->one_pass_note =
+        "the load runs several plans (a device budget, host_fqns or mapped blocks): the .ptd "
+        "was hashed after it";
+  }
+  return hasher;
+}
+
+// Mapped host memory, block by block, straight into it as into host
+// memory: block k + 1 is allocated (pinned) while block k is read.
+absl::Status RunMappedBlocks(Device& device, std::vector<StorageJob>* storages,
+                             PlacedStorages* placed, LoadStats* stats,
+                             absl::FunctionRef<absl::Status(absl::Span<const uint32_t>)> run) {
+  const size_t n = placed->mapped_blocks.size();
+  for (size_t k = 0; k < n; ++k) {
+    std::future<absl::Status> next;
+    if (k + 1 < n) {
+      try {
+        next = std::async(std::launch::async, [&, k] {
+          return AllocateMappedBlock(device, k + 1, storages, placed, stats);
+        });
+      } catch (const std::system_error&) {
+        // No thread: pinned after this block's reads instead.
+      }
+    }
+    const absl::Status read = run(placed->mapped_blocks[k]);
+    absl::Status pinned;
+    if (next.valid()) {
+      pinned = next.get();
+    } else if (k + 1 < n && read.ok()) {
+      pinned = AllocateMappedBlock(device, k + 1, storages, placed, stats);
+    }
+    PTD_RETURN_IF_ERROR(read);
+    PTD_RETURN_IF_ERROR(pinned);
+  }
+  return absl::OkStatus();
+}
+
+// The .ptd's digests, and what the load did not read (A5), into `report`.
+absl::Status FinishHasher(SignedFileHasher& hasher, size_t threads, SignatureReport& report) {
+  const absl::Status signed_st = hasher.Finish(threads);
+  for (SignatureReport::File& f : report.files) {
+    if (f.read != "load") continue;
+    f.ok = signed_st.ok();
+    if (!signed_st.ok()) f.error = std::string(signed_st.message());
+  }
+  if (!signed_st.ok()) return report.Fail(signed_st);
+  report.verified = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status TransferStorages(const ByteSource& source, Device& device,
@@ -652,36 +758,7 @@ absl::Status TransferStorages(const ByteSource& source, Device& device,
   const auto read_t0 = Transfer::Clock::now();
   ReadEngine engine(source, options.io, device);
   Transfer transfer(source, engine, storages, options, start, total_bytes);
-  // A signed load hashes the .ptd on the reads of its one plan; a load of
-  // several plans run one after another (a device budget, host_fqns,
-  // mapped blocks) has the hasher read the file after it instead, as a
-  // stream could wait on bytes of a plan that has not started.
-  std::unique_ptr<SignedFileHasher> hasher;
-  if (signed_load != nullptr) {
-    hasher = std::make_unique<SignedFileHasher>(*signed_load->signature, *signed_load->entry,
-                                                *signed_load->file);
-    const size_t plans = (placed->to_device.empty() ? 0 : 1) + placed->mapped_blocks.size() +
-                         (placed->to_host.empty() ? 0 : 1);
-    signed_load->report->one_pass = plans == 1;
-    if (plans == 0) {
-      signed_load->report->one_pass_note =
-          "the load reads none of the .ptd's bytes itself (its storages are mapped, or none is "
-          "loaded): the hasher read the file";
-    }
-    if (plans <= 1) {
-      engine.set_hasher(hasher.get());
-      transfer.set_hasher(hasher.get());
-      if (engine.gds() != nullptr) {
-        engine.GdsFailed(absl::FailedPreconditionError(
-            "a signed load hashes the bytes as they are read, and GPUDirect Storage reads them "
-            "past the host"));
-      }
-    } else {
-      signed_load->report->one_pass_note =
-          "the load runs several plans (a device budget, host_fqns or mapped blocks): the .ptd "
-          "was hashed after it";
-    }
-  }
+  std::unique_ptr<SignedFileHasher> hasher = StartHasher(signed_load, *placed, engine, transfer);
   const auto run = [&](Device& dev, absl::Span<const uint32_t> which, bool staged) {
     if (which.empty()) return absl::OkStatus();
     ReadPlan plan = PlanReadsFor(*storages, which, staged, options, engine);
@@ -707,32 +784,10 @@ absl::Status TransferStorages(const ByteSource& source, Device& device,
     }
     return run(device, placed->to_device, !device.host_accessible());
   };
-  // Mapped host memory, block by block, straight into it as into host
-  // memory: block k + 1 is allocated (pinned) while block k is read.
   const auto mapped_part = [&]() -> absl::Status {
-    const size_t n = placed->mapped_blocks.size();
-    for (size_t k = 0; k < n; ++k) {
-      std::future<absl::Status> next;
-      if (k + 1 < n) {
-        try {
-          next = std::async(std::launch::async, [&, k] {
-            return AllocateMappedBlock(device, k + 1, storages, placed, stats);
-          });
-        } catch (const std::system_error&) {
-          // No thread: pinned after this block's reads instead.
-        }
-      }
-      const absl::Status read = run(device, placed->mapped_blocks[k], false);
-      absl::Status pinned;
-      if (next.valid()) {
-        pinned = next.get();
-      } else if (k + 1 < n && read.ok()) {
-        pinned = AllocateMappedBlock(device, k + 1, storages, placed, stats);
-      }
-      PTD_RETURN_IF_ERROR(read);
-      PTD_RETURN_IF_ERROR(pinned);
-    }
-    return absl::OkStatus();
+    return RunMappedBlocks(device, storages, placed, stats, [&](absl::Span<const uint32_t> which) {
+      return run(device, which, false);
+    });
   };
   absl::Status st = transfer.CompleteMapped(placed->file_mapped);
   if (st.ok() && !placed->to_device.empty() && !placed->mapped_blocks.empty()) {
@@ -754,18 +809,8 @@ absl::Status TransferStorages(const ByteSource& source, Device& device,
   }
   if (st.ok() && !placed->to_host.empty()) st = run(*placed->host_device, placed->to_host, false);
   PTD_RETURN_IF_ERROR(st);
-  if (hasher != nullptr) {
-    // The .ptd's digests (and what the load did not read): A5.
-    SignatureReport& report = *signed_load->report;
-    const absl::Status signed_st = hasher->Finish(options.threads);
-    for (SignatureReport::File& f : report.files) {
-      if (f.read != "load") continue;
-      f.ok = signed_st.ok();
-      if (!signed_st.ok()) f.error = std::string(signed_st.message());
-    }
-    if (!signed_st.ok()) return report.Fail(signed_st);
-    report.verified = true;
-  }
+  if (hasher != nullptr)
+    PTD_RETURN_IF_ERROR(FinishHasher(*hasher, options.threads, *signed_load->report));
   timings->read_s = SecondsSince(read_t0);
   transfer.AddTo(stats, timings);
   stats->io = engine.Report();

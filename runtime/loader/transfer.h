@@ -131,10 +131,14 @@ class Transfer {
 
  private:
   class StagedRun;  // One RunStaged (transfer_staged.cc).
+  class Scratch;    // A reader's buffer in RunDirect (transfer.cc).
 
   // device.PrepareWrite over the item's destinations.
   absl::Status Prepare(Device& device, const ReadPlan& plan, const ReadItem& item);
   absl::Status Read(const ReadPlan& plan, const ReadItem& item, uint8_t* dst);
+  // One item of RunDirect into its destinations: straight, or through
+  // `scratch` and copied out.
+  absl::Status ReadIntoDestinations(const ReadPlan& plan, const ReadItem& item, Scratch& scratch);
   // True when the item's pieces cover its bytes in order without gaps and
   // their destinations follow each other the same way from `first_dest`:
   // the item can be read straight into them.

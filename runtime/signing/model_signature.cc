@@ -368,25 +368,26 @@ absl::StatusOr<ModelSignature> ModelSignature::Open(const SignatureOptions& opti
   return Parse(*bundle, trust, options.signature, std::move(model_dir));
 }
 
-absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_json,
-                                                     const Trust& trust, std::string name,
-                                                     std::string model_dir) {
-  const auto a1 = [&](std::string_view what) { return RuleError(name, "A1", what); };
-  const auto a3 = [&](std::string_view what) { return RuleError(name, "A3", what); };
-  const auto a7 = [&](std::string_view what) { return RuleError(name, "A7", what); };
-  if (trust.public_key_pem.empty() == trust.certificate_chain_pem.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": give exactly one of a public key and a certificate chain"));
-  }
-  if (bundle_json.size() > kMaxSignatureBytes) {
-    return a1(absl::StrCat("the signature file is ", bundle_json.size(), " bytes, over the ",
-                           kMaxSignatureBytes, " this reads"));
-  }
-  const json bundle = json::parse(bundle_json.begin(), bundle_json.end(), nullptr, false);
-  if (bundle.is_discarded() || !bundle.is_object()) {
-    return a1("the signature file is not one JSON object");
-  }
-  // ---- A1: the envelope ----
+namespace {
+
+// A maker of `rule`'s errors about the signature `name`.
+auto RuleFor(const std::string& name, std::string_view rule) {
+  return [&name, rule](std::string_view what) { return RuleError(name, rule, what); };
+}
+
+// The DSSE envelope of a Sigstore bundle, and the verification material it
+// carries: a public key's hint or a certificate chain (A1, A7).
+struct Envelope {
+  std::string payload_type;
+  std::string payload;
+  std::string sig;
+  const json* public_key = nullptr;  // verificationMaterial.publicKey.
+  const json* chain = nullptr;       // verificationMaterial.x509CertificateChain.
+};
+
+absl::StatusOr<Envelope> ReadEnvelope(const json& bundle, const std::string& name) {
+  const auto a1 = RuleFor(name, "A1");
+  const auto a7 = RuleFor(name, "A7");
   const auto env_it = bundle.find("dsseEnvelope");
   if (env_it == bundle.end() || !env_it->is_object()) {
     if (bundle.contains("messageSignature")) {
@@ -401,14 +402,14 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
   if (payload_type == nullptr || payload_b64 == nullptr) {
     return a1("dsseEnvelope lacks a string payloadType or payload");
   }
-  const std::optional<std::string> payload = Base64(*payload_b64);
+  std::optional<std::string> payload = Base64(*payload_b64);
   if (!payload) return a1("dsseEnvelope.payload is not base64");
   const auto sigs = env.find("signatures");
   if (sigs == env.end() || !sigs->is_array() || sigs->empty()) {
     return a1("dsseEnvelope has no signatures");
   }
   const std::string* sig_b64 = StringAt((*sigs)[0], "sig");
-  const std::optional<std::string> sig = sig_b64 ? Base64(*sig_b64) : std::nullopt;
+  std::optional<std::string> sig = sig_b64 ? Base64(*sig_b64) : std::nullopt;
   if (!sig || sig->empty()) return a1("dsseEnvelope.signatures[0].sig is not base64");
   if (*payload_type != kPayloadType) {
     return a1(absl::StrCat("dsseEnvelope.payloadType is '", internal::Escaped(*payload_type),
@@ -423,61 +424,140 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
   const bool has_tlog = tlog != vm.end() && tlog->is_array() && !tlog->empty();
   const auto pk = vm.find("publicKey");
   const auto chain = vm.find("x509CertificateChain");
-  const bool key_material = pk != vm.end() && pk->is_object();
-  const bool chain_material = chain != vm.end() && chain->is_object();
-  if (has_tlog || vm.contains("certificate") || (!key_material && !chain_material)) {
+  Envelope e{.payload_type = *payload_type, .payload = *std::move(payload), .sig = *std::move(sig)};
+  if (pk != vm.end() && pk->is_object()) e.public_key = &*pk;
+  if (chain != vm.end() && chain->is_object()) e.chain = &*chain;
+  if (has_tlog || vm.contains("certificate") || (e.public_key == nullptr && e.chain == nullptr)) {
     return a7(
         "signed with Sigstore's keyless method (a transparency-log entry or a Fulcio "
         "certificate), which needs Sigstore's trust root and log: verify it with `model_signing "
         "verify sigstore` (or its Python API), then load with ptd");
   }
+  return e;
+}
 
-  // ---- A2: the signature, with the user's trust material ----
-  ModelSignature s;
+// Checks the envelope's signature with the user's trust material (A2): the
+// method that verified, "key" or "certificate".
+absl::StatusOr<std::string> CheckEnvelopeSignature(const Envelope& e,
+                                                   const ModelSignature::Trust& trust,
+                                                   const std::string& name) {
+  const auto a2 = RuleFor(name, "A2");
   Pkey key;
+  std::string method;
   if (!trust.public_key_pem.empty()) {
-    if (!key_material) {
-      return RuleError(name, "A2",
-                       "signed with a certificate, but a public key was given: check it with "
-                       "--certificate-chain");
+    if (e.public_key == nullptr) {
+      return a2(
+          "signed with a certificate, but a public key was given: check it with "
+          "--certificate-chain");
     }
     PTD_ASSIGN_OR_RETURN(key, ReadPublicKey(trust.public_key_pem, "the public key"));
-    s.method_ = "key";
-    const std::string* hint = StringAt(*pk, "hint");
+    method = "key";
+    const std::string* hint = StringAt(*e.public_key, "hint");
     if (hint != nullptr && !hint->empty()) {
       const std::string want = KeyHint(key.get());
       if (*hint != want) {
-        return RuleError(name, "A2",
-                         absl::StrCat("the signature names key ", internal::Escaped(*hint),
-                                      " (SHA-256 of its PEM), the public key given is ", want));
+        return a2(absl::StrCat("the signature names key ", internal::Escaped(*hint),
+                               " (SHA-256 of its PEM), the public key given is ", want));
       }
     }
   } else {
-    if (!chain_material) {
-      return RuleError(name, "A2",
-                       "signed with a key, but a certificate chain was given: check it with "
-                       "--public-key");
+    if (e.chain == nullptr) {
+      return a2("signed with a key, but a certificate chain was given: check it with --public-key");
     }
-    PTD_ASSIGN_OR_RETURN(key, CheckCertificates(*chain, trust.certificate_chain_pem, name));
-    s.method_ = "certificate";
+    PTD_ASSIGN_OR_RETURN(key, CheckCertificates(*e.chain, trust.certificate_chain_pem, name));
+    method = "certificate";
   }
+  const char* signer = method == "key" ? "public key" : "signing certificate";
   std::string curve;
   const EVP_MD* md = HashForKey(key.get(), &curve);
   if (md == nullptr) {
-    return RuleError(name, "A2",
-                     absl::StrCat("the ", s.method_ == "key" ? "public key" : "signing certificate",
-                                  "'s key is not EC on P-256, P-384 or P-521",
-                                  curve.empty() ? "" : absl::StrCat(" (", curve, ")")));
+    return a2(absl::StrCat("the ", signer, "'s key is not EC on P-256, P-384 or P-521",
+                           curve.empty() ? "" : absl::StrCat(" (", curve, ")")));
   }
-  if (!VerifyEcdsa(key.get(), md, Pae(*payload_type, *payload), *sig)) {
-    return RuleError(name, "A2",
-                     absl::StrCat("the signature does not verify with the ",
-                                  s.method_ == "key" ? "public key" : "signing certificate",
-                                  " (ECDSA, ", curve, ")"));
+  if (!VerifyEcdsa(key.get(), md, Pae(e.payload_type, e.payload), e.sig)) {
+    return a2(
+        absl::StrCat("the signature does not verify with the ", signer, " (ECDSA, ", curve, ")"));
   }
+  return method;
+}
 
-  // ---- A3: the statement ----
-  const json st = json::parse(payload->begin(), payload->end(), nullptr, false);
+// The statement's predicate.serialization (A3, A7).
+struct Serialization {
+  std::string method;  // "files", "shards".
+  SignatureHash hash = SignatureHash::kSha256;
+  uint64_t shard_size = 0;  // "shards" only.
+  std::vector<std::string> ignore_paths;
+  bool allow_symlinks = false;
+  size_t digest_size() const { return hash == SignatureHash::kSha256 ? 32 : 64; }
+};
+
+// The in-toto statement: its subject's digest, serialization and resources.
+struct Statement {
+  std::string subject_hex;
+  Serialization serialization;
+  json resources;
+};
+
+absl::Status ReadHashType(const std::string* hash_type, const std::string& name,
+                          Serialization* ser) {
+  const auto a3 = RuleFor(name, "A3");
+  if (hash_type == nullptr) return a3("serialization.hash_type is absent");
+  if (*hash_type == "sha256") {
+    ser->hash = SignatureHash::kSha256;
+  } else if (*hash_type == "blake2b") {
+    ser->hash = SignatureHash::kBlake2b;
+  } else if (*hash_type == "blake3") {
+    return RuleError(
+        name, "A7",
+        "hash blake3: no packaged C library here verifies it; verify the folder with "
+        "`model_signing verify`, then load without --signature, or re-sign with sha256 or blake2b");
+  } else {
+    return a3(absl::StrCat("serialization.hash_type '", internal::Escaped(*hash_type),
+                           "' is none of sha256, blake2b, blake3"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Serialization> ReadSerialization(const json& pred, const std::string& name) {
+  const auto a3 = RuleFor(name, "A3");
+  const auto ser = pred.find("serialization");
+  if (ser == pred.end() || !ser->is_object()) return a3("the predicate has no serialization");
+  const std::string* method = StringAt(*ser, "method");
+  if (method == nullptr || (*method != "files" && *method != "shards")) {
+    return a3(absl::StrCat("serialization.method is ",
+                           method ? absl::StrCat("'", internal::Escaped(*method), "'") : "absent",
+                           ", not 'files' or 'shards'"));
+  }
+  Serialization s{.method = *method};
+  PTD_RETURN_IF_ERROR(ReadHashType(StringAt(*ser, "hash_type"), name, &s));
+  if (s.method == "shards") {
+    const auto size = ser->find("shard_size");
+    // The reference writes it as a float (16777216.0).
+    if (size == ser->end() || !size->is_number()) return a3("serialization.shard_size is absent");
+    const double d = size->get<double>();
+    if (!(d >= 1) || d > 9007199254740992.0 || std::floor(d) != d) {
+      return a3(absl::StrCat("serialization.shard_size ", size->dump(),
+                             " is not a positive whole number"));
+    }
+    s.shard_size = static_cast<uint64_t>(d);
+  }
+  if (const auto ig = ser->find("ignore_paths"); ig != ser->end()) {
+    if (!ig->is_array()) return a3("serialization.ignore_paths is not a list");
+    for (const json& p : *ig) {
+      if (!p.is_string()) return a3("serialization.ignore_paths holds a non-string");
+      s.ignore_paths.push_back(p.get<std::string>());
+    }
+  }
+  if (const auto sym = ser->find("allow_symlinks"); sym != ser->end()) {
+    if (!sym->is_boolean()) return a3("serialization.allow_symlinks is not a boolean");
+    s.allow_symlinks = sym->get<bool>();
+  }
+  return s;
+}
+
+absl::StatusOr<Statement> ReadStatement(const std::string& payload, const std::string& name) {
+  const auto a3 = RuleFor(name, "A3");
+  json st = json::parse(payload.begin(), payload.end(), nullptr, false);
   if (st.is_discarded() || !st.is_object()) return a3("the payload is not one JSON object");
   const std::string* type = StringAt(st, "_type");
   if (type == nullptr || *type != kStatementType) {
@@ -485,8 +565,9 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
   }
   const std::string* predicate_type = StringAt(st, "predicateType");
   if (predicate_type != nullptr && *predicate_type == kPredicateTypeV02) {
-    return a7(absl::StrCat("predicate type ", Sv(kPredicateTypeV02),
-                           " (model_signing 0.x): verify it with model_signing"));
+    return RuleError(name, "A7",
+                     absl::StrCat("predicate type ", Sv(kPredicateTypeV02),
+                                  " (model_signing 0.x): verify it with model_signing"));
   }
   if (predicate_type == nullptr || *predicate_type != kPredicateType) {
     return a3(absl::StrCat("the predicateType is not '", Sv(kPredicateType), "'"));
@@ -502,140 +583,160 @@ absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_jso
   if (subject_hex == nullptr) return a3("the subject has no digest.sha256");
   const auto pred = st.find("predicate");
   if (pred == st.end() || !pred->is_object()) return a3("the statement has no predicate object");
-  const auto ser = pred->find("serialization");
-  if (ser == pred->end() || !ser->is_object()) return a3("the predicate has no serialization");
-  const std::string* method = StringAt(*ser, "method");
-  const std::string* hash_type = StringAt(*ser, "hash_type");
-  if (method == nullptr || (*method != "files" && *method != "shards")) {
-    return a3(absl::StrCat("serialization.method is ",
-                           method ? absl::StrCat("'", internal::Escaped(*method), "'") : "absent",
-                           ", not 'files' or 'shards'"));
-  }
-  s.serialization_ = *method;
-  if (hash_type == nullptr) return a3("serialization.hash_type is absent");
-  if (*hash_type == "sha256") {
-    s.hash_ = SignatureHash::kSha256;
-  } else if (*hash_type == "blake2b") {
-    s.hash_ = SignatureHash::kBlake2b;
-  } else if (*hash_type == "blake3") {
-    return a7(
-        "hash blake3: no packaged C library here verifies it; verify the folder with "
-        "`model_signing verify`, then load without --signature, or re-sign with sha256 or blake2b");
-  } else {
-    return a3(absl::StrCat("serialization.hash_type '", internal::Escaped(*hash_type),
-                           "' is none of sha256, blake2b, blake3"));
-  }
-  if (s.serialization_ == "shards") {
-    const auto size = ser->find("shard_size");
-    // The reference writes it as a float (16777216.0).
-    if (size == ser->end() || !size->is_number()) return a3("serialization.shard_size is absent");
-    const double d = size->get<double>();
-    if (!(d >= 1) || d > 9007199254740992.0 || std::floor(d) != d) {
-      return a3(absl::StrCat("serialization.shard_size ", size->dump(),
-                             " is not a positive whole number"));
-    }
-    s.shard_size_ = static_cast<uint64_t>(d);
-  }
-  if (const auto ig = ser->find("ignore_paths"); ig != ser->end()) {
-    if (!ig->is_array()) return a3("serialization.ignore_paths is not a list");
-    for (const json& p : *ig) {
-      if (!p.is_string()) return a3("serialization.ignore_paths holds a non-string");
-      s.ignore_paths_.push_back(p.get<std::string>());
-    }
-  }
-  if (const auto sym = ser->find("allow_symlinks"); sym != ser->end()) {
-    if (!sym->is_boolean()) return a3("serialization.allow_symlinks is not a boolean");
-    s.allow_symlinks_ = sym->get<bool>();
-  }
+  PTD_ASSIGN_OR_RETURN(Serialization ser, ReadSerialization(*pred, name));
   const auto res = pred->find("resources");
   if (res == pred->end() || !res->is_array()) return a3("the predicate has no resources list");
+  return Statement{
+      .subject_hex = *subject_hex, .serialization = std::move(ser), .resources = std::move(*res)};
+}
+
+using Resource = std::pair<std::string, SignedFile::Shard>;
+
+// One resource: its path and shard (the whole file unless sharded), its raw
+// digest added to `root`.
+absl::StatusOr<Resource> ReadResource(const json& r, size_t i, const Serialization& ser,
+                                      const std::string& want_algorithm, const std::string& name,
+                                      SignatureDigest* root) {
+  const auto a3 = RuleFor(name, "A3");
+  const std::string* rname = StringAt(r, "name");
+  const std::string* alg = StringAt(r, "algorithm");
+  const std::string* hex = StringAt(r, "digest");
+  if (rname == nullptr || alg == nullptr || hex == nullptr) {
+    return a3(absl::StrCat("resource ", i, " lacks a string name, algorithm or digest"));
+  }
+  if (*alg != want_algorithm) {
+    return a3(absl::StrCat("resource '", internal::Escaped(*rname), "' has algorithm '",
+                           internal::Escaped(*alg), "', the serialization says '", want_algorithm,
+                           "'"));
+  }
+  const bool is_hex = std::all_of(hex->begin(), hex->end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  });
+  if (hex->size() != 2 * ser.digest_size() || !is_hex) {
+    return a3(absl::StrCat("resource '", internal::Escaped(*rname), "' digest is not ",
+                           2 * ser.digest_size(), " hex digits"));
+  }
+  std::string raw = absl::HexStringToBytes(*hex);
+  root->Update(reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
+  SignedFile::Shard shard{.start = 0, .end = SignedFile::kWholeFile, .digest = std::move(raw)};
+  std::string path = *rname;
+  if (ser.shard_size != 0) {
+    // PATH:START:END, the path itself may hold ':'.
+    const size_t c2 = rname->rfind(':');
+    const size_t c1 =
+        c2 == std::string::npos || c2 == 0 ? std::string::npos : rname->rfind(':', c2 - 1);
+    uint64_t start = 0, end = 0;
+    if (c1 == std::string::npos ||
+        !absl::SimpleAtoi(Sv(std::string_view(*rname).substr(c1 + 1, c2 - c1 - 1)), &start) ||
+        !absl::SimpleAtoi(Sv(std::string_view(*rname).substr(c2 + 1)), &end) || end <= start) {
+      return a3(absl::StrCat("shard resource '", internal::Escaped(*rname),
+                             "' is not PATH:START:END with START < END"));
+    }
+    path = rname->substr(0, c1);
+    shard.start = start;
+    shard.end = end;
+  }
+  if (!SafeName(path)) {
+    return a3(absl::StrCat("resource name '", internal::Escaped(path),
+                           "' is not a relative path inside the folder"));
+  }
+  return Resource(std::move(path), std::move(shard));
+}
+
+// The statement's resources, checked against its subject digest (A3).
+absl::StatusOr<std::vector<Resource>> ReadResources(const Statement& st, const std::string& name) {
+  const Serialization& ser = st.serialization;
   const std::string want_algorithm =
-      s.sharded() ? absl::StrCat(Sv(SignatureHashName(s.hash_)), "-sharded-", s.shard_size_)
-                  : std::string(SignatureHashName(s.hash_));
+      ser.shard_size != 0
+          ? absl::StrCat(Sv(SignatureHashName(ser.hash)), "-sharded-", ser.shard_size)
+          : std::string(SignatureHashName(ser.hash));
   SignatureDigest root(SignatureHash::kSha256);
-  std::vector<std::pair<std::string, SignedFile::Shard>> entries;
-  entries.reserve(res->size());
-  for (size_t i = 0; i < res->size(); ++i) {
-    const json& r = (*res)[i];
-    const std::string* rname = StringAt(r, "name");
-    const std::string* alg = StringAt(r, "algorithm");
-    const std::string* hex = StringAt(r, "digest");
-    if (rname == nullptr || alg == nullptr || hex == nullptr) {
-      return a3(absl::StrCat("resource ", i, " lacks a string name, algorithm or digest"));
-    }
-    if (*alg != want_algorithm) {
-      return a3(absl::StrCat("resource '", internal::Escaped(*rname), "' has algorithm '",
-                             internal::Escaped(*alg), "', the serialization says '", want_algorithm,
-                             "'"));
-    }
-    const bool is_hex = std::all_of(hex->begin(), hex->end(), [](char c) {
-      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-    });
-    if (hex->size() != 2 * s.digest_size() || !is_hex) {
-      return a3(absl::StrCat("resource '", internal::Escaped(*rname), "' digest is not ",
-                             2 * s.digest_size(), " hex digits"));
-    }
-    std::string raw = absl::HexStringToBytes(*hex);
-    root.Update(reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
-    SignedFile::Shard shard{.start = 0, .end = SignedFile::kWholeFile, .digest = std::move(raw)};
-    std::string path = *rname;
-    if (s.sharded()) {
-      // PATH:START:END, the path itself may hold ':'.
-      const size_t c2 = rname->rfind(':');
-      const size_t c1 =
-          c2 == std::string::npos || c2 == 0 ? std::string::npos : rname->rfind(':', c2 - 1);
-      uint64_t start = 0, end = 0;
-      if (c1 == std::string::npos ||
-          !absl::SimpleAtoi(Sv(std::string_view(*rname).substr(c1 + 1, c2 - c1 - 1)), &start) ||
-          !absl::SimpleAtoi(Sv(std::string_view(*rname).substr(c2 + 1)), &end) || end <= start) {
-        return a3(absl::StrCat("shard resource '", internal::Escaped(*rname),
-                               "' is not PATH:START:END with START < END"));
-      }
-      path = rname->substr(0, c1);
-      shard.start = start;
-      shard.end = end;
-    }
-    if (!SafeName(path)) {
-      return a3(absl::StrCat("resource name '", internal::Escaped(path),
-                             "' is not a relative path inside the folder"));
-    }
-    entries.emplace_back(std::move(path), std::move(shard));
+  std::vector<Resource> entries;
+  entries.reserve(st.resources.size());
+  for (size_t i = 0; i < st.resources.size(); ++i) {
+    PTD_ASSIGN_OR_RETURN(Resource r,
+                         ReadResource(st.resources[i], i, ser, want_algorithm, name, &root));
+    entries.push_back(std::move(r));
   }
   const std::string root_hex = absl::BytesToHexString(root.Finish());
-  if (*subject_hex != root_hex) {
-    return a3(absl::StrCat("the subject digest is ", internal::Escaped(*subject_hex),
-                           ", the resources hash to ", root_hex));
+  if (st.subject_hex != root_hex) {
+    return RuleError(name, "A3",
+                     absl::StrCat("the subject digest is ", internal::Escaped(st.subject_hex),
+                                  ", the resources hash to ", root_hex));
   }
+  return entries;
+}
+
+// The resources as files sorted by name, each file's shards back to back
+// (A3).
+absl::StatusOr<std::vector<SignedFile>> GroupIntoFiles(std::vector<Resource> entries,
+                                                       uint64_t shard_size,
+                                                       const std::string& name) {
+  const auto a3 = RuleFor(name, "A3");
   std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first < b.first : a.second.start < b.second.start;
   });
+  std::vector<SignedFile> files;
   for (auto& [path, shard] : entries) {
-    if (s.files_.empty() || s.files_.back().name != path) {
-      s.files_.push_back(SignedFile{.name = path, .shards = {}});
-    } else if (!s.sharded()) {
+    if (files.empty() || files.back().name != path) {
+      files.push_back(SignedFile{.name = path, .shards = {}});
+    } else if (shard_size == 0) {
       return a3(absl::StrCat("file '", internal::Escaped(path), "' is listed twice"));
     }
-    SignedFile& f = s.files_.back();
-    if (s.sharded()) {
+    SignedFile& f = files.back();
+    if (shard_size != 0) {
       const uint64_t want_start = f.shards.empty() ? 0 : f.shards.back().end;
       if (shard.start != want_start) {
         return a3(absl::StrCat("the shards of '", internal::Escaped(path),
                                "' are not back to back: ", shard.start, ":", shard.end, " follows ",
                                want_start));
       }
-      if (!f.shards.empty() && f.shards.back().end - f.shards.back().start != s.shard_size_) {
+      if (!f.shards.empty() && f.shards.back().end - f.shards.back().start != shard_size) {
         return a3(absl::StrCat("shard ", f.shards.back().start, ":", f.shards.back().end, " of '",
-                               internal::Escaped(path), "' is not the last yet not ", s.shard_size_,
+                               internal::Escaped(path), "' is not the last yet not ", shard_size,
                                " bytes"));
       }
-      if (shard.end - shard.start > s.shard_size_) {
+      if (shard.end - shard.start > shard_size) {
         return a3(absl::StrCat("shard ", shard.start, ":", shard.end, " of '",
                                internal::Escaped(path), "' is longer than the shard size ",
-                               s.shard_size_));
+                               shard_size));
       }
     }
     f.shards.push_back(std::move(shard));
   }
+  return files;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSignature> ModelSignature::Parse(std::string_view bundle_json,
+                                                     const Trust& trust, std::string name,
+                                                     std::string model_dir) {
+  if (trust.public_key_pem.empty() == trust.certificate_chain_pem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": give exactly one of a public key and a certificate chain"));
+  }
+  if (bundle_json.size() > kMaxSignatureBytes) {
+    return RuleError(name, "A1",
+                     absl::StrCat("the signature file is ", bundle_json.size(), " bytes, over the ",
+                                  kMaxSignatureBytes, " this reads"));
+  }
+  const json bundle = json::parse(bundle_json.begin(), bundle_json.end(), nullptr, false);
+  if (bundle.is_discarded() || !bundle.is_object()) {
+    return RuleError(name, "A1", "the signature file is not one JSON object");
+  }
+  PTD_ASSIGN_OR_RETURN(const Envelope envelope, ReadEnvelope(bundle, name));  // A1, A7
+  ModelSignature s;
+  PTD_ASSIGN_OR_RETURN(s.method_, CheckEnvelopeSignature(envelope, trust, name));   // A2
+  PTD_ASSIGN_OR_RETURN(const Statement st, ReadStatement(envelope.payload, name));  // A3, A7
+  PTD_ASSIGN_OR_RETURN(std::vector<Resource> entries, ReadResources(st, name));
+  PTD_ASSIGN_OR_RETURN(s.files_,
+                       GroupIntoFiles(std::move(entries), st.serialization.shard_size, name));
+  s.serialization_ = st.serialization.method;
+  s.hash_ = st.serialization.hash;
+  s.shard_size_ = st.serialization.shard_size;
+  s.ignore_paths_ = st.serialization.ignore_paths;
+  s.allow_symlinks_ = st.serialization.allow_symlinks;
   s.path_ = std::move(name);
   s.model_dir_ = std::move(model_dir);
   s.self_name_ = s.RelativeName(s.path_);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "ptd/file_source.h"
 #include "ptd/model_signature.h"
 #include "ptd/rules.h"
+#include "runtime/internal/status_macros.h"
 #include "runtime/internal/strings.h"
 #include "runtime/internal/threads.h"
 #include "runtime/signing/file_hasher.h"
@@ -28,6 +30,8 @@ using internal::Sv;
 
 namespace {
 
+namespace fs = std::filesystem;
+
 absl::Status RuleError(std::string_view rule, std::string what) {
   return ptd::RuleError(absl::StatusCode::kDataLoss, rule, what);
 }
@@ -37,23 +41,18 @@ struct Task {
   size_t shard = 0;  // Into the signed file's shards.
 };
 
-}  // namespace
+// A file of the folder that the signature does not ignore.
+struct PresentFile {
+  std::string name;
+  uint64_t size = 0;
+};
 
-absl::Status CheckSignedFolder(const ModelSignature& signature,
-                               absl::Span<const std::string> hashed_by_caller, size_t threads,
-                               SignatureReport* report) {
-  namespace fs = std::filesystem;
-  const fs::path dir(signature.model_dir());
-  const std::string where =
-      absl::StrCat(signature.model_dir(), " (signed by ", signature.path(), ")");
+// A6 (and the reference's refusals) over the folder's paths: the files not
+// ignored. `where` names the folder and its signature in messages.
+absl::StatusOr<std::vector<PresentFile>> ListFolder(const ModelSignature& signature,
+                                                    const fs::path& dir, const std::string& where) {
+  std::vector<PresentFile> present;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat(signature.model_dir(), ": the signed model folder is not a folder"));
-  }
-  // ---- A6 (and the reference's refusals) over the folder's paths ----
-  std::vector<std::string> present;  // Files not ignored, by name.
-  std::vector<uint64_t> present_size;
   fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec);
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     const fs::directory_entry& e = *it;
@@ -63,63 +62,92 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
     fs::file_status st = ls;
     if (fs::is_symlink(ls)) {
       if (!signature.allow_symlinks()) {
-        return report->Fail(RuleError(
-            "A6", absl::StrCat(where, ": '", rel,
-                               "' is a symbolic link, and the signature does not allow them "
-                               "(allow_symlinks false)")));
+        return RuleError("A6", absl::StrCat(where, ": '", rel,
+                                            "' is a symbolic link, and the signature does not "
+                                            "allow them (allow_symlinks false)"));
       }
       st = e.status(ec);
       if (ec) {
-        return report->Fail(RuleError(
-            "A6", absl::StrCat(where, ": '", rel, "' is a symbolic link that does not resolve")));
+        return RuleError(
+            "A6", absl::StrCat(where, ": '", rel, "' is a symbolic link that does not resolve"));
       }
     }
     if (fs::is_directory(st)) continue;
     if (!fs::is_regular_file(st)) {
-      return report->Fail(
-          RuleError("A6", absl::StrCat(where, ": '", rel, "' is neither a file nor a folder")));
+      return RuleError("A6", absl::StrCat(where, ": '", rel, "' is neither a file nor a folder"));
     }
     if (signature.Ignores(rel)) continue;
     const uint64_t size = fs::file_size(e.path(), ec);
     if (ec) break;
     if (signature.Find(rel) == nullptr) {
       if (signature.sharded() && size == 0) continue;  // No shards to list.
-      return report->Fail(RuleError(
+      return RuleError(
           "A6", absl::StrCat(where, ": '", rel,
-                             "' is in the folder but the signature neither lists nor ignores it")));
+                             "' is in the folder but the signature neither lists nor ignores it"));
     }
-    present.push_back(rel);
-    present_size.push_back(size);
+    present.push_back(PresentFile{.name = rel, .size = size});
   }
   if (ec) {
     return absl::UnavailableError(
         absl::StrCat(signature.model_dir(), ": cannot list the signed folder: ", ec.message()));
   }
-  // ---- A4: every listed file is there, its shards cover it ----
+  return present;
+}
+
+// A4: every listed file is there, its shards cover it. Fills report->files
+// (in the signature's order) and returns the signed files in that order.
+absl::StatusOr<std::vector<const SignedFile*>> MatchListed(
+    const ModelSignature& signature, const std::vector<PresentFile>& present,
+    absl::Span<const std::string> hashed_by_caller, const std::string& where,
+    SignatureReport* report) {
   report->files.clear();
   std::vector<const SignedFile*> listed;
   for (const SignedFile& f : signature.files()) {
-    const auto p = std::find(present.begin(), present.end(), f.name);
+    const auto p = std::find_if(present.begin(), present.end(),
+                                [&](const PresentFile& pf) { return pf.name == f.name; });
     if (p == present.end()) {
-      return report->Fail(
-          RuleError("A4", absl::StrCat(where, ": '", f.name, "' is signed but not in the folder")));
+      return RuleError("A4",
+                       absl::StrCat(where, ": '", f.name, "' is signed but not in the folder"));
     }
-    const uint64_t size = present_size[static_cast<size_t>(p - present.begin())];
-    if (const std::optional<uint64_t> signed_size = f.size(); signed_size && *signed_size != size) {
-      return report->Fail(
-          RuleError("A4", absl::StrCat(where, ": '", f.name, "' is ", size,
-                                       " bytes, its signed shards cover ", *signed_size)));
+    if (const std::optional<uint64_t> signed_size = f.size();
+        signed_size && *signed_size != p->size) {
+      return RuleError("A4", absl::StrCat(where, ": '", f.name, "' is ", p->size,
+                                          " bytes, its signed shards cover ", *signed_size));
     }
     const bool by_caller = std::find(hashed_by_caller.begin(), hashed_by_caller.end(), f.name) !=
                            hashed_by_caller.end();
     report->files.push_back(SignatureReport::File{.name = f.name,
-                                                  .bytes = size,
+                                                  .bytes = p->size,
                                                   .read = by_caller ? "load" : "apart",
                                                   .ok = false,
                                                   .error = {}});
     listed.push_back(&f);
   }
-  // ---- A5: hash what the caller does not ----
+  return listed;
+}
+
+// One shard of `f`, read from `path` through `buf` and hashed (A5).
+absl::Status HashShard(const ModelSignature& signature, const SignedFile& f,
+                       const SignedFile::Shard& shard, const std::string& path,
+                       std::vector<uint8_t>& buf) {
+  PTD_ASSIGN_OR_RETURN(std::unique_ptr<FileSource> file, OpenPreadFile(path));
+  const uint64_t end = std::min(file->size(), shard.end);
+  SignatureDigest d(signature.hash());
+  for (uint64_t off = shard.start; off < end;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), end - off));
+    PTD_RETURN_IF_ERROR(file->ReadAt(off, absl::MakeSpan(buf.data(), n)));
+    d.Update(buf.data(), n);
+    off += n;
+  }
+  if (d.Finish() != shard.digest) return internal::DigestMismatch(signature, f, shard, path);
+  return absl::OkStatus();
+}
+
+// A5: hashes the shards of the files report->files reads "apart", on up to
+// `threads` threads; the first error in shard order.
+absl::Status HashApart(const ModelSignature& signature, const fs::path& dir,
+                       const std::vector<const SignedFile*>& listed, size_t threads,
+                       SignatureReport* report) {
   std::vector<Task> tasks;
   for (size_t i = 0; i < listed.size(); ++i) {
     if (report->files[i].read == "load") continue;
@@ -138,35 +166,17 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
       if (t >= tasks.size()) return;
       const Task& task = tasks[t];
       const SignedFile& f = *listed[task.file];
-      const SignedFile::Shard& shard = f.shards[task.shard];
-      const std::string path = (dir / f.name).string();
-      absl::Status st;
-      auto file = OpenPreadFile(path);
-      if (!file.ok()) {
-        st = file.status();
-      } else {
-        const uint64_t end = std::min((*file)->size(), shard.end);
-        SignatureDigest d(signature.hash());
-        for (uint64_t off = shard.start; off < end && st.ok();) {
-          const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), end - off));
-          st = (*file)->ReadAt(off, absl::MakeSpan(buf.data(), n));
-          d.Update(buf.data(), n);
-          off += n;
-        }
-        if (st.ok() && d.Finish() != shard.digest) {
-          st = internal::DigestMismatch(signature, f, shard, path);
-        }
+      const absl::Status st =
+          HashShard(signature, f, f.shards[task.shard], (dir / f.name).string(), buf);
+      if (st.ok()) continue;
+      bad_shards[task.file].fetch_add(1);
+      std::lock_guard<std::mutex> lock(mu);
+      if (t < first_task) {
+        first_task = t;
+        first = st;
       }
-      if (!st.ok()) {
-        bad_shards[task.file].fetch_add(1);
-        std::lock_guard<std::mutex> lock(mu);
-        if (t < first_task) {
-          first_task = t;
-          first = st;
-        }
-        if (report->files[task.file].error.empty()) {
-          report->files[task.file].error = std::string(st.message());
-        }
+      if (report->files[task.file].error.empty()) {
+        report->files[task.file].error = std::string(st.message());
       }
     }
   };
@@ -174,7 +184,33 @@ absl::Status CheckSignedFolder(const ModelSignature& signature,
   for (size_t i = 0; i < listed.size(); ++i) {
     if (report->files[i].read == "apart") report->files[i].ok = bad_shards[i].load() == 0;
   }
-  if (!first.ok()) return report->Fail(first);
+  return first;
+}
+
+}  // namespace
+
+absl::Status CheckSignedFolder(const ModelSignature& signature,
+                               absl::Span<const std::string> hashed_by_caller, size_t threads,
+                               SignatureReport* report) {
+  const fs::path dir(signature.model_dir());
+  const std::string where =
+      absl::StrCat(signature.model_dir(), " (signed by ", signature.path(), ")");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat(signature.model_dir(), ": the signed model folder is not a folder"));
+  }
+  absl::StatusOr<std::vector<PresentFile>> present = ListFolder(signature, dir, where);
+  if (!present.ok()) {
+    // A listing that failed is not a verdict on the signature.
+    if (present.status().code() == absl::StatusCode::kUnavailable) return present.status();
+    return report->Fail(present.status());
+  }
+  absl::StatusOr<std::vector<const SignedFile*>> listed =
+      MatchListed(signature, *present, hashed_by_caller, where, report);
+  if (!listed.ok()) return report->Fail(listed.status());
+  const absl::Status hashed = HashApart(signature, dir, *listed, threads, report);
+  if (!hashed.ok()) return report->Fail(hashed);
   return absl::OkStatus();
 }
 
