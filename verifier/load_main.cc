@@ -193,11 +193,9 @@ absl::Status InapplicableFlag(const Args& a, ptd::LoadOptionField field) {
 
 // What to verify: every load reads from the verified bundle.
 ptd::VerifyOptions VerifyOptionsOf(const Args& a) {
-  ptd::VerifyOptions vo{.ptd_path = a.ptd_path,
-                        .manifest_path = a.manifest,
-                        .pte_path = a.pte,
-                        .sm = a.sm,
-                        .use_mmap = false};
+  ptd::VerifyOptions vo{
+      .paths = {.ptd = a.ptd_path, .manifest = a.manifest, .pte = a.pte, .use_mmap = false},
+      .sm = a.sm};
   // The readable report (of a file that fails) prints kReportRows of each
   // table; --json and the digests go through every weight.
   if (!a.json_out && !a.digest && !a.all_rows) vo.list_limit = ptd::cli::kReportRows;

@@ -47,7 +47,7 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
       "unreadable input.",
       "ptd-verify");
   ptd::cli::SetUp(app, PTD_VERSION, /*malloc_lines=*/true);
-  app.add_option("ptd", options.ptd_path, "the .ptd file")->required()->type_name("FILE.ptd");
+  app.add_option("ptd", options.paths.ptd, "the .ptd file")->required()->type_name("FILE.ptd");
   auto* manifest =
       app.add_option("--manifest")->description(ptd::cli::ManifestFlagHelp())->type_name("FILE");
   auto* pte =
@@ -79,7 +79,7 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
               ""));
   auto* pread_flag = app.add_flag(
       "--pread", use_pread, "read with pread(2) (the default; a file that shrinks is exit 2)");
-  app.add_flag("--mmap", options.use_mmap,
+  app.add_flag("--mmap", options.paths.use_mmap,
                "read through a memory mapping (a file truncated while it is read "
                "ends the run with exit 2)")
       ->excludes(pread_flag);
@@ -90,15 +90,15 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
     std::cerr << "ptd-verify: " << *bad << "\n";
     return 2;
   }
-  if (!manifest->empty()) options.manifest_path = manifest->as<std::string>();
-  if (!pte->empty()) options.pte_path = pte->as<std::string>();
+  if (!manifest->empty()) options.paths.manifest = manifest->as<std::string>();
+  if (!pte->empty()) options.paths.pte = pte->as<std::string>();
   if (!sm_opt->empty()) options.sm = sm;
   if (!limit_opt->empty()) (void)ptd::cli::ParseByteCount(digest_limit, &options.digest_limit);
   // Flags that change nothing are said, so a user does not trust them.
   if (!limit_opt->empty() && !options.digest && !options.stats) {
     std::cerr << "ptd-verify: note: --digest-limit has no effect without --digest or --stats\n";
   }
-  if (!sm_opt->empty() && !options.manifest_path && !options.pte_path) {
+  if (!sm_opt->empty() && !options.paths.manifest && !options.paths.pte) {
     std::cerr << "ptd-verify: note: --sm has no effect without --manifest or --pte\n";
   }
   // The readable report prints kReportRows of each table: no more is built.
@@ -109,10 +109,10 @@ std::optional<int> Parse(int argc, char** argv, Args* args) {
 // Runs the verification, with a progress bar for the digests on a terminal
 // and, with --mmap, SIGBUS turned into exit code 2.
 const ptd::VerifyOutcome& Verify(ptd::VerifyOptions& options) {
-  if (options.use_mmap) {
-    std::string files = options.ptd_path;
-    if (options.manifest_path) files += ", " + *options.manifest_path;
-    if (options.pte_path) files += ", " + *options.pte_path;
+  if (options.paths.use_mmap) {
+    std::string files = options.paths.ptd;
+    if (options.paths.manifest) files += ", " + *options.paths.manifest;
+    if (options.paths.pte) files += ", " + *options.paths.pte;
     ptd::cli::ExitOnMappedFileFault("ptd-verify", files);
   }
   // Digests are the slow part of a verification: a bar on a terminal.

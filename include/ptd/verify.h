@@ -5,8 +5,8 @@
 // docs/SPEC.md section 6), both below.
 //
 // Example:
-//   VerifyOutcome out = RunVerify(VerifyOptions{.ptd_path = "m.ptd",
-//                                               .manifest_path = "m.manifest"});
+//   VerifyOutcome out = RunVerify(
+//       VerifyOptions{.paths = {.ptd = "m.ptd", .manifest = "m.manifest"}});
 //   std::cout << FormatText(out);
 //   if (out.exit_code() == 0) auto weights = LoadWeights(out.bundle, device);
 //
@@ -37,7 +37,14 @@ namespace ptd {
 inline constexpr uint64_t kDefaultDigestLimit = uint64_t{1} << 30;
 
 struct VerifyOptions {
-  std::string ptd_path;
+  // The inputs: the .ptd, and the manifest or the .pte that names its
+  // weights. paths.use_mmap true reads through a memory mapping (the same
+  // results, fewer copies). A mapped file that another process truncates
+  // while it is read raises SIGBUS, which no Status can report; so the
+  // default is pread(2), where a file that shrinks is a read error (exit
+  // code 2) naming the file. A command-line tool that sets it installs a
+  // SIGBUS handler first.
+  BundlePaths paths;
   // A signed model (ptd/model_signature.h): when signature.enabled(), the
   // signature, the folder and every file in it are checked too (A1-A7), the
   // files hashed signature_threads at a time (0: one per core). A broken
@@ -45,8 +52,6 @@ struct VerifyOptions {
   // says what ran.
   SignatureOptions signature;
   size_t signature_threads = 0;
-  std::optional<std::string> manifest_path;
-  std::optional<std::string> pte_path;
   std::optional<uint32_t> sm;
   bool digest = false;
   uint64_t digest_limit = kDefaultDigestLimit;
@@ -55,12 +60,6 @@ struct VerifyOptions {
   // the same pass over its elements as its digest, and a weight holding
   // NaN or Inf draws warning N1. Views past digest_limit are skipped (D1).
   bool stats = false;
-  // true: read through a memory mapping (the same results, fewer copies).
-  // A mapped file that another process truncates while it is read raises
-  // SIGBUS, which no Status can report; so the default is pread(2), where a
-  // file that shrinks is a read error (exit code 2) naming the file. A
-  // command-line tool that sets it installs a SIGBUS handler first.
-  bool use_mmap = false;
   // With digest: called after each key's and each weight's digest with the
   // number done and the total (keys plus weights), for a progress bar.
   std::function<void(uint64_t done, uint64_t total)> digest_progress;
@@ -201,9 +200,9 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
 // How a renderer names where an input goes: the library speaks of its own
 // parameters; a command-line tool passes its flags.
 struct InputNames {
-  std::string ptd = "as ptd_path";
-  std::string manifest = "as manifest_path";
-  std::string pte = "as pte_path";
+  std::string ptd = "as paths.ptd";
+  std::string manifest = "as paths.manifest";
+  std::string pte = "as paths.pte";
   // How every row is listed (after "; "): a tool names its flag.
   std::string all_rows = "max_rows 0 lists them";
 };

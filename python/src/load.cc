@@ -162,8 +162,8 @@ nb::object Load(std::string ptd_path, std::optional<std::string> manifest,
       // counting the verification, as ptd-load's do.
       v = ptd::internal::VerifyForLoad(
           *device,
-          ptd::VerifyOptions{
-              .ptd_path = ptd_path, .manifest_path = manifest, .pte_path = pte, .sm = sm},
+          ptd::VerifyOptions{.paths = {.ptd = ptd_path, .manifest = manifest, .pte = pte},
+                             .sm = sm},
           lo);
       if (v->loadable()) {
         const uint64_t huge_before = (*device)->stats().huge_page_bytes;

@@ -80,9 +80,9 @@ nb::object Verify(std::string ptd_path, std::optional<std::string> manifest,
                   std::optional<std::string> model_dir) {
   ptd::VerifyOptions options;
   options.signature = SignatureArgs(signature, public_key, certificate_chain, model_dir);
-  options.ptd_path = ptd_path;
-  options.manifest_path = manifest;
-  options.pte_path = pte;
+  options.paths.ptd = ptd_path;
+  options.paths.manifest = manifest;
+  options.paths.pte = pte;
   options.sm = sm;
   options.digest = digest;
   options.digest_limit = digest_limit;

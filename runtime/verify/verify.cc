@@ -180,21 +180,21 @@ VerifyOutcome RunVerify(const VerifyOptions& options) {
   BundleSources sources;
   std::vector<InputError> failed;
   const auto open = [&](const std::string& path, std::shared_ptr<const FileSource>* dst) {
-    auto s = OpenFile(path, options.use_mmap);
+    auto s = OpenFile(path, options.paths.use_mmap);
     if (!s.ok()) {
       failed.push_back({s.status(), path});
       return;
     }
     *dst = std::move(*s);
   };
-  open(options.ptd_path, &sources.ptd);
-  if (options.manifest_path) open(*options.manifest_path, &sources.manifest);
-  if (options.pte_path) open(*options.pte_path, &sources.pte);
+  open(options.paths.ptd, &sources.ptd);
+  if (options.paths.manifest) open(*options.paths.manifest, &sources.manifest);
+  if (options.paths.pte) open(*options.paths.pte, &sources.pte);
   if (failed.empty()) return RunVerify(options, sources);
   VerifyOutcome out;
   out.options = options;
   out.options.digest_progress = nullptr;
-  out.ptd.path = options.ptd_path;
+  out.ptd.path = options.paths.ptd;
   if (sources.ptd) out.ptd.size = sources.ptd->size();
   out.io_errors = std::move(failed);
   return out;
@@ -204,9 +204,9 @@ namespace {
 // VerifyOptions::signature: a broken A-rule joins the report's errors; a
 // signature or key that cannot be read is an input error (exit code 2).
 void CheckSignature(const VerifyOptions& options, VerifyOutcome* out) {
-  std::vector<std::string> read_paths{options.ptd_path};
-  if (options.manifest_path) read_paths.push_back(*options.manifest_path);
-  if (options.pte_path) read_paths.push_back(*options.pte_path);
+  std::vector<std::string> read_paths{options.paths.ptd};
+  if (options.paths.manifest) read_paths.push_back(*options.paths.manifest);
+  if (options.paths.pte) read_paths.push_back(*options.paths.pte);
   const size_t threads = options.signature_threads != 0
                              ? options.signature_threads
                              : std::max<size_t>(1, std::thread::hardware_concurrency());
@@ -233,7 +233,7 @@ VerifyOutcome RunVerify(const VerifyOptions& options, const BundleSources& sourc
   const WeightBundle& bundle = *verified;
   if (bundle.io_error()) out.io_errors.push_back({*bundle.io_error(), BundleIoFile(sources)});
 
-  out.ptd.path = options.ptd_path;
+  out.ptd.path = options.paths.ptd;
   if (sources.ptd) out.ptd.size = sources.ptd->size();
   const Container* c = bundle.container();
   if (c != nullptr) ListContainer(*c, options, &out.ptd);

@@ -437,7 +437,7 @@ TEST(CliAuditTest, ProgressLineFitsTheTerminalWithPhaseAmountRateAndEta) {
 }
 
 TEST(CliAuditTest, DigestProgressCountsEveryKeyAndWeight) {
-  VerifyOptions o{.ptd_path = kK01, .manifest_path = kK01Manifest, .digest = true};
+  VerifyOptions o{.paths = {.ptd = kK01, .manifest = kK01Manifest}, .digest = true};
   std::vector<std::pair<uint64_t, uint64_t>> calls;
   o.digest_progress = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
   const VerifyOutcome out = RunVerify(o);

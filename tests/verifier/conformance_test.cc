@@ -32,10 +32,10 @@ std::vector<std::string> Routes(const json& tc) {
 
 VerifyOptions OptionsFor(const json& tc, const std::string& route) {
   VerifyOptions o;
-  o.ptd_path = ConformancePath(tc["ptd"]);
+  o.paths.ptd = ConformancePath(tc["ptd"]);
   o.digest = true;
-  if (route == "manifest") o.manifest_path = ConformancePath(tc["manifest"]);
-  if (route == "pte") o.pte_path = ConformancePath(tc["pte"]);
+  if (route == "manifest") o.paths.manifest = ConformancePath(tc["manifest"]);
+  if (route == "pte") o.paths.pte = ConformancePath(tc["pte"]);
   return o;
 }
 

@@ -51,9 +51,9 @@ std::vector<Golden> GoldensOf(const nlohmann::json& tc) {
   for (const std::string& route : Routes(tc)) {
     for (const bool digest : {false, true}) {
       VerifyOptions o;
-      o.ptd_path = ConformancePath(tc["ptd"]);
-      if (route == "manifest") o.manifest_path = ConformancePath(tc["manifest"]);
-      if (route == "pte") o.pte_path = ConformancePath(tc["pte"]);
+      o.paths.ptd = ConformancePath(tc["ptd"]);
+      if (route == "manifest") o.paths.manifest = ConformancePath(tc["manifest"]);
+      if (route == "pte") o.paths.pte = ConformancePath(tc["pte"]);
       o.digest = digest;
       const std::string stem =
           tc["name"].get<std::string>() + "." + route + (digest ? ".digest" : "");

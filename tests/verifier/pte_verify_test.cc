@@ -75,7 +75,7 @@ std::string WritePte(const TempDir& dir, uint64_t decode_nbytes,
 
 TEST(PteVerifyTest, TwoMethodsShareWeights) {
   TempDir dir;
-  VerifyOptions o{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 32), .digest = true};
+  VerifyOptions o{.paths = {.ptd = WritePtd(dir, true), .pte = WritePte(dir, 32)}, .digest = true};
   const VerifyOutcome out = RunVerify(o);
   const nlohmann::ordered_json out_json = VerifyJson(out);
   ASSERT_EQ(out.exit_code(), 0) << out_json.dump(1);
@@ -91,7 +91,7 @@ TEST(PteVerifyTest, TwoMethodsShareWeights) {
 TEST(PteVerifyTest, G4AcrossMethodsThatDisagree) {
   TempDir dir;
   const VerifyOutcome out =
-      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = WritePte(dir, 40)});
+      RunVerify(VerifyOptions{.paths = {.ptd = WritePtd(dir, true), .pte = WritePte(dir, 40)}});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
   EXPECT_THAT(out.report, HasError("G4", ::testing::AllOf(MessageHas("40"), MessageHas("32"),
@@ -102,7 +102,7 @@ TEST(PteVerifyTest, G4AcrossMethodsThatDisagree) {
 TEST(PteVerifyTest, P3LibraryMissingFromPteAndPtd) {
   TempDir dir;
   const VerifyOutcome out =
-      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, false), .pte_path = WritePte(dir, 32)});
+      RunVerify(VerifyOptions{.paths = {.ptd = WritePtd(dir, false), .pte = WritePte(dir, 32)}});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
   ASSERT_TRUE(out.report.HasError("P3"));
@@ -114,7 +114,7 @@ TEST(PteVerifyTest, P3LibraryMissingFromPteAndPtd) {
 TEST(PteVerifyTest, P3SatisfiedByThePtesOwnNamedData) {
   TempDir dir;
   const VerifyOutcome out = RunVerify(VerifyOptions{
-      .ptd_path = WritePtd(dir, false), .pte_path = WritePte(dir, 32, {{"lib_so", 0}})});
+      .paths = {.ptd = WritePtd(dir, false), .pte = WritePte(dir, 32, {{"lib_so", 0}})}});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 0) << out_json["errors"].dump(1);
   EXPECT_FALSE(out.report.HasError("P3"));
@@ -128,7 +128,7 @@ TEST(PteVerifyTest, LegacyPayloadIsWarningP4AndNoManifest) {
   const std::string pte = dir.File("legacy.pte");
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
-      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+      RunVerify(VerifyOptions{.paths = {.ptd = WritePtd(dir, true), .pte = pte}});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 0);
   EXPECT_TRUE(out.report.HasWarning("P4"));
@@ -145,7 +145,7 @@ TEST(PteVerifyTest, UnsupportedManifestVersionIsM1Unimplemented) {
   const std::string pte = dir.File("v4.pte");
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
-      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+      RunVerify(VerifyOptions{.paths = {.ptd = WritePtd(dir, true), .pte = pte}});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
   EXPECT_THAT(
@@ -162,7 +162,7 @@ TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateIsVerified) {
   const std::string pte = dir.File("fqn3.pte");
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
-      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+      RunVerify(VerifyOptions{.paths = {.ptd = WritePtd(dir, true), .pte = pte}});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 0) << out_json["errors"].dump(1);
   ASSERT_EQ(out_json["manifests"].size(), 1u);
@@ -179,7 +179,7 @@ TEST(PteVerifyTest, ReleasedFqn3ManifestInDelegateGetsGeometryRules) {
   const std::string pte = dir.File("fqn3.pte");
   ::ptd::testing::WriteFileBytes(pte, BuildPte(spec));
   const VerifyOutcome out =
-      RunVerify(VerifyOptions{.ptd_path = WritePtd(dir, true), .pte_path = pte});
+      RunVerify(VerifyOptions{.paths = {.ptd = WritePtd(dir, true), .pte = pte}});
   const nlohmann::ordered_json out_json = VerifyJson(out);
   EXPECT_EQ(out.exit_code(), 1);
   EXPECT_TRUE(out.report.HasError("G3")) << out_json["errors"].dump(1);

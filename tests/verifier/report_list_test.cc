@@ -23,8 +23,8 @@ using ::testing::HasSubstr;
 
 VerifyOptions Options(const testing::TestModel& m) {
   VerifyOptions o;
-  o.ptd_path = m.ptd;
-  o.manifest_path = m.manifest;
+  o.paths.ptd = m.ptd;
+  o.paths.manifest = m.manifest;
   return o;
 }
 

@@ -229,8 +229,8 @@ void RunWriterCase(const std::string& rule, const std::string& path) {
     const std::string manifest = dir + "/" + rule + "_case.manifest";
     ASSERT_TRUE(writer.Write(ptd, manifest).ok());
     VerifyOptions options;
-    options.ptd_path = ptd;
-    options.manifest_path = manifest;
+    options.paths.ptd = ptd;
+    options.paths.manifest = manifest;
     const VerifyOutcome out = RunVerify(options);
     const nlohmann::ordered_json out_json = VerifyJson(out);
     EXPECT_EQ(out.exit_code(), 0) << Describe(out.report);
@@ -350,8 +350,8 @@ void RunSignedCase(const std::string& rule, const std::string& path) {
     FAIL() << "unknown mutation '" << mutation << "' in " << path;
   }
   VerifyOptions options;
-  options.ptd_path = model + "/mlp.ptd";
-  options.pte_path = model + "/mlp.pte";
+  options.paths.ptd = model + "/mlp.ptd";
+  options.paths.pte = model + "/mlp.pte";
   options.signature = SignatureOptions{.signature = sig,
                                        .public_key = keys.File("key.pub"),
                                        .certificate_chain = "",
@@ -386,9 +386,9 @@ TEST_P(RuleCaseTest, AssertsItsRule) {
   }
   ASSERT_TRUE(Exists(base + ".ptd")) << "a verifier case needs " << stem << ".ptd";
   VerifyOptions options;
-  options.ptd_path = base + ".ptd";
-  if (Exists(base + ".manifest")) options.manifest_path = base + ".manifest";
-  if (Exists(base + ".pte")) options.pte_path = base + ".pte";
+  options.paths.ptd = base + ".ptd";
+  if (Exists(base + ".manifest")) options.paths.manifest = base + ".manifest";
+  if (Exists(base + ".pte")) options.paths.pte = base + ".pte";
   if (Exists(base + ".verify.json")) {
     const nlohmann::json j = ReadJson(base + ".verify.json");
     options.digest = j.value("digest", false);
@@ -396,7 +396,7 @@ TEST_P(RuleCaseTest, AssertsItsRule) {
     options.stats = j.value("stats", false);
   }
   for (bool mmap : {false, true}) {
-    options.use_mmap = mmap;
+    options.paths.use_mmap = mmap;
     const VerifyOutcome out = RunVerify(options);
     const nlohmann::ordered_json out_json = VerifyJson(out);
     SCOPED_TRACE(std::string(mmap ? "mmap" : "pread") + "\n" + Describe(out.report));

@@ -96,10 +96,10 @@ class TruncationTest : public ::testing::Test {
   }
   VerifyOptions Options(bool mmap) const {
     VerifyOptions o;
-    o.ptd_path = ptd_;
-    o.manifest_path = manifest_;
+    o.paths.ptd = ptd_;
+    o.paths.manifest = manifest_;
     o.digest = true;
-    o.use_mmap = mmap;
+    o.paths.use_mmap = mmap;
     return o;
   }
 
@@ -109,7 +109,7 @@ class TruncationTest : public ::testing::Test {
 };
 
 TEST_F(TruncationTest, TheVerifierReadsThroughPreadByDefault) {
-  EXPECT_FALSE(VerifyOptions{}.use_mmap);
+  EXPECT_FALSE(VerifyOptions{}.paths.use_mmap);
   EXPECT_FALSE(BundlePaths{}.use_mmap);
 }
 

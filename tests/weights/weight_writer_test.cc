@@ -420,10 +420,10 @@ TEST(WeightWriterTest, WrittenFilesPassTheVerifier) {
 
   for (const bool use_mmap : {true, false}) {
     VerifyOptions options;
-    options.ptd_path = ptd_path;
-    options.manifest_path = manifest_path;
+    options.paths.ptd = ptd_path;
+    options.paths.manifest = manifest_path;
     options.digest = true;
-    options.use_mmap = use_mmap;
+    options.paths.use_mmap = use_mmap;
     const VerifyOutcome outcome = RunVerify(options);
     const nlohmann::ordered_json outcome_json = VerifyJson(outcome);
     EXPECT_EQ(outcome.exit_code(), 0) << ::ptd::testing::Describe(outcome.report);
