@@ -214,12 +214,18 @@ std::vector<std::pair<size_t, size_t>> FileRuns(std::vector<StorageJob>& jobs,
 absl::Status AllocateList(Device& dev, bool mapped_host, std::vector<StorageJob>& jobs,
                           std::vector<uint32_t>* list, PlacedStorages* placed, LoadStats* stats) {
   if (list->empty()) return absl::OkStatus();
-  std::stable_sort(list->begin(), list->end(), [&](uint32_t a, uint32_t b) {
+  const auto in_file_order = [&](uint32_t a, uint32_t b) {
     const auto& la = jobs[a].location;
     const auto& lb = jobs[b].location;
     if (!la || !lb) return la.has_value() && !lb.has_value();
     return la->offset < lb->offset;
-  });
+  };
+  // Usually in file order already (a manifest names storages as the file
+  // lays them out): a linear check spares the sort (at 65,536 storages, 6%
+  // of a whole ptd-load's instructions).
+  if (!std::is_sorted(list->begin(), list->end(), in_file_order)) {
+    std::stable_sort(list->begin(), list->end(), in_file_order);
+  }
   std::vector<std::pair<size_t, size_t>> runs;
   if (mapped_host || !dev.host_accessible()) {
     runs = FileRuns(jobs, *list, /*pack_unlocated=*/!mapped_host);

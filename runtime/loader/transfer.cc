@@ -28,9 +28,13 @@ std::pair<std::vector<uint32_t>, std::vector<uint32_t>> SplitByLocation(
     if (storages[s].nbytes == 0) continue;
     (storages[s].location ? located : unlocated).push_back(s);
   }
-  std::stable_sort(located.begin(), located.end(), [&](uint32_t a, uint32_t b) {
+  const auto in_file_order = [&](uint32_t a, uint32_t b) {
     return storages[a].location->offset < storages[b].location->offset;
-  });
+  };
+  // Allocate sorted them already, as a rule: a linear check spares the sort.
+  if (!std::is_sorted(located.begin(), located.end(), in_file_order)) {
+    std::stable_sort(located.begin(), located.end(), in_file_order);
+  }
   return {std::move(located), std::move(unlocated)};
 }
 

@@ -25,6 +25,7 @@
 #include "ptd/byte_source.h"
 #include "ptd/container.h"
 #include "ptd/host_device.h"
+#include "ptd/manifest.h"
 #include "ptd/ptd_writer.h"
 #include "ptd/testing/async_device.h"
 #include "ptd/testing/fault_device.h"
@@ -440,6 +441,45 @@ TEST(LoaderTest, CoalescesAdjacentSmallStoragesOnBothPaths) {
       const LoadedStorage& s = w->storage(*w->Find(f));
       EXPECT_EQ(s.nbytes, 1024u);
     }
+  }
+}
+
+TEST(LoaderTest, AManifestOutOfFileOrderLoadsAsOneInOrder) {
+  // The manifest names the storages in the reverse of their file order:
+  // Allocate lays them out in file order all the same, so the packed
+  // reads of these back-to-back 1 KiB storages go straight into them on the
+  // host, and a staging slot is one copy, as for a manifest in file order.
+  TempDir dir;
+  const std::vector<uint64_t> sizes(2048, 1024);
+  const TestModel m = WriteTestModel(dir.path(), sizes);
+  absl::StatusOr<Manifest> manifest = ParseManifest(::ptd::testing::ReadFileBytes(m.manifest));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::reverse(manifest->entries.begin(), manifest->entries.end());
+  absl::StatusOr<std::vector<uint8_t>> reversed = EncodeManifest(*manifest);
+  ASSERT_TRUE(reversed.ok()) << reversed.status();
+  const std::string reversed_path = dir.path() + "/reversed.manifest";
+  ::ptd::testing::WriteFileBytes(reversed_path, *reversed);
+  auto in_order = WeightBundle::Open(BundlePaths{.ptd = m.ptd, .manifest = m.manifest});
+  auto out_of_order = WeightBundle::Open(BundlePaths{.ptd = m.ptd, .manifest = reversed_path});
+  ASSERT_TRUE(in_order.ok() && out_of_order.ok());
+  const auto reference_bundle = std::make_shared<const WeightBundle>(*std::move(in_order));
+  const auto bundle = std::make_shared<const WeightBundle>(*std::move(out_of_order));
+  ASSERT_EQ(bundle->manifests()[0].manifest.entries.front().fqn, "w2047");
+  for (int d = -1; d < static_cast<int>(std::size(kStagedDevices)); ++d) {
+    SCOPED_TRACE(d < 0 ? "host" : kStagedDevices[d].name);
+    const auto make = [&]() -> std::shared_ptr<Device> {
+      return d < 0 ? std::make_shared<HostDevice>() : kStagedDevices[d].make();
+    };
+    const LoadOptions o{.ring_slot_bytes = 256 << 10, .max_read_bytes = 256 << 10};
+    auto reference = LoadWeights(reference_bundle, make(), o);
+    auto w = LoadWeights(bundle, make(), o);
+    ASSERT_TRUE(reference.ok() && w.ok()) << w.status();
+    EXPECT_EQ(w->stats().storages, 2048u);
+    EXPECT_EQ(w->stats().reads, reference->stats().reads);
+    EXPECT_LE(w->stats().reads, 20u);  // 2 MiB in 256 KiB reads, not 2048.
+    EXPECT_EQ(w->stats().bytes_via_scratch, reference->stats().bytes_via_scratch);
+    EXPECT_EQ(w->stats().copies, reference->stats().copies);
+    ::ptd::testing::ExpectSameBytes(*w, *reference, m.fqns);
   }
 }
 
