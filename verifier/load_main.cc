@@ -284,30 +284,19 @@ absl::Status LoadRepeatedly(const Args& a, const ptd::internal::VerifiedLoad& v,
   return absl::OkStatus();
 }
 
-// The rule of a signed load's failure (A1-A7), when it is one.
-std::optional<std::string> SignatureRule(const absl::Status& s) {
-  std::optional<std::string> rule = ptd::RuleOf(s);
-  if (!rule || rule->front() != 'A') return std::nullopt;
-  return rule;
-}
-
 // A load that failed after verification: I2, exit code 2; a signed load
 // that broke an A-rule: that rule, exit code 1.
 int LoadFailed(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Device& device,
                const absl::Status& s) {
-  const std::optional<std::string> rule = SignatureRule(s);
+  const std::optional<ptd::Diagnostic> signature_failure =
+      ptd::internal::SignatureFailure(s, a.signature);
   if (a.json_out) {
     json j = ptd::VerifyJson(outcome, ptd::JsonExtras{.names = ptd::cli::ToolInputNames()});
     j["device"] = DeviceJson(device);
     j["ok"] = false;
     j["error"] = std::string(s.message());
-    if (rule) {
-      ptd::Diagnostic d;
-      d.rule = *rule;
-      d.code = s.code();
-      d.message = std::string(s.message());
-      d.file = a.signature.signature;
-      j["errors"].push_back(ptd::DiagnosticJson(d));
+    if (signature_failure) {
+      j["errors"].push_back(ptd::DiagnosticJson(*signature_failure));
       j["signature"] = ptd::internal::SignatureReportJson(
           ptd::SignatureReport::OfFailedLoad(a.signature, a.ptd_path, s));
     } else {
@@ -316,7 +305,7 @@ int LoadFailed(const Args& a, const ptd::VerifyOutcome& outcome, const ptd::Devi
     ptd::cli::WriteOut(ptd::DumpJson(j));
   }
   std::cerr << "ptd-load: " << s.message() << "\n";
-  return rule ? 1 : 2;
+  return signature_failure ? 1 : 2;
 }
 
 // parse -> open the device -> verify -> load -> report.

@@ -31,6 +31,7 @@
 #include "runtime/loader/load_report_json.h"
 #include "runtime/loader/load_session.h"
 #include "runtime/signing/signature_report_json.h"
+#include "runtime/verify/verify_json.h"
 
 namespace ptd_python {
 namespace {
@@ -104,22 +105,16 @@ std::function<bool(uint64_t, uint64_t)> ProgressCallback(ProgressState& state) {
 std::optional<nb::object> FailedSignedLoad(const absl::Status& status,
                                            const ptd::LoadOptions& options,
                                            const std::string& ptd_path) {
-  const std::string message(status.message());
-  const std::optional<std::string> rule = ptd::RuleOf(status);
-  if (rule && rule->front() == 'A' && options.signature.enabled()) {
-    nlohmann::ordered_json j{
-        {"ok", false},
-        {"errors", nlohmann::ordered_json::array()},
-        {"warnings", nlohmann::ordered_json::array()},
-        {"signature", ptd::internal::SignatureReportJson(ptd::SignatureReport::OfFailedLoad(
-                          options.signature, ptd_path, status))}};
-    j["errors"].push_back(nlohmann::ordered_json{{"rule", *rule},
-                                                 {"message", message},
-                                                 {"code", absl::StatusCodeToString(status.code())},
-                                                 {"file", options.signature.signature}});
-    return ToPython(j);
-  }
-  return std::nullopt;
+  const std::optional<ptd::Diagnostic> failure =
+      ptd::internal::SignatureFailure(status, options.signature);
+  if (!failure) return std::nullopt;
+  nlohmann::ordered_json j{
+      {"ok", false},
+      {"errors", nlohmann::ordered_json::array({ptd::DiagnosticJson(*failure)})},
+      {"warnings", nlohmann::ordered_json::array()},
+      {"signature", ptd::internal::SignatureReportJson(
+                        ptd::SignatureReport::OfFailedLoad(options.signature, ptd_path, status))}};
+  return ToPython(j);
 }
 
 nb::object Load(std::string ptd_path, std::optional<std::string> manifest,

@@ -4,11 +4,15 @@
 #ifndef PTD_RUNTIME_SIGNING_SIGNATURE_REPORT_JSON_H_
 #define PTD_RUNTIME_SIGNING_SIGNATURE_REPORT_JSON_H_
 
+#include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "nlohmann/json.hpp"
 
 #include "ptd/model_signature.h"
+#include "ptd/report.h"
+#include "ptd/rules.h"
 
 namespace ptd::internal {
 
@@ -58,6 +62,21 @@ inline std::string SignatureReportLine(const SignatureReport& r) {
   if (any_load)
     s += r.one_pass ? ", the .ptd hashed on the load's reads" : ", the .ptd hashed after the load";
   return s + ")";
+}
+
+// A signed load's failure that broke an A-rule, as the error its report
+// lists (the rule, the message, the code, the signature file); nullopt
+// for any other failure, and for a load that was not signed.
+inline std::optional<Diagnostic> SignatureFailure(const absl::Status& s,
+                                                  const SignatureOptions& options) {
+  std::optional<std::string> rule = RuleOf(s);
+  if (!options.enabled() || !rule || rule->front() != 'A') return std::nullopt;
+  Diagnostic d;
+  d.rule = *std::move(rule);
+  d.code = s.code();
+  d.message = std::string(s.message());
+  d.file = options.signature;
+  return d;
 }
 
 }  // namespace ptd::internal
