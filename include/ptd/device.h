@@ -193,6 +193,9 @@ struct DeviceStats {
   // Host: bytes of the blocks mapped for AllocateMany that were advised for
   // transparent huge pages (HostMemoryOptions::huge_pages); 0 elsewhere.
   uint64_t huge_page_bytes = 0;
+  // Host: bytes of the AllocateMany blocks that a PrepareAllocation hint
+  // readied (mapped, and faulted in as far as its thread got); 0 elsewhere.
+  uint64_t prepared_bytes = 0;
 };
 
 // Reads a file straight into one device's memory: GPUDirect Storage through
@@ -264,6 +267,15 @@ class Device {
   // HostMemoryOptions::populate); ResourceExhausted when the memory is not
   // there. The default does nothing.
   virtual absl::Status PrepareWrite(void* p, size_t n);
+
+  // A hint, given before a load verifies its files: an AllocateMany of
+  // about `bytes` in all is likely soon. A device may ready that memory
+  // meanwhile (HostDevice faults a block in on a thread of its own, while
+  // the verification leaves a core idle); an AllocateMany that fits takes
+  // it, and one that does not gets fresh memory as always. 0 drops what an
+  // earlier hint readied (the load will not allocate). The default does
+  // nothing.
+  virtual void PrepareAllocation(uint64_t bytes);
 
   // Host memory for staging copies (page-locked where that matters). A
   // device may cache and reuse freed staging blocks across loads.

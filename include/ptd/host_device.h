@@ -24,6 +24,15 @@
 // order (/proc/buddyinfo, read at each allocation), which its faults take
 // as they are.
 //
+// A load that hints its size before it verifies (PrepareAllocation) finds
+// its block mapped and partly faulted in already: a thread of the device's
+// own, at idle priority (SCHED_IDLE), faults the block in page by page in
+// address order while the verification runs, and stops when AllocateMany
+// takes the block (the readers' PrepareWrite faults in the rest). That work
+// is the load's anyway; it moves to a core the verification leaves idle.
+// Only with Populate::kBeforeWrite, for a hint of at least huge_min_bytes
+// and at most half the machine's available memory (MemAvailable).
+//
 // kAuto's rules come from measurements on this project's VMs (huge pages
 // against 4 KiB pages, with and without free page reporting):
 // bench/results/notes.md.
@@ -35,6 +44,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +91,9 @@ bool HugePageFaultsMayCompact();
 // Bytes free in blocks of a PMD-sized huge page or larger, over every zone
 // (/proc/buddyinfo, read now); nullopt where it cannot be read.
 std::optional<uint64_t> FreeHugePageBytes();
+// MemAvailable from /proc/meminfo, in bytes: the memory that can be taken
+// without swapping (read now); nullopt where it cannot be read.
+std::optional<uint64_t> MemAvailableBytes();
 // The order from which free blocks are reported to a hypervisor that takes
 // their memory back (free page reporting, e.g. a virtio balloon; read once
 // from /sys/module/page_reporting/parameters); nullopt where nothing
@@ -95,7 +108,8 @@ bool UsesHugePages(const HostMemoryOptions& options, size_t nbytes);
 
 class HostDevice final : public Device {
  public:
-  explicit HostDevice(HostMemoryOptions options = {}) : options_(options) {}
+  explicit HostDevice(HostMemoryOptions options = {});
+  ~HostDevice() override;
   HostDevice(const HostDevice&) = delete;
   HostDevice& operator=(const HostDevice&) = delete;
 
@@ -119,6 +133,11 @@ class HostDevice final : public Device {
   // left to fault in as the read writes them). ResourceExhausted (ENOMEM)
   // when the memory is not there.
   absl::Status PrepareWrite(void* p, size_t n) override;
+  // Maps a block of `bytes` (rounded up to 2 MiB) as AllocateMany would and
+  // starts faulting it in (see above); an earlier prepared block that no
+  // AllocateMany took is unmapped. The next AllocateMany whose total fits
+  // takes it (the rest is unmapped); one that does not unmaps it.
+  void PrepareAllocation(uint64_t bytes) override;
   // Ordinary (pageable) host memory.
   absl::StatusOr<HostBuffer> AllocateStaging(size_t nbytes) override;
   // Synchronous memcpy; the ticket is already complete.
@@ -133,6 +152,14 @@ class HostDevice final : public Device {
   absl::StatusOr<std::shared_ptr<void>> AllocateBlock(size_t nbytes, bool staging);
   // The block behind AllocateMany: malloc'd, or a huge-page mapping.
   std::shared_ptr<void> AllocateManyBlock(size_t total);
+  // A 2 MiB-aligned mapping of `size` bytes (a multiple of 2 MiB), advised
+  // as options_ say; null when mmap fails. `huge`: advised for huge pages.
+  uint8_t* MapBlock(size_t size, bool* huge);
+  // The block that AllocateMany takes when a hint readied one.
+  struct Prepared;
+  // The prepared block cut to `size` bytes (its faulting stopped), when it
+  // holds that many; else null, and it is unmapped. Either way it is gone.
+  std::shared_ptr<void> TakePrepared(size_t size);
 
   HostMemoryOptions options_;
 
@@ -141,9 +168,11 @@ class HostDevice final : public Device {
   struct Counters {
     std::atomic<uint64_t> allocations{0}, allocated_bytes{0}, live_allocations{0}, live_bytes{0},
         staging_allocations{0}, live_staging_bytes{0}, copies{0}, copied_bytes{0},
-        huge_page_bytes{0}, next_ticket{0};
+        huge_page_bytes{0}, prepared_bytes{0}, next_ticket{0};
   };
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+  std::mutex prepared_mu_;
+  std::unique_ptr<Prepared> prepared_;  // Guarded by prepared_mu_.
 };
 
 }  // namespace ptd

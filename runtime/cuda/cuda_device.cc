@@ -21,6 +21,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
+#include "ptd/host_device.h"
 #include "ptd/open_device.h"
 #include "ptd/view_materialize.h"
 #include "runtime/cuda/internal/collapsed_view.h"
@@ -124,24 +125,6 @@ size_t StagingClass(size_t nbytes) {
   size_t c = kMin;
   while (c < nbytes) c <<= 1;
   return c;
-}
-
-// MemAvailable from /proc/meminfo, in bytes: the host memory that can be
-// taken (pinned) without swapping; nullopt when it cannot be read.
-std::optional<uint64_t> MemAvailableBytes() {
-  std::FILE* f = std::fopen("/proc/meminfo", "re");
-  if (f == nullptr) return std::nullopt;
-  char line[256];
-  std::optional<uint64_t> out;
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    unsigned long long kib = 0;  // NOLINT(runtime/int): sscanf's type.
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-      if (kib <= std::numeric_limits<uint64_t>::max() / 1024) out = uint64_t{kib} * 1024;
-      break;
-    }
-  }
-  std::fclose(f);
-  return out;
 }
 
 // The first line of `path` as an unsigned number; nullopt when it cannot be

@@ -57,6 +57,8 @@ absl::StatusOr<DeviceMemoryInfo> Device::MemoryInfo() {
 
 absl::Status Device::PrepareWrite(void* /*p*/, size_t /*n*/) { return absl::OkStatus(); }
 
+void Device::PrepareAllocation(uint64_t /*bytes*/) {}
+
 absl::StatusOr<std::vector<CopyTicket>> Device::ScatterToDeviceAsync(
     void* /*scratch*/, const void* /*src*/, size_t /*nbytes*/, size_t /*table_offset*/,
     size_t /*count*/, void* /*dst_base*/) {

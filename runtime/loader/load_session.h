@@ -19,6 +19,7 @@
 #include "ptd/device.h"
 #include "ptd/loader.h"
 #include "ptd/verify.h"
+#include "runtime/loader/place.h"
 
 namespace ptd::internal {
 
@@ -42,8 +43,11 @@ inline VerifiedLoad VerifyForLoad(std::shared_ptr<Device> device, const VerifyOp
   v.inapplicable = InapplicableLoadOption(v.device->kind(), load);
   if (v.inapplicable) return v;
   const auto t0 = std::chrono::steady_clock::now();
+  // The load's memory is readied while the files verify.
+  const bool hinted = HintLoadAllocation(*v.device, verify.paths, load);
   v.outcome.emplace(RunVerify(verify));
   v.verify_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (hinted && !v.loadable()) v.device->PrepareAllocation(0);
   return v;
 }
 
@@ -52,7 +56,9 @@ inline VerifiedLoad VerifyForLoad(std::shared_ptr<Device> device, const VerifyOp
 inline absl::StatusOr<LoadedWeights> LoadVerified(const VerifiedLoad& v, LoadOptions load) {
   if (!v.loadable()) return absl::FailedPreconditionError("the files did not verify");
   load.verify_s = v.verify_s;
-  return LoadWeights(v.outcome->bundle, v.device, load);
+  absl::StatusOr<LoadedWeights> loaded = LoadWeights(v.outcome->bundle, v.device, load);
+  v.device->PrepareAllocation(0);  // What the load did not take.
+  return loaded;
 }
 
 }  // namespace ptd::internal

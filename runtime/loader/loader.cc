@@ -179,9 +179,19 @@ absl::StatusOr<LoadedWeights> LoadWeights(const BundlePaths& paths, std::shared_
   PTD_ASSIGN_OR_RETURN(const Clock::time_point start, TimingsStart(options));
   BundlePaths p = paths;
   p.use_mmap = false;
-  PTD_ASSIGN_OR_RETURN(WeightBundle bundle, WeightBundle::Open(p));
+  // The load's memory is readied while the files verify.
+  const bool hinted = device != nullptr && internal::HintLoadAllocation(*device, p, options);
+  absl::StatusOr<WeightBundle> opened = WeightBundle::Open(p);
+  if (!opened.ok()) {
+    if (hinted) device->PrepareAllocation(0);
+    return opened.status();
+  }
+  WeightBundle bundle = *std::move(opened);
   // The verification counts in this load's timings.
-  return LoadBundle(bundle, std::move(device), options, nullptr, start, SecondsSince(start));
+  absl::StatusOr<LoadedWeights> loaded =
+      LoadBundle(bundle, device, options, nullptr, start, SecondsSince(start));
+  if (hinted) device->PrepareAllocation(0);  // What the load did not take.
+  return loaded;
 }
 
 absl::StatusOr<LoadedWeights> LoadWeights(absl::Span<const uint8_t> manifest,

@@ -1,7 +1,10 @@
 #include "runtime/loader/place.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -327,6 +330,15 @@ absl::Status MapFromFile(const ByteSource& source, size_t threads_wanted, const 
     PTD_RETURN_IF_ERROR(MapList(source, threads, *storages, &placed->to_device, placed, stats));
   }
   return MapList(source, threads, *storages, &placed->to_host, placed, stats);
+}
+
+bool HintLoadAllocation(Device& device, const BundlePaths& paths, const LoadOptions& options) {
+  if (!options.fqns.empty() || options.map_file || paths.ptd.empty()) return false;
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(paths.ptd, error);
+  if (error || size == 0 || size > UINT64_MAX) return false;
+  device.PrepareAllocation(static_cast<uint64_t>(size));
+  return true;
 }
 
 absl::Status Allocate(Device& device, std::vector<StorageJob>* storages,

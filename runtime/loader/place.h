@@ -17,6 +17,7 @@
 #include "ptd/byte_source.h"
 #include "ptd/device.h"
 #include "ptd/loader.h"
+#include "ptd/weight_bundle.h"
 #include "runtime/loader/plan.h"
 
 namespace ptd::internal {
@@ -71,6 +72,19 @@ absl::StatusOr<PlacedStorages> Place(const LoadPlan& plan, bool all_keys, Device
 absl::Status MapFromFile(const ByteSource& source, size_t threads, const Device& device,
                          std::vector<StorageJob>* storages, PlacedStorages* placed,
                          LoadStats* stats);
+
+// Before a load verifies its files: tells `device` about what loading all
+// of them into fresh memory allocates, the .ptd's size (its stored bytes,
+// packed as a device packs them, fit in it unless its segments are packed
+// tighter than the device's alignment; a load that needs more gets fresh
+// memory), so that the device can ready that memory while the files verify
+// (Device::PrepareAllocation).
+// Nothing when the load names its weights (LoadOptions::fqns: it may need
+// far less) or maps the file (LoadOptions::map_file: no fresh memory), or
+// when the .ptd's size cannot be read. True when it hinted: the caller then
+// calls device.PrepareAllocation(0) once the load is over (or will not
+// happen), to drop what the load did not take.
+bool HintLoadAllocation(Device& device, const BundlePaths& paths, const LoadOptions& options);
 
 // One allocation per destination (the device, the host device), each
 // storage's buffer in file order; the mapped share split into blocks

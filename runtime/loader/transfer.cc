@@ -333,6 +333,9 @@ absl::Status Transfer::Read(const ReadPlan& plan, const ReadItem& item, uint8_t*
 }
 
 void Transfer::MarkFirstComplete() {
+  // Called as every storage completes: read the clock for the first only
+  // (65,536 clock reads were 2% of a load of 65,536 x 1 KiB).
+  if (first_complete_ns_.load(std::memory_order_relaxed) != -1) return;
   int64_t unset = -1;
   first_complete_ns_.compare_exchange_strong(
       unset, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());

@@ -1,6 +1,7 @@
 // HostDevice's large blocks (issue 19): a 2 MiB-aligned mapping,
 // pre-faulted before the reads, advised for transparent huge pages when the
-// options say so; freed with the last buffer.
+// options say so; freed with the last buffer. A block readied ahead by
+// PrepareAllocation, taken by the AllocateMany that fits.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -260,6 +262,101 @@ TEST(HostMemoryTest, SmallBlocksStayOnTheHeap) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(VmFlagsOf((*got)[0].data()).find(" hg"), std::string::npos);
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*got)[0].data()) % kDeviceAlignment, 0u);
+}
+
+// PrepareAllocation: a block mapped ahead (and faulted in on a thread of
+// its own) that the next AllocateMany that fits takes, cut to its size.
+TEST(HostMemoryTest, AllocateManyTakesThePreparedBlockCutToItsSize) {
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff});
+  device.PrepareAllocation(32 * kMiB);
+  // 20 MiB and 1,000 bytes (packed at 64-byte boundaries): a 22 MiB block.
+  auto got = device.AllocateMany({20 * kMiB, 1000});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(device.stats().prepared_bytes, 22 * kMiB);
+  const auto* base = static_cast<const uint8_t*>((*got)[0].data());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (2 * kMiB), 0u) << "2 MiB-aligned";
+  EXPECT_EQ(ResidentPages(base + 22 * kMiB, 10 * kMiB), -1) << "the rest is unmapped";
+  // Fresh memory: the thread that faulted it in wrote zeros only.
+  for (size_t i = 0; i < 20 * kMiB; i += 4093) ASSERT_EQ(base[i], 0) << i;
+  EXPECT_EQ(device.stats().live_allocations, 2u);
+  // Taken: the next allocation gets fresh memory.
+  auto next = device.AllocateMany({16 * kMiB});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(device.stats().prepared_bytes, 22 * kMiB);
+}
+
+TEST(HostMemoryTest, AnAllocationThePreparedBlockCannotHoldDropsIt) {
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff});
+  device.PrepareAllocation(16 * kMiB);
+  auto big = device.AllocateMany({40 * kMiB});
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(device.stats().prepared_bytes, 0u);
+  auto small = device.AllocateMany({8 * kMiB});
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(device.stats().prepared_bytes, 0u) << "dropped, not kept for later";
+}
+
+TEST(HostMemoryTest, PreparingNothingDropsThePreparedBlock) {
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff});
+  device.PrepareAllocation(32 * kMiB);
+  device.PrepareAllocation(0);
+  auto got = device.AllocateMany({16 * kMiB});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(device.stats().prepared_bytes, 0u);
+  // A hint the next replaces: only the last one is taken.
+  device.PrepareAllocation(8 * kMiB);
+  device.PrepareAllocation(24 * kMiB);
+  auto again = device.AllocateMany({20 * kMiB});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(device.stats().prepared_bytes, 20 * kMiB);
+  // A device that goes with a block prepared and not taken unmaps it.
+  HostDevice{}.PrepareAllocation(16 * kMiB);
+}
+
+TEST(HostMemoryTest, OnlyHintsOfLargeBlocksPopulatedBeforeWritesArePrepared) {
+  for (Populate p : {Populate::kOff, Populate::kOnAllocate}) {
+    HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff, .populate = p});
+    device.PrepareAllocation(32 * kMiB);
+    auto got = device.AllocateMany({16 * kMiB});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(device.stats().prepared_bytes, 0u);
+  }
+  HostDevice device(HostMemoryOptions{.huge_min_bytes = 64 * kMiB});
+  device.PrepareAllocation(32 * kMiB);  // Under huge_min_bytes: the heap's.
+  auto got = device.AllocateMany({16 * kMiB});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(device.stats().prepared_bytes, 0u);
+  // More than half the machine's available memory: not faulted in ahead.
+  const std::optional<uint64_t> available = MemAvailableBytes();
+  ASSERT_TRUE(available.has_value()) << "/proc/meminfo has no MemAvailable";
+  HostDevice huge_hint(HostMemoryOptions{.huge_pages = HugePages::kOff});
+  huge_hint.PrepareAllocation(*available / 2 + 1);
+  auto after = huge_hint.AllocateMany({16 * kMiB});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(huge_hint.stats().prepared_bytes, 0u);
+}
+
+// Every method may be called concurrently (TSan runs this).
+TEST(HostMemoryTest, HintsAndAllocationsMayRace) {
+  HostDevice device(HostMemoryOptions{.huge_pages = HugePages::kOff});
+  std::thread hints([&] {
+    for (int i = 0; i < 20; ++i) device.PrepareAllocation(16 * kMiB);
+  });
+  std::vector<DeviceBuffer> kept;
+  for (int i = 0; i < 20; ++i) {
+    auto got = device.AllocateMany({8 * kMiB});
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::memset((*got)[0].data(), i, 8 * kMiB);
+    kept.push_back(std::move((*got)[0]));
+  }
+  hints.join();
+  for (int i = 0; i < 20; ++i) {
+    const auto* p = static_cast<const uint8_t*>(kept[i].data());
+    ASSERT_EQ(p[0], i);
+    ASSERT_EQ(p[8 * kMiB - 1], i);
+  }
+  EXPECT_EQ(device.stats().prepared_bytes % (8 * kMiB), 0u);
+  EXPECT_LE(device.stats().prepared_bytes, 20 * 8 * kMiB);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "ptd/testing/async_device.h"
 #include "ptd/testing/fault_device.h"
 #include "ptd/weight_bundle.h"
+#include "runtime/loader/place.h"
 #include "tests/testing/loader_testing.h"
 #include "tests/testing/test_util.h"
 
@@ -481,6 +482,48 @@ TEST(LoaderTest, AManifestOutOfFileOrderLoadsAsOneInOrder) {
     EXPECT_EQ(w->stats().copies, reference->stats().copies);
     ::ptd::testing::ExpectSameBytes(*w, *reference, m.fqns);
   }
+}
+
+// LoadWeights of paths hints the device before it verifies: a load of every
+// weight onto the host takes the block readied meanwhile, with the bytes a
+// load without it reads; a load of named weights or a mapped load gives no
+// hint (HintLoadAllocation), and a load whose files fail to verify leaves
+// nothing prepared.
+TEST(LoaderTest, ALoadOfEverythingTakesTheMemoryReadiedWhileItVerified) {
+  TempDir dir;
+  const TestModel m = WriteTestModel(dir.path(), std::vector<uint64_t>(16, uint64_t{1} << 20));
+  const BundlePaths paths{.ptd = m.ptd, .manifest = m.manifest};
+  const auto host = [](Populate p = Populate::kBeforeWrite) {
+    return std::make_shared<HostDevice>(
+        HostMemoryOptions{.huge_pages = HugePages::kOff, .populate = p});
+  };
+  auto reference = LoadWeights(paths, host(Populate::kOff));
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const auto device = host();
+  auto w = LoadWeights(paths, device);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_GE(device->stats().prepared_bytes, w->stats().bytes);
+  EXPECT_EQ(device->stats().prepared_bytes % (2 << 20), 0u) << "a 2 MiB-rounded block";
+  ::ptd::testing::ExpectSameBytes(*w, *reference, m.fqns);
+
+  // The hint itself: none for named weights, a mapped load or no .ptd.
+  const auto hinted = host();
+  EXPECT_FALSE(internal::HintLoadAllocation(*hinted, paths, LoadOptions{.fqns = {m.fqns[0]}}));
+  EXPECT_FALSE(internal::HintLoadAllocation(*hinted, paths, LoadOptions{.map_file = true}));
+  EXPECT_FALSE(internal::HintLoadAllocation(*hinted, BundlePaths{.manifest = m.manifest}, {}));
+  ASSERT_TRUE(hinted->AllocateMany({16 << 20}).ok());
+  EXPECT_EQ(hinted->stats().prepared_bytes, 0u);
+  EXPECT_TRUE(internal::HintLoadAllocation(*hinted, paths, {}));
+  ASSERT_TRUE(hinted->AllocateMany({16 << 20}).ok());
+  EXPECT_EQ(hinted->stats().prepared_bytes, uint64_t{16} << 20);
+
+  const std::string garbage = dir.path() + "/garbage.manifest";
+  ::ptd::testing::WriteFileBytes(garbage, std::vector<uint8_t>(64, 0xEE));
+  const auto failed = host();
+  EXPECT_FALSE(LoadWeights(BundlePaths{.ptd = m.ptd, .manifest = garbage}, failed).ok());
+  auto after = failed->AllocateMany({16 << 20});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(failed->stats().prepared_bytes, 0u) << "dropped when the files failed";
 }
 
 // A source that records where each located read lands.
