@@ -173,6 +173,14 @@ class HostDevice final : public Device {
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
   std::mutex prepared_mu_;
   std::unique_ptr<Prepared> prepared_;  // Guarded by prepared_mu_.
+  // The part of the last prepared block that AllocateMany took which its
+  // thread had faulted in, [lo, hi); PrepareWrite need not fault it in
+  // again. Cleared when that block goes (shared with its deleter).
+  struct Resident {
+    std::mutex mu;
+    uintptr_t lo = 0, hi = 0;  // Guarded by mu.
+  };
+  std::shared_ptr<Resident> resident_ = std::make_shared<Resident>();
 };
 
 }  // namespace ptd

@@ -210,6 +210,7 @@ struct HostDevice::Prepared {
   size_t size = 0;
   bool huge = false;
   std::atomic<bool> stop{false};
+  std::atomic<size_t> faulted{0};  // Bytes from `base` its thread faulted in.
   std::thread thread;
 
   void Stop() {
@@ -284,6 +285,7 @@ void HostDevice::PrepareAllocation(uint64_t bytes) {
             for (size_t page = at; page < at + kStep; page += kPage) {
               *reinterpret_cast<volatile uint8_t*>(p->base + page) = 0;
             }
+            p->faulted.store(at + kStep, std::memory_order_release);
           }
         });
       } catch (const std::system_error&) {
@@ -313,7 +315,22 @@ std::shared_ptr<void> HostDevice::TakePrepared(size_t size) {
   uint8_t* base = std::exchange(p->base, nullptr);
   if (p->huge) counters_->huge_page_bytes.fetch_add(size, std::memory_order_relaxed);
   counters_->prepared_bytes.fetch_add(size, std::memory_order_relaxed);
-  return std::shared_ptr<void>(base, [size](void* q) { ::munmap(q, size); });
+  // PrepareWrite skips what the thread faulted in (the madvise would walk
+  // those pages again: 2-3% of a load of 65,536 x 1 KiB).
+  const auto lo = reinterpret_cast<uintptr_t>(base);
+  const size_t faulted = std::min(size, p->faulted.load(std::memory_order_acquire));
+  {
+    std::lock_guard<std::mutex> lock(resident_->mu);
+    resident_->lo = lo;
+    resident_->hi = lo + faulted;
+  }
+  return std::shared_ptr<void>(base, [size, resident = resident_](void* q) {
+    {
+      std::lock_guard<std::mutex> lock(resident->mu);
+      if (resident->lo == reinterpret_cast<uintptr_t>(q)) resident->lo = resident->hi = 0;
+    }
+    ::munmap(q, size);
+  });
 }
 
 std::shared_ptr<void> HostDevice::AllocateManyBlock(size_t total) {
@@ -434,6 +451,16 @@ absl::StatusOr<std::vector<DeviceBuffer>> HostDevice::AllocateMany(absl::Span<co
 
 absl::Status HostDevice::PrepareWrite(void* p, size_t n) {
   if (options_.populate != Populate::kBeforeWrite || n == 0) return absl::OkStatus();
+  // Less what a prepared block's thread faulted in already: [lo, hi).
+  uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  uintptr_t end = begin + n;
+  {
+    std::lock_guard<std::mutex> lock(resident_->mu);
+    if (begin >= resident_->lo && begin < resident_->hi) begin = std::min(end, resident_->hi);
+  }
+  if (begin == end) return absl::OkStatus();
+  p = reinterpret_cast<void*>(begin);
+  n = end - begin;
   if (!Prefault(static_cast<uint8_t*>(p), n)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("host: out of memory faulting in ", n, " bytes to write"));

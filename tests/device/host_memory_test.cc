@@ -279,10 +279,19 @@ TEST(HostMemoryTest, AllocateManyTakesThePreparedBlockCutToItsSize) {
   // Fresh memory: the thread that faulted it in wrote zeros only.
   for (size_t i = 0; i < 20 * kMiB; i += 4093) ASSERT_EQ(base[i], 0) << i;
   EXPECT_EQ(device.stats().live_allocations, 2u);
-  // Taken: the next allocation gets fresh memory.
+  // PrepareWrite faults in what the thread did not get to.
+  const long page = ::sysconf(_SC_PAGESIZE);
+  ASSERT_TRUE(device.PrepareWrite((*got)[0].data(), 20 * kMiB).ok());
+  EXPECT_EQ(ResidentPages(base, 20 * kMiB), static_cast<long>(20 * kMiB) / page);
+  got->clear();
+  // Taken: the next allocation gets fresh memory, which PrepareWrite faults
+  // in in full (whatever address it has).
   auto next = device.AllocateMany({16 * kMiB});
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(device.stats().prepared_bytes, 22 * kMiB);
+  EXPECT_EQ(ResidentPages((*next)[0].data(), 16 * kMiB), 0);
+  ASSERT_TRUE(device.PrepareWrite((*next)[0].data(), 16 * kMiB).ok());
+  EXPECT_EQ(ResidentPages((*next)[0].data(), 16 * kMiB), static_cast<long>(16 * kMiB) / page);
 }
 
 TEST(HostMemoryTest, AnAllocationThePreparedBlockCannotHoldDropsIt) {
