@@ -26,8 +26,8 @@
 //
 // A load that hints its size before it verifies (PrepareAllocation) finds
 // its block mapped and partly faulted in already: a thread of the device's
-// own, at idle priority (SCHED_IDLE), faults the block in page by page in
-// address order while the verification runs, and stops when AllocateMany
+// own faults the block in page by page in address order while the
+// verification runs, and stops when AllocateMany
 // takes the block (the readers' PrepareWrite faults in the rest). That work
 // is the load's anyway; it moves to a core the verification leaves idle.
 // Only with Populate::kBeforeWrite, for a hint of at least huge_min_bytes

@@ -1,7 +1,5 @@
 #include "ptd/host_device.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -271,15 +269,18 @@ void HostDevice::PrepareAllocation(uint64_t bytes) {
       Prepared* p = fresh.get();
       try {
         p->thread = std::thread([p] {
-          // Only on a core nothing else wants.
-          const sched_param idle{};
-          (void)::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle);
+          // At the process's own priority: TakePrepared waits for this
+          // thread to see `stop`, so it must get a core when it asks, which
+          // SCHED_IDLE or a high nice value would not promise on a busy
+          // machine (and measured no faster here). Small steps, so that it
+          // sees `stop` soon.
+          //
           // A write per page, not MADV_POPULATE_WRITE: a fault takes only
           // the block's own lock, where the madvise holds the process's
           // memory map and stalls every mmap and munmap of the verifying
           // threads (it made the verification 2.4x slower). The block is
           // not handed out yet: its bytes are zeros, and zeros are written.
-          constexpr size_t kPage = 4096, kStep = size_t{256} << 10;
+          constexpr size_t kPage = 4096, kStep = size_t{64} << 10;
           for (size_t at = 0; at < p->size && !p->stop.load(std::memory_order_relaxed);
                at += kStep) {
             for (size_t page = at; page < at + kStep; page += kPage) {
