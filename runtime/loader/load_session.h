@@ -30,6 +30,9 @@ struct VerifiedLoad {
   std::optional<LoadOptionField> inapplicable;
   std::optional<VerifyOutcome> outcome;
   double verify_s = 0;  // The verification's wall time.
+  // The device was told what the load will allocate (HintLoadAllocation);
+  // LoadVerified drops what the load did not take.
+  bool hinted = false;
 
   // True when the files passed and the load may go on.
   bool loadable() const { return outcome && outcome->exit_code() == 0; }
@@ -44,10 +47,10 @@ inline VerifiedLoad VerifyForLoad(std::shared_ptr<Device> device, const VerifyOp
   if (v.inapplicable) return v;
   const auto t0 = std::chrono::steady_clock::now();
   // The load's memory is readied while the files verify.
-  const bool hinted = HintLoadAllocation(*v.device, verify.paths, load);
+  v.hinted = HintLoadAllocation(*v.device, verify.paths, load);
   v.outcome.emplace(RunVerify(verify));
   v.verify_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (hinted && !v.loadable()) v.device->PrepareAllocation(0);
+  if (v.hinted && !v.loadable()) v.device->PrepareAllocation(0);
   return v;
 }
 
@@ -57,7 +60,7 @@ inline absl::StatusOr<LoadedWeights> LoadVerified(const VerifiedLoad& v, LoadOpt
   if (!v.loadable()) return absl::FailedPreconditionError("the files did not verify");
   load.verify_s = v.verify_s;
   absl::StatusOr<LoadedWeights> loaded = LoadWeights(v.outcome->bundle, v.device, load);
-  v.device->PrepareAllocation(0);  // What the load did not take.
+  if (v.hinted) v.device->PrepareAllocation(0);  // What the load did not take.
   return loaded;
 }
 
