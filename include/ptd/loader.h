@@ -91,6 +91,11 @@ inline constexpr size_t kDefaultRingSlots = kDefaultLoadThreads + 2;
 inline constexpr size_t kDefaultRingSlotBytes = size_t{16} << 20;
 inline constexpr size_t kDefaultMaxReadBytes = size_t{4} << 20;
 inline constexpr size_t kDefaultMaxGapBytes = size_t{4} << 10;
+// Reader threads per LoadOptions::threads while the direct engine reads into
+// host-accessible memory: a direct read waits on the disk, not on a core,
+// and the disk serves faster with more bytes in flight (a cold 1 GiB file
+// here: bench/results/notes.md).
+inline constexpr size_t kDirectReadersPerThread = 4;
 
 // How a load reads the file's bytes (LoadOptions::io; docs/SPEC.md's loader
 // section). Every engine puts the same bytes in the same place; they differ
@@ -146,6 +151,10 @@ struct IoReport {
   // How direct reads were queued: "io_uring" or "threads"; empty when none
   // ran.
   std::string queue;
+  // Threads that read into host-accessible memory while the direct engine
+  // could serve (LoadOptions::threads x kDirectReadersPerThread, at most one
+  // per read); 0 when no direct read ran.
+  size_t direct_readers = 0;
   // Why kAuto chose as it did, e.g. "cold: 0 of 1073741824 bytes cached".
   std::string choice;
 };

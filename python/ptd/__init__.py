@@ -400,6 +400,7 @@ class Weights(Mapping):
         {"requested", "engines": {"buffered", "direct", "gds"} (bytes each read),
         "gds_mode", "fallbacks": [{"from", "to", "reason"}], "cached_bytes" (of the
         file, in the page cache when the load began), "file_bytes", "queue",
+        "direct_readers" (threads that read while `direct` could serve),
         "choice" (why `io="auto"` chose as it did)}."""
         return self._w.io
 

@@ -15,7 +15,7 @@ namespace ptd::internal {
 // {"requested", "engines": {"buffered", "direct", "gds"} (bytes read),
 //  "gds_mode": null | "p2p" | "compat", "fallbacks": [{"from", "to",
 //  "reason"}], "cached_bytes": null | bytes, "file_bytes", "queue": null |
-//  "io_uring" | "threads", "choice"}.
+//  "io_uring" | "threads", "direct_readers", "choice"}.
 inline nlohmann::ordered_json IoReportJson(const IoReport& io) {
   using J = nlohmann::ordered_json;
   J fallbacks = J::array();
@@ -32,6 +32,7 @@ inline nlohmann::ordered_json IoReportJson(const IoReport& io) {
            {"cached_bytes", io.cached_bytes ? J(*io.cached_bytes) : J(nullptr)},
            {"file_bytes", io.file_bytes},
            {"queue", io.queue.empty() ? J(nullptr) : J(io.queue)},
+           {"direct_readers", io.direct_readers},
            {"choice", io.choice}};
 }
 

@@ -251,6 +251,12 @@ absl::Status ReadEngine::ReadDirect(uint64_t offset, absl::Span<uint8_t> dst) {
   return absl::OkStatus();
 }
 
+void ReadEngine::NoteDirectReaders(size_t n) {
+  size_t seen = direct_readers_.load(std::memory_order_relaxed);
+  while (seen < n && !direct_readers_.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {
+  }
+}
+
 IoReport ReadEngine::Report() const {
   IoReport r;
   r.requested = requested_;
@@ -260,7 +266,10 @@ IoReport ReadEngine::Report() const {
   r.gds_mode = gds_mode_;
   r.cached_bytes = cached_bytes_;
   r.file_bytes = file_ != nullptr ? file_->size() : 0;
-  if (used_direct_.load()) r.queue = std::string(DirectFile::Queue());
+  if (used_direct_.load()) {
+    r.queue = std::string(DirectFile::Queue());
+    r.direct_readers = direct_readers_.load();
+  }
   r.choice = choice_text_;
   std::lock_guard<std::mutex> lock(mu_);
   r.fallbacks = fallbacks_;

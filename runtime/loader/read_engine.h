@@ -63,6 +63,12 @@ class ReadEngine {
   // Whether the transfer stage should plan aligned reads (the direct engine
   // may serve some ranges), and their alignment.
   bool aligned() const { return direct_ != nullptr; }
+  // Whether some reads may go direct (the direct engine is open and the
+  // choice is not buffered); the transfer then keeps more reads in flight.
+  bool may_read_direct() const { return direct_ != nullptr && choice_ != Choice::kBuffered; }
+  // Records that `n` threads read while the direct engine could serve
+  // (IoReport::direct_readers: the most of any call).
+  void NoteDirectReaders(size_t n);
   static constexpr uint64_t kAlignment = DirectFile::kAlignment;
 
   // Reads [offset, offset + dst.size()) of the source's Locate space into
@@ -100,6 +106,7 @@ class ReadEngine {
   std::unique_ptr<DirectFile> direct_;
   std::atomic<bool> direct_failed_{false};
   std::atomic<bool> used_direct_{false};
+  std::atomic<size_t> direct_readers_{0};
   std::atomic<uint64_t> buffered_{0}, direct_bytes_{0}, gds_bytes_{0};
   std::unique_ptr<DeviceFileReader> gds_;
   std::atomic<bool> gds_failed_{false};

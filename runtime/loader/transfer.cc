@@ -570,7 +570,14 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
       }
     }
   };
-  RunOnThreads(std::min(options_.threads, groups.size() - 1), work);
+  // Direct reads wait on the disk, not on a core: more of them in flight.
+  size_t readers = options_.threads;
+  if (engine_.may_read_direct()) {
+    readers = std::max<size_t>(1, readers) * kDirectReadersPerThread;
+  }
+  readers = std::min(readers, groups.size() - 1);
+  if (engine_.may_read_direct()) engine_.NoteDirectReaders(std::max<size_t>(1, readers));
+  RunOnThreads(readers, work);
   return error;
 }
 

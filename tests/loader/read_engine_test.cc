@@ -176,11 +176,14 @@ TEST_F(ReadEngineTest, BufferedReadsEverythingThroughThePageCache) {
   EXPECT_EQ(io.direct_bytes, 0u);
   EXPECT_GE(io.buffered_bytes, reference_->stats().bytes);
   EXPECT_TRUE(io.fallbacks.empty());
+  EXPECT_EQ(io.direct_readers, 0u);
 }
 
 TEST_F(ReadEngineTest, DirectGivesTheBufferedBytesAndLeavesTheCacheAsItWas) {
   if (!Evict(m_.ptd)) GTEST_SKIP() << "the page cache keeps " << m_.ptd << " here";
-  auto w = LoadWeights(paths_, std::make_shared<HostDevice>(), Io(IoMode::kDirect));
+  LoadOptions one_thread = Io(IoMode::kDirect);
+  one_thread.threads = 1;
+  auto w = LoadWeights(paths_, std::make_shared<HostDevice>(), one_thread);
   ASSERT_TRUE(w.ok()) << w.status();
   const IoReport& io = w->stats().io;
   if (DirectRefused(io)) GTEST_SKIP() << "no O_DIRECT here: " << io.fallbacks[0].reason;
@@ -189,6 +192,10 @@ TEST_F(ReadEngineTest, DirectGivesTheBufferedBytesAndLeavesTheCacheAsItWas) {
   EXPECT_GE(io.direct_bytes, w->stats().bytes);
   EXPECT_EQ(io.buffered_bytes, 0u);
   EXPECT_THAT(io.queue, ::testing::AnyOf("io_uring", "threads"));
+  // Reads that wait on the disk: more threads than LoadOptions::threads
+  // (the model has several reads), never more than the reads.
+  EXPECT_GT(w->stats().reads, 1u);
+  EXPECT_EQ(io.direct_readers, std::min<uint64_t>(kDirectReadersPerThread, w->stats().reads));
   ExpectSameBytes(*w, *reference_, m_.fqns);
   // What verification read (the header and tables, with the kernel's
   // readahead of at most 512 KiB after them) is all that is cached.
@@ -201,6 +208,7 @@ TEST_F(ReadEngineTest, AutoReadsAWarmFileBufferedAndAColdOneDirect) {
   auto warm = LoadWeights(paths_, std::make_shared<HostDevice>(), Io(IoMode::kAuto));
   ASSERT_TRUE(warm.ok()) << warm.status();
   EXPECT_EQ(warm->stats().io.direct_bytes, 0u);
+  EXPECT_EQ(warm->stats().io.direct_readers, 0u);
   EXPECT_THAT(warm->stats().io.choice, StartsWith("buffered: warm"));
   EXPECT_TRUE(warm->stats().io.fallbacks.empty());
 
