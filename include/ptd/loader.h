@@ -170,7 +170,8 @@ struct LoadOptions {
   // chosen and otherwise none: then no library-local constant is filtered.
   std::optional<uint32_t> sm;
   // Threads that read (>= 1; 0 is taken as 1). On a host-accessible device
-  // the calling thread is one of them (threads - 1 are started); on a
+  // the calling thread is one of them (threads - 1 are started; while the
+  // direct engine may serve, threads x kDirectReadersPerThread); on a
   // staging device `threads` readers are started and the calling thread
   // issues the copies and waits on them.
   size_t threads = kDefaultLoadThreads;
