@@ -35,7 +35,9 @@ int RunGuarded(const char* program, const std::function<int()>& body);
 // bench/results/notes.md). Does nothing (returns)
 // when the kernel's THP mode is "never", when GLIBC_TUNABLES already sets
 // glibc.malloc.hugetlb, when PTD_MALLOC_HUGETLB=0, in a sanitizer build
-// (its allocator ignores glibc's tunables), or when exec fails.
+// (its allocator ignores glibc's tunables), or when exec fails. The process
+// keeps its name (ps, top, pgrep): the exec of /proc/self/exe would name it
+// "exe", so the re-executed process takes argv[0]'s file name back.
 void ReexecWithHugePageMalloc(char** argv);
 
 // True when this code was built with AddressSanitizer, ThreadSanitizer or

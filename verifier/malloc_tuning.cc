@@ -1,6 +1,7 @@
 // How ptd-load's process allocates: glibc's huge-page malloc (re-exec with
 // GLIBC_TUNABLES) and a fixed mmap threshold, and the lines that report them.
 #include <malloc.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -104,7 +105,26 @@ std::string MallocMmapLine() {
   return "malloc: mmap_threshold dynamic (glibc's default)";
 }
 
+namespace {
+
+// The kernel names a process after the file it executes: "exe" after the
+// exec of /proc/self/exe below. Gives the name back from argv[0] (cut to 15
+// bytes, as the kernel cuts it), so that ps, top and pgrep see "ptd-load".
+void KeepProcessName(const char* argv0) {
+  char comm[16] = {};
+  if (argv0 == nullptr || ::prctl(PR_GET_NAME, comm) != 0 || std::strcmp(comm, "exe") != 0) return;
+  const char* slash = std::strrchr(argv0, '/');
+  const char* name = slash != nullptr ? slash + 1 : argv0;
+  if (*name == '\0' || std::strcmp(name, "exe") == 0) return;
+  char cut[16] = {};
+  std::strncpy(cut, name, sizeof(cut) - 1);
+  (void)::prctl(PR_SET_NAME, cut);
+}
+
+}  // namespace
+
 void ReexecWithHugePageMalloc(char** argv) {
+  KeepProcessName(argv[0]);
   const char* opt_out = std::getenv("PTD_MALLOC_HUGETLB");
   if (opt_out != nullptr && std::strcmp(opt_out, "0") == 0) return;
   // Set already, by the user or by the exec below: never a second exec.

@@ -80,6 +80,29 @@ TEST(CliTest, MallocUsesHugePagesUnlessOptedOut) {
   }
 }
 
+// The re-exec (of /proc/self/exe) would name the process "exe" in ps, top and
+// pgrep; the tools keep their own name. A ptd-load that loads a small model
+// over and over runs long enough to look at: once its environment holds the
+// re-exec's tunable, its name must come back to "ptd-load" (it stays "exe"
+// without the fix), read for up to 10 s.
+TEST(CliTest, TheReexecutedToolKeepsItsName) {
+  if (!cli::HugePageMallocAvailable()) {
+    GTEST_SKIP() << "no glibc 2.35+, THP mode is never, or a sanitizer build";
+  }
+  const std::string script =
+      "env -u GLIBC_TUNABLES -u PTD_MALLOC_HUGETLB " + std::string(PTD_LOAD_BINARY) +
+      " --repeat 100000 --device host --manifest " + kK01Manifest + " " + kK01 +
+      " >/dev/null 2>&1 & p=$!; name=none; "
+      "for i in $(seq 1 1000); do "
+      "  if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null |"
+      "     grep -q '^GLIBC_TUNABLES=.*glibc.malloc.hugetlb=1'; then"
+      "    name=$(cat /proc/$p/comm 2>/dev/null); [ \"$name\" = ptd-load ] && break;"
+      "  fi; sleep 0.01; "
+      "done; kill -9 $p 2>/dev/null; wait $p 2>/dev/null; echo \"name=$name\"";
+  const auto run = RunCommand(script);
+  EXPECT_THAT(run.out, HasSubstr("name=ptd-load\n"));
+}
+
 TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(RunCommand(Verify("--bogus " + kK01)).exit_code, 2);
   EXPECT_EQ(RunCommand(Verify("")).exit_code, 2);                    // No file.
