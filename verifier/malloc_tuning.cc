@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -117,7 +118,7 @@ void KeepProcessName(const char* argv0) {
   const char* name = slash != nullptr ? slash + 1 : argv0;
   if (*name == '\0' || std::strcmp(name, "exe") == 0) return;
   char cut[16] = {};
-  std::strncpy(cut, name, sizeof(cut) - 1);
+  std::memcpy(cut, name, std::min(std::strlen(name), sizeof(cut) - 1));
   (void)::prctl(PR_SET_NAME, cut);
 }
 
