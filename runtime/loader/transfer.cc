@@ -571,12 +571,11 @@ absl::Status Transfer::RunDirect(Device& device, const ReadPlan& plan) {
     }
   };
   // Direct reads wait on the disk, not on a core: more of them in flight.
-  size_t readers = options_.threads;
-  if (engine_.may_read_direct()) {
-    readers = std::max<size_t>(1, readers) * kDirectReadersPerThread;
-  }
-  readers = std::min(readers, groups.size() - 1);
-  if (engine_.may_read_direct()) engine_.NoteDirectReaders(std::max<size_t>(1, readers));
+  const bool direct = engine_.may_read_direct();
+  const size_t readers =
+      std::min(std::max<size_t>(1, options_.threads) * (direct ? kDirectReadersPerThread : 1),
+               groups.size() - 1);
+  if (direct) engine_.NoteDirectReaders(readers);
   RunOnThreads(readers, work);
   return error;
 }
