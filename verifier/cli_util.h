@@ -20,6 +20,20 @@
 #include "ptd/verify.h"
 #include "runtime/verify/verify_json.h"
 
+// 1 in a build with AddressSanitizer, ThreadSanitizer or MemorySanitizer
+// (GCC's and clang's ways of saying so), else 0.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PTD_CLI_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define PTD_CLI_SANITIZER 1
+#endif
+#endif
+#ifndef PTD_CLI_SANITIZER
+#define PTD_CLI_SANITIZER 0
+#endif
+
 namespace ptd::cli {
 
 // Runs `body` and returns its exit code, or 2 after one line on stderr when
@@ -27,18 +41,29 @@ namespace ptd::cli {
 // could not be written ("write error: No space left on device").
 int RunGuarded(const char* program, const std::function<int()>& body);
 
-// Called first in main(): re-executes the program once, the same arguments
-// and descriptors, with glibc's malloc backing its large blocks with
-// transparent huge pages (GLIBC_TUNABLES glibc.malloc.hugetlb=1, glibc
-// 2.35+): a run over 100,000 weights touches tens of megabytes of fresh
-// metadata, and one 2 MiB fault replaces 512 of 4 KiB (figures:
-// bench/results/notes.md). Does nothing (returns)
-// when the kernel's THP mode is "never", when GLIBC_TUNABLES already sets
-// glibc.malloc.hugetlb, when PTD_MALLOC_HUGETLB=0, in a sanitizer build
-// (its allocator ignores glibc's tunables), or when exec fails. The process
-// keeps its name (ps, top, pgrep): the exec of /proc/self/exe would name it
-// "exe", so the re-executed process takes argv[0]'s file name back.
-void ReexecWithHugePageMalloc(char** argv);
+// Called first in main(): from then on, blocks of kLargeBlockBytes or more
+// that operator new hands out are mappings of their own on transparent huge
+// pages (huge_page_new.cc; glibc's glibc.malloc.hugetlb=1 does this for the
+// blocks it maps, but only when set before the process starts): a run over
+// 100,000 weights touches tens of megabytes of fresh metadata, and one 2 MiB
+// fault replaces 512 of 4 KiB (figures: bench/results/notes.md). Does nothing
+// when the kernel's THP mode is "never", when GLIBC_TUNABLES sets
+// glibc.malloc.hugetlb (glibc applies the user's setting), when
+// PTD_MALLOC_HUGETLB=0, or in a sanitizer build (its allocator's operator new
+// stays).
+void UseHugePageMalloc();
+
+// The size from which operator new maps a block on huge pages once
+// UseHugePagesForLargeBlocks() ran: one transparent huge page, and malloc's
+// mmap threshold (kMallocMmapThreshold), so that a large block is a mapping
+// of its own either way.
+inline constexpr size_t kLargeBlockBytes = size_t{2} << 20;
+
+// Turns that on (huge_page_new.cc); false in a sanitizer build, where it
+// stays off. UseHugePageMalloc() calls it when the conditions hold.
+bool UseHugePagesForLargeBlocks();
+// Whether it is on.
+bool HugePagesForLargeBlocks();
 
 // True when this code was built with AddressSanitizer, ThreadSanitizer or
 // MemorySanitizer (GCC's and clang's ways of saying so): their allocators
@@ -46,17 +71,17 @@ void ReexecWithHugePageMalloc(char** argv);
 // address space.
 bool BuiltWithSanitizer();
 
-// True when ReexecWithHugePageMalloc can take effect here: glibc 2.35+, a
-// kernel THP mode other than "never", no sanitizer.
+// True when UseHugePageMalloc can take effect here: a kernel THP mode other
+// than "never", no sanitizer.
 bool HugePageMallocAvailable();
 
-// Called in main() after ReexecWithHugePageMalloc: fixes glibc malloc's
+// Called in main() after UseHugePageMalloc: fixes glibc malloc's
 // mmap threshold at kMallocMmapThreshold (2 MiB, one transparent huge page)
 // with mallopt. Left alone, glibc raises the threshold to the size of each
 // large block freed (up to 32 MiB), so the verification's and the load
 // plan's tables of 100,000 entries, once freed, stay in the heap as holes
 // that the next tables do not fit. Fixed, blocks of 2 MiB and more get
-// mappings of their own (on huge pages with glibc.malloc.hugetlb=1) that go
+// mappings of their own (on huge pages with UseHugePageMalloc) that go
 // back to the system when freed; smaller ones reuse the heap (peak RSS
 // figures: bench/results/notes.md). Does nothing when GLIBC_TUNABLES sets
 // glibc.malloc.mmap_threshold or MALLOC_MMAP_THRESHOLD_ is set (the user's
@@ -70,8 +95,10 @@ void FixMallocMmapThreshold();
 std::string MallocMmapLine();
 
 // The malloc page setting this process runs with, for --version:
-// "malloc: glibc.malloc.hugetlb=1 (large blocks on transparent huge pages)",
-// "malloc: glibc.malloc.hugetlb=0" or "malloc: default (4 KiB) pages".
+// "malloc: blocks of 2 MiB and more on transparent huge pages
+// (MADV_HUGEPAGE)", the user's "malloc: glibc.malloc.hugetlb=N" (with
+// " (large blocks on transparent huge pages)" for 1) or "malloc: default
+// (4 KiB) pages".
 std::string MallocPagesLine();
 
 // Rows of each table in a readable report unless --all is given; the

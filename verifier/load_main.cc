@@ -335,7 +335,7 @@ int Main(int argc, char** argv) {
 }  // namespace ptd_load
 
 int main(int argc, char** argv) {
-  ptd::cli::ReexecWithHugePageMalloc(argv);
+  ptd::cli::UseHugePageMalloc();
   ptd::cli::FixMallocMmapThreshold();
   return ptd::cli::RunGuarded("ptd-load", [&] { return ptd_load::Main(argc, argv); });
 }

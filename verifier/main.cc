@@ -141,7 +141,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ptd::cli::ReexecWithHugePageMalloc(argv);
+  ptd::cli::UseHugePageMalloc();
   ptd::cli::FixMallocMmapThreshold();
   return ptd::cli::RunGuarded("ptd-verify", [&] { return Main(argc, argv); });
 }
