@@ -58,8 +58,7 @@ void* MapLargeBlock(size_t n) {
     // Whoever deletes `p` got it from this thread, after this store.
     g_slots[i].bytes = bytes;
     size_t used = g_used.load(std::memory_order_relaxed);
-    while (used < i + 1 &&
-           !g_used.compare_exchange_weak(used, i + 1, std::memory_order_release)) {
+    while (used < i + 1 && !g_used.compare_exchange_weak(used, i + 1, std::memory_order_release)) {
     }
     g_live.fetch_add(1, std::memory_order_release);
     return p;

@@ -3,16 +3,11 @@
 // them.
 #include <malloc.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 #include "verifier/cli_util.h"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "verifier/cli_util.h"
 
 namespace ptd::cli {
@@ -38,7 +39,8 @@ std::optional<Mapping> MappingOf(uintptr_t at) {
     char dash = 0;
     std::istringstream head(line);
     if (!found && (head >> std::hex >> lo >> dash >> hi) && dash == '-' && line.find(':') > 20) {
-      if (at >= lo && at < hi) found = Mapping{static_cast<uintptr_t>(lo), static_cast<uintptr_t>(hi), ""};
+      if (at >= lo && at < hi)
+        found = Mapping{static_cast<uintptr_t>(lo), static_cast<uintptr_t>(hi), ""};
       continue;
     }
     if (found && line.rfind("VmFlags:", 0) == 0) {
@@ -89,18 +91,18 @@ TEST_F(HugePageNewTest, SizedAndAlignedDeletesUnmapTheirBlocks) {
   v.reset();  // std::allocator: the sized delete.
   EXPECT_TRUE(Unmapped(data));
 
-  void* aligned = ::operator new(size_t{4} << 20, std::align_val_t{4096});
+  void* aligned = ::operator new (size_t{4} << 20, std::align_val_t{4096});
   const uintptr_t aligned_at = Address(aligned);
   EXPECT_EQ(aligned_at % 4096, 0u);
   EXPECT_TRUE(Advised(aligned_at));
-  ::operator delete(aligned, size_t{4} << 20, std::align_val_t{4096});
+  ::operator delete (aligned, size_t{4} << 20, std::align_val_t{4096});
   EXPECT_TRUE(Unmapped(aligned_at));
 
   // An alignment over a page is aligned_alloc's, and still aligned.
-  void* wide = ::operator new(size_t{4} << 20, std::align_val_t{size_t{1} << 21});
+  void* wide = ::operator new (size_t{4} << 20, std::align_val_t{size_t{1} << 21});
   EXPECT_EQ(Address(wide) % (size_t{1} << 21), 0u);
   EXPECT_FALSE(Advised(Address(wide)));
-  ::operator delete(wide, std::align_val_t{size_t{1} << 21});
+  ::operator delete (wide, std::align_val_t{size_t{1} << 21});
 }
 
 TEST_F(HugePageNewTest, SmallBlocksStayMallocs) {
