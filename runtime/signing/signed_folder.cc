@@ -144,7 +144,9 @@ absl::Status HashShard(const ModelSignature& signature, const SignedFile& f,
 }
 
 // A5: hashes the shards of the files report->files reads "apart", on up to
-// `threads` threads; the first error in shard order.
+// `threads` threads; the first error in shard order, and each file's first
+// in shard order in its report (the same from run to run, whichever thread
+// finds a bad shard first).
 absl::Status HashApart(const ModelSignature& signature, const fs::path& dir,
                        const std::vector<const SignedFile*>& listed, size_t threads,
                        SignatureReport* report) {
@@ -159,6 +161,9 @@ absl::Status HashApart(const ModelSignature& signature, const fs::path& dir,
   std::mutex mu;
   absl::Status first;  // Guarded by mu: the first error in task order.
   size_t first_task = tasks.size();
+  // Guarded by mu: per file, the task of the error its report gives, the
+  // first in shard order whichever thread found it first.
+  std::vector<size_t> file_first_task(listed.size(), tasks.size());
   const auto work = [&] {
     std::vector<uint8_t> buf(size_t{1} << 20);
     for (;;) {
@@ -175,7 +180,8 @@ absl::Status HashApart(const ModelSignature& signature, const fs::path& dir,
         first_task = t;
         first = st;
       }
-      if (report->files[task.file].error.empty()) {
+      if (t < file_first_task[task.file]) {
+        file_first_task[task.file] = t;
         report->files[task.file].error = std::string(st.message());
       }
     }

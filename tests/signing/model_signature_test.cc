@@ -6,6 +6,7 @@
 
 #include <openssl/obj_mac.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -284,6 +285,38 @@ TEST_F(SignedFolderTest, TrustMaterialIsRequired) {
   o = Options();
   o.certificate_chain = o.public_key;
   EXPECT_TRUE(absl::IsInvalidArgument(ModelSignature::Open(o, model_).status()));
+}
+
+// Every shard of the .ptd changed, hashed apart on 8 threads: the error, and
+// the file's own in the report, name its first shard on every run, whichever
+// thread finds a bad shard first (the report named the first found, which
+// made the CLI's and Python's reports of one folder differ).
+TEST_F(SignedFolderTest, EachFileReportsItsFirstBadShardWhicheverThreadFindsOne) {
+  fs::remove(Ptd());
+  fs::remove(Pte());
+  PtdWriter w;
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(
+        w.Add("k" + std::to_string(i), std::vector<uint8_t>(65536, static_cast<uint8_t>(i)), 64)
+            .ok());
+  }
+  ASSERT_TRUE(w.Write(Ptd()).ok());
+  SignFolder(model_, key_, SignSpec{.method = "shards", .hash = "blake2b", .shard_size = 4096});
+  std::vector<uint8_t> b = ReadFileBytes(Ptd());
+  for (size_t at = 0; at < b.size(); at += 4096) b[at] ^= 0x01;
+  WriteFileBytes(Ptd(), b);
+  const std::string paths[] = {Ptd()};
+  for (int run = 0; run < 20; ++run) {
+    SignatureReport r;
+    const absl::Status st = VerifySignedModel(Options(), paths, 8, &r);
+    ASSERT_EQ(RuleName(st), "A5");
+    EXPECT_THAT(std::string(st.message()), HasSubstr("bytes 0:4096 "));
+    const auto f = std::find_if(r.files.begin(), r.files.end(),
+                                [](const SignatureReport::File& x) { return x.name == "mlp.ptd"; });
+    ASSERT_NE(f, r.files.end());
+    EXPECT_FALSE(f->ok);
+    EXPECT_EQ(f->error, std::string(st.message())) << "run " << run;
+  }
 }
 
 // A larger .ptd in many storages, read by several threads: each shard hashed
